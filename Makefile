@@ -1,0 +1,53 @@
+# The README's two commands: `make demo` and `make test`. Both set up everything on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: help venv deb-test deb-bench test lint fmt demo bench docs clean
+
+help:
+	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
+	@echo "make test   - lint, docs freshness and the whole test suite"
+	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
+	@echo "make lint   - ruff"
+	@echo "make docs   - regenerate generated docs (metrics reference)"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP)
+
+# Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
+deb-test:
+	@scripts/ensure-debian-packages.sh prometheus
+deb-bench:
+	@scripts/ensure-debian-packages.sh prometheus nginx
+
+lint: venv
+	$(VENV)/bin/ruff check exporter tests bench
+	$(VENV)/bin/ruff format --check exporter tests bench
+
+fmt: venv
+	$(VENV)/bin/ruff format exporter tests bench
+	$(VENV)/bin/ruff check --fix exporter tests bench
+
+docs: venv
+	$(PY) -m exporter.metrics.docgen > docs/metrics.md
+
+test: venv deb-test lint
+	$(PY) -m exporter.metrics.docgen --check docs/metrics.md
+	$(PY) -m pytest
+
+demo: venv
+	$(VENV)/bin/dsv4-sidecar demo
+
+bench: venv deb-bench
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,67 @@
+"""Pure domain core: the fixed DSV4 pool-footprint model (no I/O beyond reading a config file).
+
+Three layers, each kept separate so every number can be explained:
+geometry (what the model is) -> pricing (what the configurator plans) -> allocation (what the
+device pool takes). ``model`` combines them into a per-rank :class:`Footprint`.
+"""
+
+from exporter.footprint.allocation import allocated_bytes
+from exporter.footprint.geometry import (
+    GeometryError,
+    LayerCounts,
+    ModelGeometry,
+    StageSlice,
+    geometry_from_config,
+    load_config_json,
+    pp_partition,
+    stage_slice,
+)
+from exporter.footprint.model import Footprint, PoolFootprint, footprint_for_tokens, plan_for_budget
+from exporter.footprint.presets import PRESETS, preset_for_served_name, resolve_model
+from exporter.footprint.pricing import (
+    POOLS,
+    BudgetError,
+    available_bytes_from_gpu,
+    indexer_bytes_per_token,
+    kv_bytes_per_token,
+    token_coefficient,
+)
+from exporter.footprint.settings import (
+    CONFIGURATORS,
+    INDEX_K_DTYPES,
+    Configurator,
+    DeploymentSettings,
+    IndexKDtype,
+    SettingsError,
+)
+
+__all__ = [
+    "CONFIGURATORS",
+    "INDEX_K_DTYPES",
+    "POOLS",
+    "PRESETS",
+    "BudgetError",
+    "Configurator",
+    "DeploymentSettings",
+    "Footprint",
+    "GeometryError",
+    "IndexKDtype",
+    "LayerCounts",
+    "ModelGeometry",
+    "PoolFootprint",
+    "SettingsError",
+    "StageSlice",
+    "allocated_bytes",
+    "available_bytes_from_gpu",
+    "footprint_for_tokens",
+    "geometry_from_config",
+    "indexer_bytes_per_token",
+    "kv_bytes_per_token",
+    "load_config_json",
+    "plan_for_budget",
+    "pp_partition",
+    "preset_for_served_name",
+    "resolve_model",
+    "stage_slice",
+    "token_coefficient",
+]

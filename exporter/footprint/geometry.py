@@ -1,0 +1,215 @@
+"""DeepSeek-V4 model geometry: what the KV pools are sized from.
+
+Read from a Hugging Face ``config.json`` when one is available (re-releases change the layer
+mix), else from a built-in preset. Only the fields the pool configurator uses are kept, and a
+config that is not DeepSeek-V4-shaped is rejected naming the field, because pricing a wrong
+geometry silently is exactly the failure this project exists to expose.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class GeometryError(ValueError):
+    """The config is unreadable or not DeepSeek-V4-shaped; the message names the field."""
+
+
+VALID_RATIOS = (0, 4, 128)
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    """The subset of a DeepSeek-V4 config that determines KV-pool sizes."""
+
+    name: str
+    num_hidden_layers: int
+    head_dim: int  # latent width: nope + rope
+    qk_rope_head_dim: int
+    sliding_window: int
+    index_head_dim: int
+    index_n_heads: int
+    index_topk: int
+    num_nextn_predict_layers: int
+    compress_ratios: tuple[int, ...]  # main layers first, then MTP/draft entries
+
+    @property
+    def qk_nope_head_dim(self) -> int:
+        """SGLang derives NoPE width as head_dim - rope rather than reading it."""
+        return self.head_dim - self.qk_rope_head_dim
+
+    @property
+    def main_ratios(self) -> tuple[int, ...]:
+        return self.compress_ratios[: self.num_hidden_layers]
+
+    @property
+    def draft_ratios(self) -> tuple[int, ...]:
+        """Entries past the main layers belong to MTP draft layers (not priced as main layers)."""
+        return self.compress_ratios[self.num_hidden_layers :]
+
+
+@dataclass(frozen=True)
+class LayerCounts:
+    """Layer mix of one pipeline stage (or of the draft layers)."""
+
+    swa_only: int
+    c4: int
+    c128: int
+
+    @property
+    def total(self) -> int:
+        return self.swa_only + self.c4 + self.c128
+
+    @classmethod
+    def of(cls, ratios: Sequence[int]) -> LayerCounts:
+        return cls(
+            swa_only=sum(1 for r in ratios if r == 0),
+            c4=sum(1 for r in ratios if r == 4),
+            c128=sum(1 for r in ratios if r == 128),
+        )
+
+
+@dataclass(frozen=True)
+class StageSlice:
+    """The layers one pipeline stage (one rank's pool) holds: [start, end) of the main layers."""
+
+    start: int
+    end: int
+    pp_rank: int
+    pp_size: int
+    main: LayerCounts
+    draft: LayerCounts
+
+
+def pp_partition(num_layers: int, pp_size: int) -> list[int]:
+    """SGLang's default PP layer split (``get_pp_indices``): an even share each, and the
+    remainder one apiece to the stages just before the last (the last stage also runs the
+    head, so it is kept lighter)."""
+    if pp_size < 1:
+        raise GeometryError(f"pp_size must be >= 1, got {pp_size}")
+    if pp_size > num_layers:
+        raise GeometryError(f"pp_size {pp_size} exceeds num_hidden_layers {num_layers}")
+    base = num_layers // pp_size
+    parts = [base] * pp_size
+    for i in range(2, num_layers % pp_size + 2):
+        parts[-i] += 1
+    return parts
+
+
+def stage_slice(
+    geom: ModelGeometry,
+    pp_size: int = 1,
+    pp_rank: int = 0,
+    layer_range: tuple[int, int] | None = None,
+) -> StageSlice:
+    """The stage's layer range, by SGLang's split or an explicit ``[start, end)``.
+
+    Draft (MTP) layers are attributed to the last stage, where the draft worker runs.
+    """
+    if layer_range is not None:
+        start, end = layer_range
+        if not 0 <= start < end <= geom.num_hidden_layers:
+            raise GeometryError(
+                f"layer range [{start}, {end}) is outside 0..{geom.num_hidden_layers}"
+            )
+    else:
+        if not 0 <= pp_rank < pp_size:
+            raise GeometryError(f"pp_rank {pp_rank} must be in 0..{pp_size - 1}")
+        parts = pp_partition(geom.num_hidden_layers, pp_size)
+        start = sum(parts[:pp_rank])
+        end = start + parts[pp_rank]
+    is_last = end == geom.num_hidden_layers
+    return StageSlice(
+        start=start,
+        end=end,
+        pp_rank=pp_rank,
+        pp_size=pp_size,
+        main=LayerCounts.of(geom.main_ratios[start:end]),
+        draft=LayerCounts.of(geom.draft_ratios if is_last else ()),
+    )
+
+
+_REQUIRED_INT_FIELDS = (
+    "num_hidden_layers",
+    "head_dim",
+    "qk_rope_head_dim",
+    "index_head_dim",
+    "index_n_heads",
+    "index_topk",
+)
+
+
+def geometry_from_config(cfg: Mapping[str, Any], name: str = "config.json") -> ModelGeometry:
+    """Validate a parsed HF config and keep the pool-relevant fields."""
+    if not isinstance(cfg, Mapping):
+        raise GeometryError(f"{name}: expected a JSON object at the top level")
+    model_type = cfg.get("model_type")
+    archs = cfg.get("architectures") or []
+    if model_type != "deepseek_v4" and "DeepseekV4ForCausalLM" not in archs:
+        raise GeometryError(
+            f"{name}: not a DeepSeek-V4 config (model_type={model_type!r}, "
+            f"architectures={archs!r}); expected model_type 'deepseek_v4'"
+        )
+    values: dict[str, int] = {}
+    for key in _REQUIRED_INT_FIELDS:
+        v = cfg.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise GeometryError(f"{name}: field {key!r} must be a positive integer, got {v!r}")
+        values[key] = v
+    window = cfg.get("sliding_window", cfg.get("window_size"))
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise GeometryError(
+            f"{name}: field 'sliding_window' must be a positive integer, got {window!r}"
+        )
+    mtp = cfg.get("num_nextn_predict_layers", 0)
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+        raise GeometryError(f"{name}: field 'num_nextn_predict_layers' must be >= 0, got {mtp!r}")
+    if values["qk_rope_head_dim"] >= values["head_dim"]:
+        raise GeometryError(f"{name}: field 'qk_rope_head_dim' must be smaller than 'head_dim'")
+    ratios = cfg.get("compress_ratios")
+    if not isinstance(ratios, list) or not ratios:
+        raise GeometryError(f"{name}: field 'compress_ratios' is missing or not a list")
+    bad = [r for r in ratios if isinstance(r, bool) or r not in VALID_RATIOS]
+    if bad:
+        raise GeometryError(
+            f"{name}: field 'compress_ratios' has values {sorted(set(map(repr, bad)))}; "
+            f"only {VALID_RATIOS} are DeepSeek-V4 layer kinds"
+        )
+    if len(ratios) < values["num_hidden_layers"]:
+        raise GeometryError(
+            f"{name}: field 'compress_ratios' has {len(ratios)} entries, fewer than "
+            f"num_hidden_layers={values['num_hidden_layers']}"
+        )
+    return ModelGeometry(
+        name=str(cfg.get("_name_or_path") or name),
+        num_hidden_layers=values["num_hidden_layers"],
+        head_dim=values["head_dim"],
+        qk_rope_head_dim=values["qk_rope_head_dim"],
+        sliding_window=window,
+        index_head_dim=values["index_head_dim"],
+        index_n_heads=values["index_n_heads"],
+        index_topk=values["index_topk"],
+        num_nextn_predict_layers=mtp,
+        compress_ratios=tuple(int(r) for r in ratios),
+    )
+
+
+def load_config_json(path: str | Path) -> ModelGeometry:
+    """Load geometry from a config.json file, or a model directory holding one."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GeometryError(f"cannot read model config {p}: {exc.strerror or exc}") from exc
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GeometryError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    geom = geometry_from_config(cfg, name=str(p))
+    return geom

@@ -1,0 +1,183 @@
+"""Plan vs allocation for one rank: the over-commit an operator needs to see, every term named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.footprint.allocation import allocated_bytes
+from exporter.footprint.geometry import ModelGeometry, StageSlice, stage_slice
+from exporter.footprint.pricing import (
+    POOLS,
+    TokenCoefficient,
+    c128_state_fixed_bytes,
+    counts_for_full_tokens,
+    full_tokens_for_budget,
+    priced_index_k_dtype,
+    token_coefficient,
+)
+from exporter.footprint.settings import Configurator, DeploymentSettings
+
+
+@dataclass(frozen=True)
+class PoolFootprint:
+    name: str
+    tokens: int
+    planned_bytes: int
+    allocated_bytes: int
+
+    @property
+    def overcommit_bytes(self) -> int:
+        return self.allocated_bytes - self.planned_bytes
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """One rank's pools under one configurator variant, for a given full-pool token count."""
+
+    model: str
+    stage: StageSlice
+    settings: DeploymentSettings
+    configurator: Configurator
+    coefficients: dict[str, TokenCoefficient]  # "legacy" / "fixed"
+    c128_state_fixed_bytes: int
+    full_tokens: int
+    pools: dict[str, PoolFootprint]
+    available_bytes: int | None = None
+    correct_full_tokens: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(p.planned_bytes for p in self.pools.values())
+
+    @property
+    def allocated_bytes(self) -> int:
+        return sum(p.allocated_bytes for p in self.pools.values())
+
+    @property
+    def overcommit_bytes(self) -> int:
+        return self.allocated_bytes - self.planned_bytes
+
+    @property
+    def bytes_per_full_token(self) -> dict[str, float]:
+        return {k: c.total for k, c in self.coefficients.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """The `plan --json` contract (issue 2), plus the terms that explain each number."""
+        out: dict[str, Any] = {
+            "model": self.model,
+            "index_k_dtype": self.settings.index_k_dtype,
+            "configurator": self.configurator,
+            "bytes_per_full_token": {k: round(v, 4) for k, v in self.bytes_per_full_token.items()},
+            "bytes_per_full_token_terms": {
+                k: {p: round(b, 4) for p, b in c.terms.items()}
+                for k, c in self.coefficients.items()
+            },
+            "c128_state_fixed_bytes": self.c128_state_fixed_bytes,
+            "full_tokens": self.full_tokens,
+            "pools": {
+                name: {
+                    "tokens": p.tokens,
+                    "planned_bytes": p.planned_bytes,
+                    "allocated_bytes": p.allocated_bytes,
+                    "overcommit_bytes": p.overcommit_bytes,
+                }
+                for name, p in self.pools.items()
+            },
+            "planned_bytes": self.planned_bytes,
+            "allocated_bytes": self.allocated_bytes,
+            "overcommit_bytes": self.overcommit_bytes,
+            "correct_full_tokens": self.correct_full_tokens,
+            "available_bytes": self.available_bytes,
+            "stage": {
+                "pp_rank": self.stage.pp_rank,
+                "pp_size": self.stage.pp_size,
+                "layers": [self.stage.start, self.stage.end],
+                "swa_only": self.stage.main.swa_only,
+                "c4": self.stage.main.c4,
+                "c128": self.stage.main.c128,
+                "draft_layers": self.stage.draft.total,
+            },
+            "settings": {
+                "swa_full_tokens_ratio": self.settings.swa_full_tokens_ratio,
+                "page_size": self.settings.page_size,
+                "max_running_requests": self.settings.max_running_requests,
+                "compress_state_dtype": self.settings.compress_state_dtype,
+                "speculative": self.settings.speculative,
+                "online_compress": self.settings.online_compress,
+                "hisparse_ratio": self.settings.hisparse_ratio,
+            },
+            "notes": list(self.notes),
+        }
+        return out
+
+
+def _coefficients(
+    geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings
+) -> dict[str, TokenCoefficient]:
+    return {
+        variant: token_coefficient(
+            geom, stage, settings, priced_index_k_dtype(variant, settings.index_k_dtype)
+        )
+        for variant in ("legacy", "fixed")
+    }
+
+
+def footprint_for_tokens(
+    geom: ModelGeometry,
+    settings: DeploymentSettings,
+    configurator: Configurator,
+    full_tokens: int,
+    stage: StageSlice | None = None,
+    available_bytes: int | None = None,
+) -> Footprint:
+    """Plan and allocation for a known full-pool token count (e.g. SGLang's max_total_num_tokens).
+
+    ``planned`` is what the chosen configurator variant budgeted for these tokens;
+    ``allocated`` is what the device pool takes for them.
+    """
+    stage = stage or stage_slice(geom)
+    coeffs = _coefficients(geom, stage, settings)
+    bias = c128_state_fixed_bytes(geom, stage, settings)
+    counts = counts_for_full_tokens(geom, settings, full_tokens)
+    alloc = allocated_bytes(geom, stage, settings, counts)
+    plan_terms = coeffs[configurator].terms
+    pools = {}
+    for name in POOLS:
+        planned = bias if name == "c128_state" else round(plan_terms[name] * full_tokens)
+        pools[name] = PoolFootprint(name, counts.for_pool(name), planned, alloc[name])
+    correct = None
+    if available_bytes is not None:
+        correct = full_tokens_for_budget(
+            available_bytes, bias, coeffs["fixed"].total, settings.page_size
+        )
+    return Footprint(
+        model=geom.name,
+        stage=stage,
+        settings=settings,
+        configurator=configurator,
+        coefficients=coeffs,
+        c128_state_fixed_bytes=bias,
+        full_tokens=full_tokens,
+        pools=pools,
+        available_bytes=available_bytes,
+        correct_full_tokens=correct,
+    )
+
+
+def plan_for_budget(
+    geom: ModelGeometry,
+    settings: DeploymentSettings,
+    configurator: Configurator,
+    available_bytes: int,
+    stage: StageSlice | None = None,
+) -> Footprint:
+    """What SGLang does at start-up: budget -> full tokens (by the chosen variant) -> pools."""
+    stage = stage or stage_slice(geom)
+    coeffs = _coefficients(geom, stage, settings)
+    bias = c128_state_fixed_bytes(geom, stage, settings)
+    full = full_tokens_for_budget(
+        available_bytes, bias, coeffs[configurator].total, settings.page_size
+    )
+    return footprint_for_tokens(geom, settings, configurator, full, stage, available_bytes)

@@ -1,0 +1,76 @@
+"""Deployment switches that change the DSV4 pool footprint (see dsv4-memory.md §5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+IndexKDtype = Literal["fp8", "bf16", "fp4"]
+Configurator = Literal["legacy", "fixed"]
+StateDtype = Literal["float32", "bfloat16"]
+
+INDEX_K_DTYPES: tuple[IndexKDtype, ...] = ("fp8", "bf16", "fp4")
+CONFIGURATORS: tuple[Configurator, ...] = ("legacy", "fixed")
+STATE_DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2}
+
+# SGLang forces the SWA ratio to 0.1 for DSV4 when --swa-full-tokens-ratio is left at 0.8.
+DSV4_SWA_RATIO = 0.1
+DSV4_PAGE_SIZE = 256  # DSV4 requires 256
+DSV4_MAX_RUNNING_REQUESTS = 256
+
+
+class SettingsError(ValueError):
+    """An impossible deployment setting; the message names it and the valid range."""
+
+
+@dataclass(frozen=True)
+class DeploymentSettings:
+    """What the configurator and the device pool are told, beyond the model geometry."""
+
+    index_k_dtype: IndexKDtype = "fp8"
+    swa_full_tokens_ratio: float = DSV4_SWA_RATIO
+    page_size: int = DSV4_PAGE_SIZE
+    max_running_requests: int = DSV4_MAX_RUNNING_REQUESTS  # per DP worker
+    compress_state_dtype: StateDtype = "float32"
+    speculative: bool = False
+    online_compress: bool = False
+    hisparse_ratio: float | None = None  # host-to-device ratio of HiSparse c4, None when off
+
+    def __post_init__(self) -> None:
+        if self.index_k_dtype not in INDEX_K_DTYPES:
+            raise SettingsError(
+                f"index_k_dtype must be one of {INDEX_K_DTYPES}, got {self.index_k_dtype!r}"
+            )
+        if self.compress_state_dtype not in STATE_DTYPES:
+            raise SettingsError(
+                f"compress_state_dtype must be one of {tuple(STATE_DTYPES)}, "
+                f"got {self.compress_state_dtype!r}"
+            )
+        if not 0.0 < self.swa_full_tokens_ratio <= 1.0:
+            raise SettingsError(
+                f"swa_full_tokens_ratio must be in (0, 1], got {self.swa_full_tokens_ratio}"
+            )
+        if self.page_size < 128 or self.page_size % 128:
+            raise SettingsError(
+                f"page_size must be a positive multiple of 128 (DSV4 uses 256), got {self.page_size}"
+            )
+        if self.max_running_requests < 1:
+            raise SettingsError(
+                f"max_running_requests must be >= 1, got {self.max_running_requests}"
+            )
+        if self.hisparse_ratio is not None and self.hisparse_ratio < 1:
+            raise SettingsError(f"hisparse_ratio must be >= 1 when set, got {self.hisparse_ratio}")
+
+    @property
+    def state_dtype_bytes(self) -> int:
+        return STATE_DTYPES[self.compress_state_dtype]
+
+    @property
+    def ring_c4(self) -> int:
+        return 16 if self.speculative else 8
+
+    @property
+    def ring_c128(self) -> int:
+        if self.online_compress:
+            return 1
+        return 256 if self.speculative else 128

@@ -1,0 +1,1 @@
+"""The one metrics catalog (every exported name comes from `catalog`) and its docs generator."""

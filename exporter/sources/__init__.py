@@ -1,0 +1,1 @@
+"""One module per data source (NVML, SGLang, probe files, samplers). See `base` for the contract."""

@@ -1,0 +1,75 @@
+"""The contract every background source follows.
+
+A source polls something slow or fallible (NVML, SGLang over HTTP, probe files) on its own
+schedule and keeps only its latest snapshot. ``collect()`` turns that snapshot into metric
+families and must never do I/O: a scrape never waits on a source. A failing source marks
+itself down with a bounded reason and keeps retrying; it never takes the others down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client.core import Metric
+
+
+@dataclass
+class SourceHealth:
+    """Self-health of one source, exported as *_up / *_last_success_timestamp_seconds / errors."""
+
+    name: str
+    enabled: bool = True
+    up: bool = False
+    cycles: int = 0
+    last_success: float | None = None
+    last_error: str | None = None
+    last_duration: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def success(self, duration: float) -> None:
+        with self._lock:
+            self.up = True
+            self.cycles += 1
+            self.last_success = time.time()
+            self.last_duration = duration
+            self.last_error = None
+
+    def failure(self, reason: str, detail: str, duration: float | None = None) -> None:
+        """Count a failure under a bounded ``reason`` (a label value) with free-text detail."""
+        with self._lock:
+            self.up = False
+            self.cycles += 1
+            self.errors[reason] = self.errors.get(reason, 0) + 1
+            self.last_error = f"{reason}: {detail}"
+            if duration is not None:
+                self.last_duration = duration
+
+    def as_json(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "enabled": self.enabled,
+                "up": self.up,
+                "ready": self.cycles > 0 or not self.enabled,
+                "cycles": self.cycles,
+                "last_success_timestamp": self.last_success,
+                "last_error": self.last_error,
+                "last_duration_seconds": self.last_duration,
+                "errors": dict(self.errors),
+            }
+
+
+class Source(Protocol):
+    """What the app needs from a source."""
+
+    health: SourceHealth
+
+    async def run(self, stop: Any) -> None:
+        """Poll until ``stop`` (an asyncio.Event) is set; never raises."""
+
+    def collect(self) -> Iterable[Metric]:
+        """Metric families from the latest snapshot; cheap, no I/O."""
