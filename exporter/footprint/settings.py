@@ -52,7 +52,7 @@ class DeploymentSettings:
             )
         if self.page_size < 128 or self.page_size % 128:
             raise SettingsError(
-                f"page_size must be a positive multiple of 128 (DSV4 uses 256), got {self.page_size}"
+                f"page_size must be a positive multiple of 128 (DSV4: 256), got {self.page_size}"
             )
         if self.max_running_requests < 1:
             raise SettingsError(
