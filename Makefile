@@ -41,7 +41,7 @@ docs: venv
 
 test: venv deb-test lint
 	$(PY) -m exporter.metrics.docgen --check docs/metrics.md
-	$(PY) -m pytest
+	$(PY) -m pytest -q
 
 demo: venv
 	$(VENV)/bin/dsv4-sidecar demo

@@ -1,0 +1,106 @@
+"""`dsv4-sidecar plan` end to end through the console entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from exporter.cli import main
+
+GIB = 1024**3
+REQUIRED = {
+    "model",
+    "index_k_dtype",
+    "configurator",
+    "bytes_per_full_token",
+    "full_tokens",
+    "pools",
+    "planned_bytes",
+    "allocated_bytes",
+    "overcommit_bytes",
+    "correct_full_tokens",
+}
+POOLS = {"swa_kv", "c4_kv", "c128_kv", "c4_index_k", "c4_state", "c4_index_state", "c128_state"}
+
+
+def _json(capsys, *argv):
+    assert main(["plan", "--json", *argv]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1  # exactly one JSON object
+    return json.loads(out)
+
+
+def test_json_contract(capsys):
+    d = _json(capsys)
+    assert REQUIRED <= d.keys()
+    assert set(d["pools"]) == POOLS
+    for p in d["pools"].values():
+        assert {"tokens", "planned_bytes", "allocated_bytes"} <= p.keys()
+    assert d["bytes_per_full_token"] == {"legacy": 7705.45, "fixed": 8356.45}
+    assert d["full_tokens"] == 6_614_784 and d["correct_full_tokens"] == 6_099_456
+    assert d["overcommit_bytes"] == d["allocated_bytes"] - d["planned_bytes"]
+    assert sum(p["allocated_bytes"] for p in d["pools"].values()) == d["allocated_bytes"]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4-flash", "deepseek-v4-pro"])
+@pytest.mark.parametrize("dtype", ["fp8", "bf16", "fp4"])
+@pytest.mark.parametrize("spec", [[], ["--speculative"]])
+def test_every_model_dtype_and_speculation(capsys, model, dtype, spec):
+    legacy = _json(capsys, "--model", model, "--index-k-dtype", dtype, *spec)
+    fixed = _json(
+        capsys, "--model", model, "--index-k-dtype", dtype, "--configurator", "fixed", *spec
+    )
+    assert fixed["full_tokens"] == legacy["correct_full_tokens"]
+    if dtype == "bf16":
+        assert legacy["overcommit_bytes"] - fixed["overcommit_bytes"] > 1 * GIB
+    if dtype == "fp8":
+        assert legacy["full_tokens"] == fixed["full_tokens"]
+
+
+def test_budget_from_gpu_memory(capsys):
+    d = _json(
+        capsys, "--gpu-memory-gib", "141", "--weights-gib", "80", "--mem-fraction-static", "0.88"
+    )
+    assert d["available_bytes"] == int(141 * GIB - 80 * GIB - 141 * GIB * 0.12)
+    assert d["reserve_bytes"] == int(141 * GIB * 0.12)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--available-gib", "50", "--gpu-memory-gib", "80"],
+        ["--gpu-memory-gib", "80"],
+        ["--available-gib", "50", "--available-bytes", "10"],
+        ["--available-gib", "-1"],
+        ["--layer-range", "5"],
+        ["--layer-range", "0:10", "--pp-size", "2"],
+        ["--pp-size", "2", "--pp-rank", "2"],
+        ["--model", "llama"],
+        ["--available-gib", "1"],
+        ["--swa-full-tokens-ratio", "1.5"],
+    ],
+)
+def test_invalid_combinations_exit_2_with_one_line(capsys, argv):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsv4-sidecar plan: error:") and err.count("\n") == 1
+
+
+def test_human_output_via_console_script():
+    r = subprocess.run(
+        [sys.executable, "-m", "exporter", "plan"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "120", "PATH": ""},
+    )
+    assert r.returncode == 0, r.stderr
+    assert "c4_index_k" in r.stdout and "OVER-COMMIT" in r.stdout and "6,099,456" in r.stdout
+
+
+def test_fixed_verdict_is_ok(capsys):
+    assert main(["plan", "--configurator", "fixed"]) == 0
+    assert "OK: only the page-padding remainder" in capsys.readouterr().out
