@@ -126,7 +126,7 @@ def test_worked_magnitude_50gib_flash_bf16_legacy():
     # allocated: pages (c128*32 + 64 + 1)//64, 64 slots * 256 B, 21 layers
     c128 = 6_614_784 // 128
     assert ik.allocated_bytes == (c128 * 32 + 65) // 64 * 64 * 256 * 21
-    assert ik.planned_bytes == round(693 * 6_614_784)
+    assert ik.planned_bytes == (693 * 6_614_784)
     assert ik.overcommit_bytes / GIB == pytest.approx(4.01, abs=0.01)
 
 
