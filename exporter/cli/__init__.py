@@ -16,6 +16,8 @@ from exporter import __version__
 # name -> module under exporter.cli
 COMMANDS: dict[str, str] = {
     "plan": "exporter.cli.plan",
+    "serve": "exporter.cli.serve",
+    "simulate": "exporter.cli.simulate",
 }
 
 

@@ -103,3 +103,256 @@ SOURCE_UP = _m(
     ("source",),
     "sidecar",
 )
+SOURCE_ERRORS = _m(
+    "dsv4_source_errors_total",
+    "counter",
+    "Failed polls of the named source, by bounded reason.",
+    ("source", "reason"),
+    "sidecar",
+)
+
+# --- gpu (NVML) ----------------------------------------------------------------------------
+GPU_LABELS = ("rank", "gpu", "uuid")
+GPU_INFO = _m(
+    "dsv4_gpu_info",
+    "info",
+    "Identity of each visible GPU and the rank it serves (value 1).",
+    ("rank", "gpu", "uuid", "name", "pci_bus_id", "driver_version"),
+    "gpu",
+)
+GPU_COUNT = _m(
+    "dsv4_gpu_count",
+    "gauge",
+    "GPUs read successfully in the last NVML poll (drops when a GPU is lost).",
+    (),
+    "gpu",
+)
+GPU_MEMORY_TOTAL = _m(
+    "dsv4_gpu_memory_total_bytes",
+    "gauge",
+    "GPU memory total (NVML, polled).",
+    GPU_LABELS,
+    "gpu",
+)
+GPU_MEMORY_USED = _m(
+    "dsv4_gpu_memory_used_bytes",
+    "gauge",
+    "GPU memory used (NVML, polled).",
+    GPU_LABELS,
+    "gpu",
+)
+GPU_MEMORY_FREE = _m(
+    "dsv4_gpu_memory_free_bytes",
+    "gauge",
+    "GPU memory free (NVML, polled).",
+    GPU_LABELS,
+    "gpu",
+)
+GPU_MEMORY_RESERVED = _m(
+    "dsv4_gpu_memory_reserved_bytes",
+    "gauge",
+    "GPU memory reserved by the driver (NVML v2 memory info; absent where unsupported).",
+    GPU_LABELS,
+    "gpu",
+)
+GPU_PROCESS_MEMORY = _m(
+    "dsv4_gpu_process_memory_used_bytes",
+    "gauge",
+    "GPU memory used per process (opt-in: one series per pid).",
+    (*GPU_LABELS, "pid"),
+    "gpu",
+)
+NVML_UP = _m(
+    "dsv4_nvml_up", "gauge", "1 when the last NVML poll succeeded for every GPU.", (), "gpu"
+)
+NVML_LAST_SUCCESS = _m(
+    "dsv4_nvml_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful NVML poll (alert on time() - this).",
+    (),
+    "gpu",
+)
+NVML_DURATION = _m(
+    "dsv4_nvml_collect_duration_seconds",
+    "gauge",
+    "Duration of the last NVML poll.",
+    (),
+    "gpu",
+)
+NVML_ERRORS = _m(
+    "dsv4_nvml_errors_total",
+    "counter",
+    "NVML failures by error (library_not_found, driver_not_loaded, gpu_lost, uninitialized, "
+    "version_mismatch, no_gpus, timeout, wedged, not_found, unknown).",
+    ("error",),
+    "gpu",
+)
+
+# --- sglang --------------------------------------------------------------------------------
+SGLANG_UP = _m("dsv4_sglang_up", "gauge", "1 when the last poll of SGLang succeeded.", (), "sglang")
+SGLANG_LAST_SUCCESS = _m(
+    "dsv4_sglang_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful SGLang poll.",
+    (),
+    "sglang",
+)
+SGLANG_ERRORS = _m(
+    "dsv4_sglang_errors_total",
+    "counter",
+    "Failed SGLang polls by reason (unreachable, timeout, http_status, bad_json, bad_shape, "
+    "metrics_unavailable).",
+    ("reason",),
+    "sglang",
+)
+SGLANG_INFO = _m(
+    "dsv4_sglang_info",
+    "info",
+    "SGLang version and served model (value 1).",
+    ("version", "model"),
+    "sglang",
+)
+SGLANG_RUNNING = _m(
+    "dsv4_sglang_running_requests",
+    "gauge",
+    "Running requests (sglang:num_running_reqs, summed over DP ranks).",
+    (),
+    "sglang",
+)
+SGLANG_QUEUED = _m(
+    "dsv4_sglang_queued_requests",
+    "gauge",
+    "Queued requests (sglang:num_queue_reqs, summed over DP ranks).",
+    (),
+    "sglang",
+)
+SGLANG_MAX_TOTAL_TOKENS = _m(
+    "dsv4_sglang_max_total_num_tokens",
+    "gauge",
+    "Full-pool token capacity SGLang derived at start-up (/server_info max_total_num_tokens).",
+    (),
+    "sglang",
+)
+SGLANG_TOKEN_USAGE = _m(
+    "dsv4_sglang_token_usage_ratio",
+    "gauge",
+    "KV token usage 0-1 (sglang:token_usage, max over ranks).",
+    (),
+    "sglang",
+)
+SGLANG_MEM_FRACTION = _m(
+    "dsv4_sglang_mem_fraction_static_ratio",
+    "gauge",
+    "mem_fraction_static SGLang runs with.",
+    (),
+    "sglang",
+)
+HICACHE_HOST_USED = _m(
+    "dsv4_sglang_hicache_host_used_tokens",
+    "gauge",
+    "HiCache host pool tokens in use (sglang:hicache_host_used_tokens).",
+    (),
+    "hicache",
+)
+HICACHE_HOST_TOTAL = _m(
+    "dsv4_sglang_hicache_host_total_tokens",
+    "gauge",
+    "HiCache host pool capacity in tokens (sglang:hicache_host_total_tokens).",
+    (),
+    "hicache",
+)
+HICACHE_LOAD_BACK_TOKENS = _m(
+    "dsv4_sglang_hicache_load_back_tokens_total",
+    "counter",
+    "Tokens loaded back from host to device (sglang:load_back_tokens_total), by pool.",
+    ("pool",),
+    "hicache",
+)
+HICACHE_LOAD_BACK_SECONDS = _m(
+    "dsv4_sglang_hicache_load_back_duration_seconds_total",
+    "counter",
+    "Total seconds spent loading back from host (sum of sglang:load_back_duration_seconds).",
+    (),
+    "hicache",
+)
+HICACHE_LOAD_BACKS = _m(
+    "dsv4_sglang_hicache_load_backs_total",
+    "counter",
+    "Load-back operations (count of sglang:load_back_duration_seconds).",
+    (),
+    "hicache",
+)
+
+# --- footprint -----------------------------------------------------------------------------
+POOL_LABELS = ("rank", "pool")
+KV_POOL_PLANNED = _m(
+    "dsv4_kv_pool_planned_bytes",
+    "gauge",
+    "Bytes the deployed configurator budgeted for this pool at SGLang's max_total_num_tokens.",
+    POOL_LABELS,
+    "footprint",
+)
+KV_POOL_ALLOCATED = _m(
+    "dsv4_kv_pool_allocated_bytes",
+    "gauge",
+    "Bytes the device pool really allocates for this pool (pages, padding, real dtypes).",
+    POOL_LABELS,
+    "footprint",
+)
+KV_POOL_TOKENS = _m(
+    "dsv4_kv_pool_tokens",
+    "gauge",
+    "Slots of each sub-pool derived from max_total_num_tokens.",
+    POOL_LABELS,
+    "footprint",
+)
+KV_POOL_OVERCOMMIT = _m(
+    "dsv4_kv_pool_overcommit_bytes",
+    "gauge",
+    "Allocated minus planned KV bytes on this rank: taken from the activation/CUDA-graph reserve.",
+    ("rank",),
+    "footprint",
+)
+KV_BYTES_PER_TOKEN = _m(
+    "dsv4_kv_bytes_per_full_token",
+    "gauge",
+    "Configurator coefficient: bytes per full-pool token, legacy (index-K as fp8) and fixed.",
+    ("pricing",),
+    "footprint",
+)
+KV_CORRECT_TOKENS = _m(
+    "dsv4_kv_correct_full_tokens",
+    "gauge",
+    "Full tokens the same budget gives when every pool is priced by its real dtype.",
+    ("rank",),
+    "footprint",
+)
+MEMORY_RESERVE = _m(
+    "dsv4_memory_reserve_bytes",
+    "gauge",
+    "Intended reserve for activations and CUDA graphs: GPU memory x (1 - mem_fraction_static).",
+    ("rank",),
+    "footprint",
+)
+MEMORY_RESERVE_LEFT = _m(
+    "dsv4_memory_reserve_remaining_bytes",
+    "gauge",
+    "Reserve left after the over-commit: reserve - over-commit (negative means the pools ate it).",
+    ("rank",),
+    "footprint",
+)
+DEPLOYMENT_INFO = _m(
+    "dsv4_deployment_info",
+    "info",
+    "Deployment facts that drive the footprint and the corruption risk (value 1).",
+    ("index_k_dtype", "configurator", "hicache", "model"),
+    "footprint",
+)
+FOOTPRINT_STATUS = _m(
+    "dsv4_footprint_up",
+    "gauge",
+    "1 when the footprint is computed; 0 with the reason (unknown_model, no_sglang, "
+    "bad_config, budget) when it is not.",
+    ("reason",),
+    "footprint",
+)

@@ -49,6 +49,12 @@ class SourceHealth:
             if duration is not None:
                 self.last_duration = duration
 
+    def count_error(self, reason: str, detail: str) -> None:
+        """Count a failure of a secondary fetch without marking the whole source down."""
+        with self._lock:
+            self.errors[reason] = self.errors.get(reason, 0) + 1
+            self.last_error = f"{reason}: {detail}"
+
     def as_json(self) -> dict[str, Any]:
         with self._lock:
             return {

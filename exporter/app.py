@@ -1,0 +1,100 @@
+"""The HTTP edge: FastAPI routes over a :class:`~exporter.sidecar.Sidecar`. Thin by design."""
+
+from __future__ import annotations
+
+import gc
+import html
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from exporter import __version__
+from exporter.config import SidecarSettings
+from exporter.sidecar import Sidecar
+
+
+def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: Any) -> FastAPI:
+    sc = sidecar or Sidecar(settings, **kw)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await sc.start()
+        # Long-lived objects from start-up never need collecting; freezing them keeps
+        # generation-2 GC pauses out of scrape latency (measurements.md).
+        gc.freeze()
+        try:
+            yield
+        finally:
+            await sc.stop()
+
+    app = FastAPI(
+        title="dsv4-sidecar",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.sidecar = sc
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        om, gz = sc.exposition.negotiate(
+            request.headers.get("accept"), request.headers.get("accept-encoding")
+        )
+        body = await sc.exposition.body(om, gz)
+        headers = {"Content-Encoding": "gzip"} if gz else None
+        return Response(body, media_type=sc.exposition.content_type(om), headers=headers)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """Process liveness only: never depends on NVML or SGLang."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Ready once every enabled source has completed one cycle (up or down)."""
+        ready, status = sc.readiness()
+        return JSONResponse({"ready": ready, "sources": status}, status_code=200 if ready else 503)
+
+    @app.get("/api/v1/footprint")
+    async def footprint() -> dict[str, Any]:
+        return sc.footprint.as_json()
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def landing() -> str:
+        return _landing(sc)
+
+    return app
+
+
+def _landing(sc: Sidecar) -> str:
+    _, status = sc.readiness()
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{'up' if s['up'] else 'down'}</td>"
+        f"<td>{html.escape(str(s['last_error'] or ''))}</td></tr>"
+        for name, s in status.items()
+    )
+    fp = sc.footprint
+    over = ""
+    if fp.ranks:
+        worst = max(fp.ranks, key=lambda r: r.footprint.overcommit_bytes)
+        over = (
+            f"<p>Worst rank over-commit: rank {worst.rank}, "
+            f"{worst.footprint.overcommit_bytes / 2**30:.2f} GiB "
+            f"({html.escape(fp.deployment.configurator if fp.deployment else '')} configurator, "
+            f"{html.escape(fp.deployment.index_k_dtype if fp.deployment else '')} index-K).</p>"
+        )
+    sim = " (simulated GPUs)" if sc.settings.gpu_backend == "fake" else ""
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>dsv4-sidecar</title>
+<style>body{{font-family:sans-serif;max-width:52em;margin:2em auto}}td{{padding:.2em .8em}}</style>
+</head><body><h1>dsv4-sidecar {html.escape(__version__)}</h1>
+<p>Watching SGLang at <code>{html.escape(sc.settings.sglang_url)}</code> and
+{html.escape(sc.settings.gpu_backend)} GPUs{sim}: GPU memory per rank, KV-pool plan vs
+allocation (over-commit), SGLang load.</p>{over}
+<table><tr><th>source</th><th>state</th><th>last error</th></tr>{rows}</table>
+<ul><li><a href="/metrics">/metrics</a> (Prometheus; OpenMetrics when asked)</li>
+<li><a href="/readyz">/readyz</a> per-source status</li><li><a href="/healthz">/healthz</a></li>
+<li><a href="/api/v1/footprint">/api/v1/footprint</a> plan / allocation / over-commit per rank</li>
+<li><a href="/docs">/docs</a> API</li></ul></body></html>"""

@@ -1,0 +1,43 @@
+"""`dsv4-sidecar serve`: run the sidecar beside an SGLang server."""
+
+from __future__ import annotations
+
+import argparse
+
+from exporter.config import ConfigError, SidecarSettings, add_settings_arguments, settings_from_args
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the sidecar: /metrics, /readyz, /api/v1/* (default port 9400)",
+        description="Run the sidecar. Every flag is also a config-file key and a "
+        "DSV4_SIDECAR_<KEY> environment variable; flags win over env, env over the file.",
+    )
+    add_settings_arguments(p, SidecarSettings)
+    p.add_argument("--log-level", default="info", help="uvicorn/application log level")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from exporter.cli._common import fail, setup_logging
+
+    try:
+        settings = settings_from_args(args, SidecarSettings)
+    except ConfigError as exc:
+        return fail("serve", str(exc))
+    setup_logging(args.log_level)
+    import uvicorn
+
+    from exporter.app import create_app
+
+    app = create_app(settings)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=False,
+        lifespan="on",
+    )
+    return 0

@@ -1,0 +1,155 @@
+"""The sidecar's composition root: builds the sources from settings and wires them together.
+
+Kept separate from the HTTP edge (``exporter.app``) so tests and the demo can drive sources
+directly. Sources run as asyncio tasks; each reports changes to the exposition cache, and the
+SGLang and NVML sources also trigger a recomputation of the footprint view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import platform
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+
+from exporter import __version__
+from exporter.config import SidecarSettings
+from exporter.metrics import catalog as m
+from exporter.metrics.exposition import Exposition
+from exporter.sources.footprint import FootprintView
+from exporter.sources.nvml import NvmlSource
+from exporter.sources.sglang import SglangSource
+
+log = logging.getLogger(__name__)
+
+
+class Sidecar:
+    """Owns every source, the registry and the background tasks."""
+
+    def __init__(
+        self, settings: SidecarSettings, nvml: Any = None, env: dict | None = None
+    ) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.exposition = Exposition(self.registry)
+        self.sglang = SglangSource(
+            settings.sglang_url,
+            poll_interval=settings.sglang_poll_interval,
+            timeout=settings.sglang_timeout,
+            scrape_metrics=settings.sglang_metrics,
+            on_change=self._changed,
+        )
+        self.footprint = FootprintView(settings, env=env)
+        if nvml is None and settings.gpu_backend == "fake":
+            nvml = self._fake_nvml()
+        self.fake_nvml = nvml if settings.gpu_backend == "fake" else None
+        self.nvml = NvmlSource(
+            nvml=nvml,
+            poll_interval=settings.nvml_poll_interval,
+            timeout=settings.nvml_timeout,
+            rank_map=settings.rank_map,
+            per_process=settings.per_process_memory,
+            env=env,
+            on_change=self._changed,
+        )
+        self.sources: dict[str, Any] = {
+            "nvml": self.nvml,
+            "sglang": self.sglang,
+            "footprint": self.footprint,
+        }
+        self.pollers: list[Any] = [self.nvml, self.sglang]
+        self.registry.register(_Collector(self))
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    def _fake_nvml(self) -> Any:
+        from exporter.sim.fake_nvml import GIB, FakeGpuSpec, FakeNvml
+
+        s = self.settings
+        spec = FakeGpuSpec(
+            memory_bytes=int(s.fake_gpu_memory_gib * GIB),
+            weights_bytes=int(s.fake_weights_gib * GIB),
+        )
+
+        def workload(index: int) -> tuple[int, int]:
+            alloc = self.footprint.allocated_by_rank().get(index, 0)
+            live = self.sglang.live
+            return alloc, int(live.running or 0) if live else 0
+
+        return FakeNvml(
+            count=s.fake_gpu_count or 8, spec=spec, workload=workload, faults=s.fake_faults
+        )
+
+    def _changed(self) -> None:
+        facts = self.sglang.facts if self.sglang.health.up else None
+        if (
+            self.fake_nvml is not None
+            and self.settings.fake_gpu_count is None
+            and facts is not None
+        ):
+            self.fake_nvml.set_count(facts.tp_size * facts.pp_size)
+        self.footprint.refresh(
+            facts, self.nvml.total_bytes_by_rank(), self.nvml.free_bytes_by_rank()
+        )
+        self.exposition.bump()
+
+    async def start(self) -> None:
+        self._stop.clear()
+        for src in self.pollers:
+            self._tasks.append(asyncio.create_task(self._guard(src), name=src.health.name))
+
+    async def _guard(self, src: Any) -> None:
+        """A source's loop must never die silently: log, mark down, restart after a pause."""
+        while not self._stop.is_set():
+            try:
+                await src.run(self._stop)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.exception("source %s crashed; restarting in 5 s", src.health.name)
+                src.health.failure("crash", f"{type(exc).__name__}: {exc}")
+                self.exposition.bump()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=5)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(t, timeout=3)
+        for t in self._tasks:
+            t.cancel()
+        self._tasks.clear()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        status = {name: src.health.as_json() for name, src in self.sources.items()}
+        ready = all(s["ready"] for s in status.values())
+        return ready, status
+
+
+class _Collector:
+    """Chains every source's families plus the sidecar's own; no I/O at scrape time."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sidecar = sidecar
+
+    def collect(self) -> Iterable[Metric]:
+        sc = self.sidecar
+        yield m.BUILD_INFO.info({"version": __version__, "python": platform.python_version()})
+        up = m.SOURCE_UP.family()
+        errors = m.SOURCE_ERRORS.family()
+        for name, src in sc.sources.items():
+            h = src.health
+            up.add_metric([name], 1.0 if h.up else 0.0)
+            for reason, n in sorted(h.errors.items()):
+                errors.add_metric([name, reason], float(n))
+        yield up
+        yield errors
+        for src in sc.sources.values():
+            yield from src.collect()

@@ -1,0 +1,184 @@
+"""The simulated SGLang HTTP server (labelled a simulator in every answer).
+
+Speaks SGLang's /server_info, /get_server_info, /health, /health_generate, /v1/models and
+/metrics (``sglang:`` names and labels as the real server), so the sidecar and the tests run
+against real HTTP. ``POST /_sim/control`` injects faults (slow answers, garbage, HTTP errors)
+and background load for fault tests and the demo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from exporter.sim.deployment import SimDeployment
+from exporter.sim.settings import SimSettings
+
+FAULTS = ("none", "slow", "garbage", "http_500", "bad_shape", "metrics_garbage")
+
+
+@dataclass
+class SimState:
+    running: int = 0  # in-flight requests served by this simulator
+    background: int = 0  # extra running requests reported (demo / tests)
+    queued: int = 0
+    fault: str = "none"
+    delay: float = 0.0
+    load_back_tokens: float = 0.0
+    load_backs: int = 0
+    load_back_seconds: float = 0.0
+    requests_total: int = 0
+
+    @property
+    def reported_running(self) -> int:
+        return self.running + self.background
+
+
+class _SglangMetrics:
+    """Renders the sglang: families a real server exposes, from the simulator's state."""
+
+    def __init__(self, dep: SimDeployment, state: SimState) -> None:
+        self.dep, self.state = dep, state
+
+    def collect(self):
+        s, st = self.dep.settings, self.state
+        labels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+        tokens = self.dep.max_total_num_tokens
+        used = min(tokens, st.reported_running * 12_000)
+        gauges = {
+            "sglang:num_running_reqs": st.reported_running,
+            "sglang:num_queue_reqs": st.queued,
+            "sglang:max_total_num_tokens": tokens,
+            "sglang:num_used_tokens": used,
+            "sglang:token_usage": used / tokens if tokens else 0.0,
+            "sglang:gen_throughput": 40.0 * st.reported_running,
+        }
+        if s.hicache == "on":
+            gauges["sglang:hicache_host_total_tokens"] = tokens * 2
+            gauges["sglang:hicache_host_used_tokens"] = min(tokens * 2, st.load_back_tokens * 4)
+        for pp in range(s.pp_size):
+            # Only TP rank 0 of each stage reports the scheduler's numbers, as in SGLang.
+            values = [self.dep.model_path, "unified", "0", str(pp), "0"]
+            for name, v in gauges.items():
+                g = GaugeMetricFamily(name, f"{name} (simulator)", labels=labels)
+                g.add_metric(values, float(v))
+                yield g
+        if s.hicache == "on":
+            c = CounterMetricFamily(
+                "sglang:load_back_tokens",
+                "Tokens loaded back (simulator)",
+                labels=[*labels, "pool"],
+            )
+            for pool, share in (("kv", 1.0), ("deepseek_v4_c4_indexer", 0.25)):
+                c.add_metric(
+                    [self.dep.model_path, "unified", "0", "0", "0", pool],
+                    st.load_back_tokens * share,
+                )
+            yield c
+            h = HistogramMetricFamily(
+                "sglang:load_back_duration_seconds", "Load-back duration (simulator)", labels=labels
+            )
+            h.add_metric(
+                [self.dep.model_path, "unified", "0", "0", "0"],
+                buckets=[
+                    ("0.01", 0.0),
+                    ("0.1", float(st.load_backs)),
+                    ("+Inf", float(st.load_backs)),
+                ],
+                sum_value=st.load_back_seconds,
+            )
+            yield h
+
+
+def create_sim_app(settings: SimSettings) -> FastAPI:
+    dep = SimDeployment(settings)
+    state = SimState(background=settings.background_running)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SglangMetrics(dep, state))
+    app = FastAPI(title="simulated SGLang (dsv4-sidecar simulator)", docs_url=None, redoc_url=None)
+    app.state.sim = state
+    app.state.deployment = dep
+
+    async def _faulted() -> Response | None:
+        if state.delay:
+            await asyncio.sleep(state.delay)
+        if state.fault == "http_500":
+            return JSONResponse({"error": "simulated internal error"}, status_code=500)
+        if state.fault == "garbage":
+            return PlainTextResponse("<html>502 Bad Gateway (simulated garbage)</html>")
+        return None
+
+    async def server_info() -> Response:
+        faulted = await _faulted()
+        if faulted is not None:
+            return faulted
+        if state.fault == "bad_shape":
+            return JSONResponse({"simulator": True, "version": dep.version})
+        return JSONResponse(dep.server_info(state.reported_running))
+
+    app.add_api_route("/server_info", server_info, methods=["GET"])
+    app.add_api_route("/get_server_info", server_info, methods=["GET"])
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/health_generate")
+    async def health_generate() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": dep.model_path,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "sglang (simulator)",
+                    "root": dep.model_path,
+                    "max_model_len": dep.max_total_num_tokens,
+                }
+            ],
+        }
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        faulted = await _faulted()
+        if faulted is not None:
+            return faulted
+        if state.fault == "metrics_garbage":
+            return PlainTextResponse("sglang:num_running_reqs{ this is not exposition\n")
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    @app.post("/_sim/control")
+    async def control(request: Request) -> dict[str, Any]:
+        """Simulator-only: set fault, delay (s), background running requests, queued."""
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            return JSONResponse({"error": "body must be JSON"}, status_code=400)  # type: ignore[return-value]
+        fault = body.get("fault", state.fault)
+        if fault not in FAULTS:
+            return JSONResponse({"error": f"fault must be one of {FAULTS}"}, status_code=400)  # type: ignore[return-value]
+        state.fault = fault
+        state.delay = float(body.get("delay", state.delay))
+        state.background = int(body.get("background_running", state.background))
+        state.queued = int(body.get("queued", state.queued))
+        return {
+            "fault": state.fault,
+            "delay": state.delay,
+            "background_running": state.background,
+            "queued": state.queued,
+        }
+
+    return app

@@ -1,0 +1,31 @@
+"""Settings of the simulated SGLang: the deployment it pretends to be."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SimSettings(BaseSettings):
+    """`dsv4-sidecar simulate` flags; also DSV4_SIM_<KEY> env vars and --config keys."""
+
+    model_config = SettingsConfigDict(env_prefix="DSV4_SIM_", extra="forbid", frozen=True)
+
+    host: str = Field("127.0.0.1", description="Listen address.")
+    port: int = Field(30000, ge=0, le=65535, description="Listen port (SGLang's default).")
+    model: str = Field("deepseek-v4-flash", description="Preset or config.json path.")
+    index_k_dtype: Literal["fp8", "bf16", "fp4"] = Field("bf16", description="Index-K dtype.")
+    configurator: Literal["legacy", "fixed"] = Field("legacy", description="Configurator variant.")
+    hicache: Literal["on", "off"] = Field("on", description="Hierarchical cache (HiCache).")
+    available_gib: float = Field(50.0, gt=0, description="Budget handed to the configurator.")
+    tp_size: int = Field(8, ge=1, le=64, description="Tensor-parallel ranks (GPUs).")
+    pp_size: int = Field(1, ge=1, le=16, description="Pipeline stages.")
+    mem_fraction_static: float = Field(0.88, gt=0, lt=1, description="Reported mem fraction.")
+    max_running_requests: int = Field(256, ge=1, description="Max running requests per DP.")
+    speculative: bool = Field(False, description="Report MTP speculative decoding on.")
+    weights_gib: float = Field(70.0, ge=0, description="Reported weights per GPU.")
+    background_running: int = Field(
+        0, ge=0, description="Requests reported running besides real ones."
+    )

@@ -1,0 +1,305 @@
+"""The over-commit view: SGLang's actual token counts priced by the footprint model.
+
+Not a poller: it recomputes whenever the SGLang or NVML source reports a change. It resolves
+the deployment facts SGLang does not report (index-K dtype, compress-state dtype, online
+compress, configurator variant) from the sidecar's config and SGLang's own environment
+variables, finds the model geometry (config.json, preset, or served-name match), and prices
+SGLang's max_total_num_tokens per rank: planned by the deployed configurator, allocated by
+the device pool, and the reserve the difference is taken from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+from prometheus_client.core import Metric
+
+from exporter.config import SidecarSettings
+from exporter.footprint import (
+    DeploymentSettings,
+    Footprint,
+    GeometryError,
+    ModelGeometry,
+    SettingsError,
+    footprint_for_tokens,
+    load_config_json,
+    preset_for_served_name,
+    resolve_model,
+    stage_slice,
+)
+from exporter.footprint.pricing import BudgetError, full_tokens_for_budget
+from exporter.metrics import catalog as m
+from exporter.sources.base import SourceHealth
+from exporter.sources.sglang import ServerFacts
+
+log = logging.getLogger(__name__)
+
+STATUS_REASONS = ("ok", "unknown_model", "no_sglang", "no_token_count", "bad_config")
+TRUTHY = ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class DeploymentFacts:
+    """Resolved facts: where each came from is kept so /api/v1/footprint can explain them."""
+
+    index_k_dtype: str
+    compress_state_dtype: str
+    online_compress: bool
+    configurator: str
+    hicache: bool
+    sources: dict[str, str]
+
+
+def resolve_facts(
+    cfg: SidecarSettings, facts: ServerFacts, env: Mapping[str, str]
+) -> DeploymentFacts:
+    src: dict[str, str] = {}
+    if cfg.index_k_dtype != "auto":
+        ik, src["index_k_dtype"] = cfg.index_k_dtype, "config"
+    elif env.get("SGLANG_DSV4_BF16_INDEX_K", "").lower() in TRUTHY:
+        ik, src["index_k_dtype"] = "bf16", "env SGLANG_DSV4_BF16_INDEX_K"
+    elif facts.fp4_indexer:
+        ik, src["index_k_dtype"] = "fp4", "server_info enable_deepseek_v4_fp4_indexer"
+    else:
+        ik, src["index_k_dtype"] = "fp8", "default"
+    if cfg.compress_state_dtype != "auto":
+        sd, src["compress_state_dtype"] = cfg.compress_state_dtype, "config"
+    else:
+        raw = env.get("SGLANG_DSV4_COMPRESS_STATE_DTYPE", "").lower()
+        sd = "bfloat16" if raw in ("bfloat16", "bf16") else "float32"
+        src["compress_state_dtype"] = "env" if raw else "default"
+    if cfg.online_compress is not None:
+        oc, src["online_compress"] = cfg.online_compress, "config"
+    else:
+        oc = env.get("SGLANG_OPT_USE_ONLINE_COMPRESS", "").lower() in TRUTHY
+        src["online_compress"] = "env" if "SGLANG_OPT_USE_ONLINE_COMPRESS" in env else "default"
+    if cfg.configurator != "auto":
+        conf, src["configurator"] = cfg.configurator, "config"
+    else:
+        conf = configurator_for_version(facts.version, cfg.configurator_fixed_in)
+        src["configurator"] = (
+            f"auto: version {facts.version} vs fixed in {cfg.configurator_fixed_in}"
+        )
+    return DeploymentFacts(ik, sd, oc, conf, facts.hicache, src)
+
+
+def configurator_for_version(version: str, fixed_in: str) -> str:
+    """Versions at or after ``fixed_in`` price index-K by dtype; unparseable ones are treated
+    as legacy, the conservative reading (it predicts the larger over-commit)."""
+    try:
+        return "fixed" if Version(version) >= Version(fixed_in) else "legacy"
+    except InvalidVersion:
+        return "legacy"
+
+
+@dataclass(frozen=True)
+class RankFootprint:
+    rank: int
+    footprint: Footprint
+    reserve_bytes: int | None
+    free_bytes: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.footprint.to_json()
+        d["rank"] = self.rank
+        d["reserve_bytes"] = self.reserve_bytes
+        d["reserve_remaining_bytes"] = (
+            None
+            if self.reserve_bytes is None
+            else self.reserve_bytes - self.footprint.overcommit_bytes
+        )
+        d["gpu_free_bytes"] = self.free_bytes
+        return d
+
+
+class FootprintView:
+    """Recomputed on source changes; ``collect()`` renders the latest result."""
+
+    def __init__(self, cfg: SidecarSettings, env: Mapping[str, str] | None = None) -> None:
+        self.cfg = cfg
+        self.env = dict(os.environ) if env is None else dict(env)
+        self.health = SourceHealth("footprint")
+        self.status = "no_sglang"
+        self.detail = "waiting for SGLang's /server_info"
+        self.deployment: DeploymentFacts | None = None
+        self.geometry: ModelGeometry | None = None
+        self.geometry_source = ""
+        self.ranks: list[RankFootprint] = []
+        self._geometry_key: str | None = None
+
+    def _geometry(self, facts: ServerFacts) -> ModelGeometry | None:
+        key = f"{self.cfg.model_config_path}|{self.cfg.model_preset}|{facts.model_path}"
+        if key == self._geometry_key:
+            return self.geometry
+        self._geometry_key = key
+        self.geometry = None
+        if self.cfg.model_config_path is not None:
+            try:
+                self.geometry = load_config_json(self.cfg.model_config_path)
+                self.geometry_source = f"config.json {self.cfg.model_config_path}"
+                return self.geometry
+            except GeometryError as exc:
+                log.warning("model config unusable, falling back to presets: %s", exc)
+                self.detail = str(exc)
+        if self.cfg.model_preset:
+            self.geometry = resolve_model(self.cfg.model_preset)
+            self.geometry_source = f"preset {self.cfg.model_preset} (config)"
+            return self.geometry
+        for name in (facts.model_path, facts.served_model_name):
+            geom = preset_for_served_name(name)
+            if geom is not None:
+                self.geometry = geom
+                self.geometry_source = f"preset {geom.name} (matched {name!r})"
+                return geom
+        return None
+
+    def refresh(
+        self,
+        facts: ServerFacts | None,
+        gpu_total: Mapping[int, int],
+        gpu_free: Mapping[int, int],
+    ) -> None:
+        """Recompute from the latest SGLang facts and NVML readings. Cheap and pure but for
+        the one-time config.json read, which is cached per path."""
+        if facts is None:
+            self._down("no_sglang", "waiting for SGLang's /server_info")
+            return
+        geom = self._geometry(facts)
+        if geom is None:
+            self._down(
+                "unknown_model",
+                f"no geometry for model {facts.model_path!r}: set "
+                "model_config_path or model_preset",
+            )
+            return
+        if not facts.max_total_num_tokens:
+            self._down("no_token_count", "SGLang reported no max_total_num_tokens")
+            return
+        dep = resolve_facts(self.cfg, facts, self.env)
+        try:
+            settings = DeploymentSettings(
+                index_k_dtype=dep.index_k_dtype,  # type: ignore[arg-type]
+                swa_full_tokens_ratio=facts.swa_full_tokens_ratio,
+                page_size=facts.page_size,
+                max_running_requests=facts.max_running_requests,
+                compress_state_dtype=dep.compress_state_dtype,  # type: ignore[arg-type]
+                speculative=facts.speculative,
+                online_compress=dep.online_compress,
+            )
+            stages = [stage_slice(geom, facts.pp_size, r) for r in range(facts.pp_size)]
+        except (SettingsError, GeometryError) as exc:
+            self._down("bad_config", str(exc))
+            return
+        per_stage = []
+        for stage in stages:
+            fp = footprint_for_tokens(
+                geom,
+                settings,
+                dep.configurator,
+                facts.max_total_num_tokens,
+                stage,  # type: ignore[arg-type]
+            )
+            # The configurator's budget was its planned total (to within one page of tokens):
+            # price the same budget correctly to show the capacity the fix costs or frees.
+            try:
+                correct = full_tokens_for_budget(
+                    fp.planned_bytes,
+                    fp.c128_state_fixed_bytes,
+                    fp.coefficients["fixed"].total,
+                    settings.page_size,
+                )
+            except BudgetError:
+                correct = None
+            per_stage.append(_with_correct(fp, correct))
+        ranks = []
+        mfs = facts.mem_fraction_static
+        for rank in range(facts.tp_size * facts.pp_size):
+            total = gpu_total.get(rank)
+            reserve = int(total * (1 - mfs)) if total and mfs else None
+            ranks.append(
+                RankFootprint(rank, per_stage[rank // facts.tp_size], reserve, gpu_free.get(rank))
+            )
+        self.deployment, self.ranks = dep, ranks
+        self.status, self.detail = "ok", ""
+        self.health.success(0.0)
+
+    def _down(self, status: str, detail: str) -> None:
+        """Count an error per transition into a down state, not per recomputation."""
+        if status != self.status or self.health.up or self.health.cycles == 0:
+            log.warning("footprint unavailable: %s: %s", status, detail)
+            self.health.failure(status, detail)
+        self.status, self.detail, self.ranks = status, detail, []
+
+    def allocated_by_rank(self) -> dict[int, int]:
+        return {r.rank: r.footprint.allocated_bytes for r in self.ranks}
+
+    def as_json(self) -> dict[str, Any]:
+        dep = self.deployment
+        return {
+            "status": self.status,
+            "detail": self.detail,
+            "geometry_source": self.geometry_source,
+            "deployment": None
+            if dep is None
+            else {
+                "index_k_dtype": dep.index_k_dtype,
+                "compress_state_dtype": dep.compress_state_dtype,
+                "online_compress": dep.online_compress,
+                "configurator": dep.configurator,
+                "hicache": dep.hicache,
+                "sources": dep.sources,
+            },
+            "ranks": [r.to_json() for r in self.ranks],
+        }
+
+    def collect(self) -> Iterable[Metric]:
+        status = m.FOOTPRINT_STATUS.family()
+        status.add_metric([self.status], 1.0 if self.status == "ok" else 0.0)
+        yield status
+        dep = self.deployment
+        if self.status != "ok" or dep is None or not self.ranks:
+            return
+        yield m.DEPLOYMENT_INFO.info(
+            {
+                "index_k_dtype": dep.index_k_dtype,
+                "configurator": dep.configurator,
+                "hicache": "true" if dep.hicache else "false",
+                "model": self.geometry.name if self.geometry else "",
+            }
+        )
+        bpt = m.KV_BYTES_PER_TOKEN.family()
+        for pricing, value in sorted(self.ranks[0].footprint.bytes_per_full_token.items()):
+            bpt.add_metric([pricing], value)
+        yield bpt
+        planned, alloc, tokens = (
+            m.KV_POOL_PLANNED.family(),
+            m.KV_POOL_ALLOCATED.family(),
+            m.KV_POOL_TOKENS.family(),
+        )
+        over, correct = m.KV_POOL_OVERCOMMIT.family(), m.KV_CORRECT_TOKENS.family()
+        reserve, left = m.MEMORY_RESERVE.family(), m.MEMORY_RESERVE_LEFT.family()
+        for r in self.ranks:
+            rank = str(r.rank)
+            fp = r.footprint
+            for name, p in fp.pools.items():
+                planned.add_metric([rank, name], float(p.planned_bytes))
+                alloc.add_metric([rank, name], float(p.allocated_bytes))
+                tokens.add_metric([rank, name], float(p.tokens))
+            over.add_metric([rank], float(fp.overcommit_bytes))
+            if fp.correct_full_tokens is not None:
+                correct.add_metric([rank], float(fp.correct_full_tokens))
+            if r.reserve_bytes is not None:
+                reserve.add_metric([rank], float(r.reserve_bytes))
+                left.add_metric([rank], float(r.reserve_bytes - fp.overcommit_bytes))
+        yield from (planned, alloc, tokens, over, correct, reserve, left)
+
+
+def _with_correct(fp: Footprint, correct: int | None) -> Footprint:
+    from dataclasses import replace
+
+    return replace(fp, correct_full_tokens=correct)

@@ -1,0 +1,348 @@
+"""SGLang source: server facts from /server_info (or /get_server_info) and live load from
+SGLang's own /metrics.
+
+Field names move between SGLang versions, so extraction is defensive and tested against
+recorded shapes from several versions (tests/fixtures/sglang). Unreachable, slow or malformed
+answers mark the source down with a bounded reason; they never raise out of the poller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.metrics import catalog as m
+from exporter.sources.base import SourceHealth
+
+log = logging.getLogger(__name__)
+
+ERROR_REASONS = (
+    "unreachable",
+    "timeout",
+    "http_status",
+    "bad_json",
+    "bad_shape",
+    "metrics_unavailable",
+)
+DSV4_DEFAULT_SWA_RATIO = 0.1
+GLOBAL_DEFAULT_SWA_RATIO = 0.8
+DSV4_DEFAULT_MAX_RUNNING = 256
+
+
+class ShapeError(ValueError):
+    """The JSON parsed but lacks what the sidecar needs; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What the sidecar needs from /server_info, normalised across versions."""
+
+    version: str
+    model_path: str
+    served_model_name: str
+    tp_size: int
+    dp_size: int
+    pp_size: int
+    mem_fraction_static: float | None
+    page_size: int
+    swa_full_tokens_ratio: float
+    max_running_requests: int
+    speculative: bool
+    speculative_algorithm: str | None
+    fp4_indexer: bool
+    hicache: bool
+    max_total_num_tokens: int | None
+    weights_gb: float | None = None
+
+    @property
+    def model(self) -> str:
+        return self.served_model_name or self.model_path
+
+
+def _num(d: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:
+    v = d.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ShapeError(f"server_info field {key!r} should be a number, got {v!r}")
+    return kind(v)
+
+
+def parse_server_info(d: Any) -> ServerFacts:
+    """Normalise a /server_info JSON object (any supported version) into ServerFacts."""
+    if not isinstance(d, Mapping):
+        raise ShapeError("server_info is not a JSON object")
+    states = d.get("internal_states")
+    state0: Mapping[str, Any] = {}
+    if isinstance(states, list) and states and isinstance(states[0], Mapping):
+        state0 = states[0]
+    tokens = _num(d, "max_total_num_tokens", int)
+    if tokens is None:
+        tokens = _num(state0, "max_total_num_tokens", int)
+    if tokens is None and isinstance(state0.get("memory_usage"), Mapping):
+        tokens = _num(state0["memory_usage"], "token_capacity", int)
+    swa = _num(d, "swa_full_tokens_ratio", float)
+    if swa is None or swa == GLOBAL_DEFAULT_SWA_RATIO:
+        swa = DSV4_DEFAULT_SWA_RATIO  # SGLang's DSV4 override of the global default
+    mrr = _num(d, "max_running_requests", int)
+    if mrr is None:
+        mrr = _num(state0, "effective_max_running_requests_per_dp", int, DSV4_DEFAULT_MAX_RUNNING)
+    weights = None
+    if isinstance(state0.get("memory_usage"), Mapping):
+        weights = _num(state0["memory_usage"], "weight", float)
+    model_path = d.get("model_path")
+    if not isinstance(model_path, str) or not model_path:
+        raise ShapeError("server_info has no 'model_path'")
+    algo = d.get("speculative_algorithm")
+    return ServerFacts(
+        version=str(d.get("version") or "unknown"),
+        model_path=model_path,
+        served_model_name=str(d.get("served_model_name") or model_path),
+        tp_size=_num(d, "tp_size", int, 1),
+        dp_size=_num(d, "dp_size", int, 1),
+        pp_size=_num(d, "pp_size", int, 1),
+        mem_fraction_static=_num(d, "mem_fraction_static", float),
+        page_size=_num(d, "page_size", int, 256) or 256,
+        swa_full_tokens_ratio=swa,
+        max_running_requests=mrr,
+        speculative=bool(algo) and str(algo).upper() != "NONE",
+        speculative_algorithm=str(algo) if algo else None,
+        fp4_indexer=bool(d.get("enable_deepseek_v4_fp4_indexer", False)),
+        hicache=bool(d.get("enable_hierarchical_cache", False)),
+        max_total_num_tokens=tokens,
+        weights_gb=weights,
+    )
+
+
+@dataclass(frozen=True)
+class LiveMetrics:
+    """Values taken from SGLang's /metrics (absent ones stay None)."""
+
+    running: float | None = None
+    queued: float | None = None
+    token_usage: float | None = None
+    hicache_host_used: float | None = None
+    hicache_host_total: float | None = None
+    load_back_tokens: dict[str, float] = field(default_factory=dict)
+    load_back_seconds: float | None = None
+    load_backs: float | None = None
+
+
+def parse_sglang_metrics(text: str) -> LiveMetrics:
+    """Sum per-DP-rank gauges (tp_rank 0 reports for its DP group), take max of usage."""
+    sums: dict[str, float] = {}
+    usage: float | None = None
+    lb_tokens: dict[str, float] = {}
+    lb_sum = lb_count = None
+    for fam in text_string_to_metric_families(text):
+        name = fam.name
+        if not name.startswith("sglang:"):
+            continue
+        short = name[len("sglang:") :].removesuffix("_total")
+        for s in fam.samples:
+            if s.labels.get("tp_rank", "0") not in ("0", ""):
+                continue  # every TP rank repeats the scheduler's numbers
+            if (
+                short
+                in (
+                    "num_running_reqs",
+                    "num_queue_reqs",
+                    "hicache_host_used_tokens",
+                    "hicache_host_total_tokens",
+                )
+                and s.name == name
+            ):
+                sums[short] = sums.get(short, 0.0) + s.value
+            elif short == "token_usage" and s.name == name:
+                usage = s.value if usage is None else max(usage, s.value)
+            elif short == "load_back_tokens" and s.name.endswith("_total"):
+                pool = s.labels.get("pool", "kv")
+                lb_tokens[pool] = lb_tokens.get(pool, 0.0) + s.value
+            elif short == "load_back_duration_seconds":
+                if s.name.endswith("_sum"):
+                    lb_sum = (lb_sum or 0.0) + s.value
+                elif s.name.endswith("_count"):
+                    lb_count = (lb_count or 0.0) + s.value
+    return LiveMetrics(
+        running=sums.get("num_running_reqs"),
+        queued=sums.get("num_queue_reqs"),
+        token_usage=usage,
+        hicache_host_used=sums.get("hicache_host_used_tokens"),
+        hicache_host_total=sums.get("hicache_host_total_tokens"),
+        load_back_tokens=lb_tokens,
+        load_back_seconds=lb_sum,
+        load_backs=lb_count,
+    )
+
+
+class PollError(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class SglangSource:
+    """Polls SGLang; keeps the latest ServerFacts and LiveMetrics."""
+
+    def __init__(
+        self,
+        base_url: str,
+        poll_interval: float = 5.0,
+        timeout: float = 2.0,
+        scrape_metrics: bool = True,
+        on_change: Any = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+        self.scrape_metrics = scrape_metrics
+        self.health = SourceHealth("sglang")
+        self.health.errors = dict.fromkeys(ERROR_REASONS, 0)
+        self.facts: ServerFacts | None = None
+        self.live: LiveMetrics | None = None
+        self.metrics_up = False
+        self._info_path = "/server_info"
+        self._on_change = on_change or (lambda: None)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                await self.poll_once()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self.poll_interval)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                connector=aiohttp.TCPConnector(limit=4),
+            )
+        return self._session
+
+    async def _get(self, path: str) -> tuple[int, bytes]:
+        try:
+            async with self._client().get(self.base_url + path) as resp:
+                return resp.status, await resp.read()
+        except asyncio.TimeoutError:
+            raise PollError("timeout", f"GET {path} exceeded {self.timeout}s") from None
+        except aiohttp.ClientError as exc:
+            raise PollError("unreachable", f"GET {path}: {type(exc).__name__}") from None
+
+    async def _server_info(self) -> ServerFacts:
+        status, body = await self._get(self._info_path)
+        if status == 404 and self._info_path == "/server_info":
+            self._info_path = "/get_server_info"  # older servers only have the alias
+            status, body = await self._get(self._info_path)
+        if status != 200:
+            raise PollError("http_status", f"GET {self._info_path} returned {status}")
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise PollError("bad_json", f"GET {self._info_path} returned non-JSON") from None
+        try:
+            return parse_server_info(data)
+        except ShapeError as exc:
+            raise PollError("bad_shape", str(exc)) from None
+
+    async def poll_once(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            facts = await self._server_info()
+        except PollError as exc:
+            if self.health.up or self.health.cycles == 0:
+                log.warning("SGLang source down: %s: %s", exc.reason, exc)
+            self.health.failure(exc.reason, str(exc), time.perf_counter() - t0)
+            self.live = None  # stale live numbers must not look healthy
+            self._on_change()
+            return
+        self.facts = facts
+        if self.scrape_metrics:
+            await self._poll_metrics()
+        self.health.success(time.perf_counter() - t0)
+        self._on_change()
+
+    async def _poll_metrics(self) -> None:
+        try:
+            status, body = await self._get("/metrics")
+            if status != 200:
+                raise PollError("metrics_unavailable", f"GET /metrics returned {status}")
+            # Parsing a large exposition is CPU work: keep it off the event loop.
+            self.live = await asyncio.to_thread(
+                parse_sglang_metrics, body.decode("utf-8", "replace")
+            )
+            self.metrics_up = True
+        except PollError as exc:
+            self._metrics_failed(f"{exc.reason}: {exc}")
+        except Exception as exc:  # the text parser raises ValueError and friends on garbage
+            self._metrics_failed(f"unparseable /metrics: {type(exc).__name__}")
+
+    def _metrics_failed(self, detail: str) -> None:
+        self.health.count_error("metrics_unavailable", detail)
+        self.metrics_up = False
+        self.live = None
+
+    # --- exposition ----------------------------------------------------------------------------
+    def collect(self) -> Iterable[Metric]:
+        h = self.health
+        up = m.SGLANG_UP.family()
+        up.add_metric([], 1.0 if h.up else 0.0)
+        yield up
+        errors = m.SGLANG_ERRORS.family()
+        for reason, n in sorted(h.errors.items()):
+            errors.add_metric([reason], float(n))
+        yield errors
+        if h.last_success is not None:
+            ts = m.SGLANG_LAST_SUCCESS.family()
+            ts.add_metric([], h.last_success)
+            yield ts
+        f = self.facts
+        if f is None or not h.up:
+            return
+        yield m.SGLANG_INFO.info({"version": f.version, "model": f.model})
+        if f.max_total_num_tokens is not None:
+            g = m.SGLANG_MAX_TOTAL_TOKENS.family()
+            g.add_metric([], float(f.max_total_num_tokens))
+            yield g
+        if f.mem_fraction_static is not None:
+            g = m.SGLANG_MEM_FRACTION.family()
+            g.add_metric([], f.mem_fraction_static)
+            yield g
+        live = self.live
+        if live is None:
+            return
+        for spec, value in (
+            (m.SGLANG_RUNNING, live.running),
+            (m.SGLANG_QUEUED, live.queued),
+            (m.SGLANG_TOKEN_USAGE, live.token_usage),
+            (m.HICACHE_HOST_USED, live.hicache_host_used),
+            (m.HICACHE_HOST_TOTAL, live.hicache_host_total),
+            (m.HICACHE_LOAD_BACK_SECONDS, live.load_back_seconds),
+            (m.HICACHE_LOAD_BACKS, live.load_backs),
+        ):
+            if value is not None:
+                fam = spec.family()
+                fam.add_metric([], value)
+                yield fam
+        if live.load_back_tokens:
+            fam = m.HICACHE_LOAD_BACK_TOKENS.family()
+            for pool, v in sorted(live.load_back_tokens.items()):
+                fam.add_metric([pool], v)
+            yield fam

@@ -1,0 +1,206 @@
+"""The real sidecar (uvicorn) against the simulated SGLang (uvicorn), scraped over HTTP, and a
+real Prometheus scraping the sidecar."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import httpx
+import pytest
+
+from exporter.app import create_app
+from exporter.config import load_settings
+from exporter.sim.fake_nvml import FakeNvml
+from exporter.sim.server import create_sim_app
+from exporter.sim.settings import SimSettings
+from tests.support import ServerThread, prometheus, promql, sample_value, scrape, wait_for
+
+GIB = 1024**3
+pytestmark = pytest.mark.e2e
+
+
+def _sidecar(sim_url: str, nvml=None, **over):
+    settings = load_settings(
+        {
+            "sglang_url": sim_url,
+            "gpu_backend": "fake",
+            "sglang_poll_interval": 0.2,
+            "nvml_poll_interval": 0.2,
+            "nvml_timeout": 0.5,
+            **over,
+        }
+    )
+    kwargs = {"nvml": nvml} if nvml is not None else {}
+    return create_app(settings, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def legacy_sim():
+    with ServerThread(
+        create_sim_app(SimSettings(index_k_dtype="bf16", configurator="legacy"))
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def fixed_sim():
+    with ServerThread(create_sim_app(SimSettings(index_k_dtype="bf16", configurator="fixed"))) as s:
+        yield s
+
+
+def _overcommit(url: str, rank: str = "0") -> float | None:
+    return sample_value(scrape(url), "dsv4_kv_pool_overcommit_bytes", rank=rank)
+
+
+def test_legacy_bf16_shows_about_4_gib_per_rank(legacy_sim):
+    with ServerThread(_sidecar(legacy_sim.url, index_k_dtype="bf16")) as sc:
+        over = wait_for(lambda: _overcommit(sc.url, "7"))
+        text = scrape(sc.url)
+        assert 4.0 * GIB < over < 4.7 * GIB
+        ik = sample_value(
+            text, "dsv4_kv_pool_allocated_bytes", rank="3", pool="c4_index_k"
+        ) - sample_value(text, "dsv4_kv_pool_planned_bytes", rank="3", pool="c4_index_k")
+        assert ik / GIB == pytest.approx(4.01, abs=0.01)
+        assert (
+            sample_value(
+                text,
+                "dsv4_deployment_info",
+                index_k_dtype="bf16",
+                configurator="legacy",
+                hicache="true",
+            )
+            == 1
+        )
+        assert sample_value(text, "dsv4_sglang_max_total_num_tokens") == 6_614_784
+        assert sample_value(text, "dsv4_kv_correct_full_tokens", rank="0") == 6_099_456
+        assert sample_value(text, "dsv4_kv_bytes_per_full_token", pricing="fixed") == 8356.45
+        assert sample_value(text, "dsv4_gpu_count") == 8  # fake GPUs follow SGLang's tp_size
+        # fake NVML's used memory includes the allocated pools (from its next poll on)
+        alloc = sum(
+            sample_value(text, "dsv4_kv_pool_allocated_bytes", rank="0", pool=p)
+            for p in (
+                "swa_kv",
+                "c4_kv",
+                "c128_kv",
+                "c4_index_k",
+                "c4_state",
+                "c4_index_state",
+                "c128_state",
+            )
+        )
+        wait_for(
+            lambda: (
+                sample_value(scrape(sc.url), "dsv4_gpu_memory_used_bytes", rank="0")
+                > alloc + 70 * GIB
+            )
+        )
+        reserve = sample_value(text, "dsv4_memory_reserve_bytes", rank="0")
+        assert reserve == pytest.approx(140 * GIB * 0.12, rel=1e-6)
+        assert sample_value(text, "dsv4_memory_reserve_remaining_bytes", rank="0") == pytest.approx(
+            reserve - over
+        )
+        api = httpx.get(sc.url + "/api/v1/footprint", timeout=5).json()
+        assert api["status"] == "ok" and len(api["ranks"]) == 8
+        assert api["deployment"]["sources"]["configurator"].startswith("auto: version 0.5.9")
+        assert api["ranks"][0]["overcommit_bytes"] == over
+        page = httpx.get(sc.url + "/", timeout=5).text
+        assert "Worst rank over-commit" in page and "/metrics" in page
+
+
+def test_fixed_configurator_shows_only_page_padding(fixed_sim):
+    with ServerThread(_sidecar(fixed_sim.url, index_k_dtype="bf16")) as sc:
+        over = wait_for(lambda: _overcommit(sc.url))
+        assert 0 < over < 0.5 * GIB
+        assert sample_value(scrape(sc.url), "dsv4_deployment_info", configurator="fixed") == 1
+
+
+def test_readyz_healthz_and_openmetrics_gzip(legacy_sim):
+    with ServerThread(_sidecar(legacy_sim.url)) as sc:
+        wait_for(lambda: httpx.get(sc.url + "/readyz", timeout=2).status_code == 200)
+        body = httpx.get(sc.url + "/readyz", timeout=2).json()
+        assert set(body["sources"]) >= {"nvml", "sglang", "footprint"}
+        assert httpx.get(sc.url + "/healthz", timeout=2).json() == {"status": "ok"}
+        r = httpx.get(
+            sc.url + "/metrics",
+            headers={
+                "Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+                "Accept-Encoding": "gzip",
+            },
+            timeout=5,
+        )
+        assert r.headers["content-type"].startswith("application/openmetrics-text")
+        assert r.text.rstrip().endswith("# EOF")  # httpx decoded the gzip body
+        assert "dsv4_sidecar_build_info" in r.text
+
+
+def test_not_ready_until_sources_cycle_and_sglang_down_visible():
+    from tests.support import free_port
+
+    app = _sidecar(f"http://127.0.0.1:{free_port()}")
+    with ServerThread(app) as sc:
+
+        def unreachable_counted():
+            t = scrape(sc.url)
+            return t if sample_value(t, "dsv4_sglang_errors_total", reason="unreachable") else None
+
+        text = wait_for(unreachable_counted)
+        assert sample_value(text, "dsv4_sglang_up") == 0
+        assert sample_value(text, "dsv4_footprint_up", reason="no_sglang") == 0
+        assert sample_value(text, "dsv4_nvml_up") == 1  # the rest keeps working
+        assert sample_value(text, "dsv4_kv_pool_overcommit_bytes", rank="0") is None
+        assert sample_value(text, "dsv4_source_up", source="sglang") == 0
+
+
+def test_sglang_recovers_and_counter_moves(legacy_sim):
+    with ServerThread(_sidecar(legacy_sim.url)) as sc:
+        wait_for(lambda: _overcommit(sc.url))
+        httpx.post(legacy_sim.url + "/_sim/control", json={"fault": "http_500"}, timeout=5)
+        try:
+            wait_for(lambda: sample_value(scrape(sc.url), "dsv4_sglang_up") == 0)
+            assert (
+                sample_value(scrape(sc.url), "dsv4_sglang_errors_total", reason="http_status") >= 1
+            )
+        finally:
+            httpx.post(legacy_sim.url + "/_sim/control", json={"fault": "none"}, timeout=5)
+        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_sglang_up") == 1)
+
+
+def test_scrapes_stay_fast_while_nvml_hangs_30s(legacy_sim):
+    fake = FakeNvml(count=8)
+    app = _sidecar(legacy_sim.url, nvml=fake)
+    with ServerThread(app) as sc:
+        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_nvml_up") == 1)
+        fake.hang_next(30.0)
+        wait_for(
+            lambda: sample_value(scrape(sc.url), "dsv4_nvml_errors_total", error="timeout") == 1,
+            timeout=5,
+        )
+        lat = []
+        with httpx.Client(timeout=2) as client:
+            for _ in range(40):
+                t0 = time.perf_counter()
+                r = client.get(sc.url + "/metrics")
+                lat.append(time.perf_counter() - t0)
+                assert r.status_code == 200
+                time.sleep(0.02)
+        text = scrape(sc.url)
+        assert sample_value(text, "dsv4_nvml_up") == 0
+        assert sample_value(text, "dsv4_gpu_memory_used_bytes", rank="0") is None
+        assert sample_value(text, "dsv4_sglang_up") == 1  # other sources unaffected
+        assert max(lat) < 0.5 and statistics.median(lat) < 0.05
+        fake.faults.hang_seconds = 0  # nothing further pending; the wedged thread sleeps on
+
+
+def test_prometheus_scrapes_sidecar_and_promql_sees_overcommit(legacy_sim):
+    with ServerThread(_sidecar(legacy_sim.url, index_k_dtype="bf16")) as sc:
+        wait_for(lambda: _overcommit(sc.url))
+        expected = _overcommit(sc.url)
+        target = sc.url.removeprefix("http://")
+        with prometheus([target]) as prom:
+            res = wait_for(lambda: promql(prom, "max(dsv4_kv_pool_overcommit_bytes)"), timeout=30)
+            assert float(res[0]["value"][1]) == pytest.approx(expected)
+            ranks = promql(prom, "count(dsv4_kv_pool_overcommit_bytes > 4 * 1024^3)")
+            assert float(ranks[0]["value"][1]) == 8
+            up = promql(prom, 'up{job="dsv4-sidecar"}')
+            assert float(up[0]["value"][1]) == 1

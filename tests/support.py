@@ -1,0 +1,153 @@
+"""Real servers for tests: uvicorn on 127.0.0.1 ephemeral ports, and a real Prometheus."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """Serve an ASGI app with a real uvicorn server on an ephemeral loopback port."""
+
+    def __init__(self, app: Any, lifespan: str = "on") -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1) -> Any:
+    """Poll ``pred`` until it returns a truthy value; fail the test with what it last said."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = pred()
+        except Exception as exc:  # servers still starting, etc.
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    pytest.fail(f"condition not met within {timeout}s; last value: {last!r}")
+
+
+def scrape(url: str, **headers: str) -> str:
+    return httpx.get(url + "/metrics", headers=headers, timeout=5).text
+
+
+def sample_value(text: str, name: str, **labels: str) -> float | None:
+    """The value of one series in a text exposition (labels must match exactly those given)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+def prometheus_binary() -> str | None:
+    return shutil.which("prometheus") or (
+        "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
+    )
+
+
+def require_prometheus() -> str:
+    """The Debian package is installed by `make test`; in CI its absence is a failure."""
+    binary = prometheus_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("prometheus is not installed: `make test` should have installed it")
+        pytest.skip("prometheus not installed (run `make test`, which installs it)")
+    return binary
+
+
+@contextlib.contextmanager
+def prometheus(
+    targets: list[str],
+    rule_files: list[Path] | None = None,
+    scrape_interval: str = "1s",
+    eval_interval: str = "1s",
+) -> Iterator[str]:
+    """A real Prometheus on a free loopback port with its own data dir; yields its URL."""
+    binary = require_prometheus()
+    tmp = Path(tempfile.mkdtemp(prefix="dsv4-prom-"))
+    port = free_port()
+    rules = "".join(f"\n  - {p}" for p in (rule_files or []))
+    static = ", ".join(f"'{t}'" for t in targets)
+    (tmp / "prometheus.yml").write_text(
+        f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {eval_interval}\n"
+        + (f"rule_files:{rules}\n" if rules else "")
+        + "scrape_configs:\n  - job_name: dsv4-sidecar\n"
+        + f"    static_configs:\n      - targets: [{static}]\n"
+    )
+    log = (tmp / "prometheus.log").open("wb")  # closed in finally
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(url + "/-/ready", timeout=1).status_code == 200, timeout=30)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def promql(url: str, query: str) -> list[dict]:
+    r = httpx.get(url + "/api/v1/query", params={"query": query}, timeout=5)
+    r.raise_for_status()
+    return r.json()["data"]["result"]
