@@ -100,6 +100,7 @@ class Sidecar:
 
     async def start(self) -> None:
         self._stop.clear()
+        self.exposition.start()
         for src in self.pollers:
             self._tasks.append(asyncio.create_task(self._guard(src), name=src.health.name))
 
@@ -126,6 +127,7 @@ class Sidecar:
         for t in self._tasks:
             t.cancel()
         self._tasks.clear()
+        await self.exposition.stop()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         status = {name: src.health.as_json() for name, src in self.sources.items()}

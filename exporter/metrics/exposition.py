@@ -6,18 +6,26 @@ the tap and the API. Here every source bumps a generation counter when its snaps
 a scrape whose format was already rendered at the current generation gets the cached bytes
 (the HTTP floor), and otherwise one render runs in a worker thread while concurrent scrapes
 wait for it.
+
+Sources change every few seconds while Prometheus scrapes every 15-30 s, so most scrapes
+would miss the cache. After a change, a background task therefore re-renders (debounced) every
+format a scraper has asked for, and the next scrape finds warm bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
+import logging
 import threading
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+log = logging.getLogger(__name__)
 
 
 class Exposition:
@@ -28,11 +36,43 @@ class Exposition:
         self._cache: dict[tuple[bool, bool], tuple[int, bytes]] = {}
         self._render_lock = asyncio.Lock()
         self.renders = 0
+        self._formats: set[tuple[bool, bool]] = {(False, False)}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dirty: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
 
     def bump(self) -> None:
-        """Mark the registry changed (called by sources from any thread)."""
+        """Mark the registry changed (called by sources, from any thread)."""
         with self._gen_lock:
             self._generation += 1
+        loop, dirty = self._loop, self._dirty
+        if loop is not None and dirty is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(dirty.set)
+
+    def start(self, debounce: float = 0.05) -> None:
+        """Start pre-rendering after changes (call from the running event loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._dirty = asyncio.Event()
+        self._task = asyncio.create_task(self._prerender(debounce), name="metrics-prerender")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._loop = self._dirty = self._task = None
+
+    async def _prerender(self, debounce: float) -> None:
+        assert self._dirty is not None
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(debounce)  # coalesce bursts of changes into one render
+            self._dirty.clear()
+            for om, gz in sorted(self._formats):
+                try:
+                    await self.body(om, gz)
+                except Exception:  # a failing collector must not kill pre-rendering
+                    log.exception("pre-render of /metrics failed")
 
     @property
     def generation(self) -> int:
@@ -57,6 +97,7 @@ class Exposition:
 
     async def body(self, openmetrics: bool, gz: bool) -> bytes:
         key = (openmetrics, gz)
+        self._formats.add(key)
         gen = self._generation
         hit = self._cache.get(key)
         if hit is not None and hit[0] == gen:
