@@ -74,8 +74,13 @@ class MetricsEndpoint:
             await self.app(scope, receive, send)
             return
         if scope["method"] not in ("GET", "HEAD"):
-            await send({"type": "http.response.start", "status": 405,
-                        "headers": [(b"allow", b"GET, HEAD")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 405,
+                    "headers": [(b"allow", b"GET, HEAD")],
+                }
+            )
             await send({"type": "http.response.body", "body": b""})
             return
         accept = encoding = None
@@ -93,8 +98,9 @@ class MetricsEndpoint:
         if gz:
             headers.append((b"content-encoding", b"gzip"))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body",
-                    "body": b"" if scope["method"] == "HEAD" else body})
+        await send(
+            {"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body}
+        )
 
 
 def _landing(sc: Sidecar) -> str:

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from exporter.sim.deployment import SimDeployment
+from exporter.sim.generation import Completion, complete, corruption_probability
 from exporter.sim.settings import SimSettings
 
+BUCKETS = (1, 4, 8, 16, 32, 64, 128)
 FAULTS = ("none", "slow", "garbage", "http_500", "bad_shape", "metrics_garbage")
 
 
@@ -36,6 +40,9 @@ class SimState:
     load_backs: int = 0
     load_back_seconds: float = 0.0
     requests_total: int = 0
+    # ground truth for tests: bucket label -> [requests with tools, degenerate]
+    truth: dict[str, list[int]] = field(default_factory=dict)
+    phenotypes: dict[str, int] = field(default_factory=dict)
 
     @property
     def reported_running(self) -> int:
@@ -98,9 +105,22 @@ class _SglangMetrics:
             yield h
 
 
+def bucket_label(concurrency: int) -> str:
+    """The smallest ``le`` bucket holding ``concurrency`` (the sidecar uses the same)."""
+    for b in BUCKETS:
+        if concurrency <= b:
+            return str(b)
+    return "+Inf"
+
+
+def _pieces(text: str, n: int) -> list[str]:
+    return [text[i : i + n] for i in range(0, len(text), n)]
+
+
 def create_sim_app(settings: SimSettings) -> FastAPI:
     dep = SimDeployment(settings)
     state = SimState(background=settings.background_running)
+    rng = random.Random(settings.seed)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_SglangMetrics(dep, state))
     app = FastAPI(title="simulated SGLang (dsv4-sidecar simulator)", docs_url=None, redoc_url=None)
@@ -159,6 +179,176 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         if state.fault == "metrics_garbage":
             return PlainTextResponse("sglang:num_running_reqs{ this is not exposition\n")
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    def _answer(body: dict[str, Any]) -> tuple[Completion, int]:
+        concurrency = state.reported_running
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+        hicache = settings.hicache == "on"
+        p = 0.0
+        if tools and settings.corruption == "model":
+            p = corruption_probability(settings.index_k_dtype, hicache, concurrency)
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking", True))
+        c = complete(rng, messages, tools, p, thinking=thinking)
+        state.requests_total += 1
+        if hicache:
+            state.load_back_tokens += 2048
+            state.load_backs += 1
+            state.load_back_seconds += 0.004
+        if tools:
+            t = state.truth.setdefault(bucket_label(concurrency), [0, 0])
+            t[0] += 1
+            if c.degenerate:
+                t[1] += 1
+                state.phenotypes[c.phenotype or "?"] = (
+                    state.phenotypes.get(c.phenotype or "?", 0) + 1
+                )
+        return c, concurrency
+
+    def _message(c: Completion) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": c.content or None}
+        if c.reasoning:
+            msg["reasoning_content"] = c.reasoning
+        if c.tool_calls:
+            msg["tool_calls"] = c.tool_calls
+        return msg
+
+    async def _stream(c: Completion, rid: str, created: int) -> AsyncIterator[bytes]:
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            obj = {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": dep.model_path,
+                "system_fingerprint": "dsv4-sidecar-simulator",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+        n, itl = settings.chars_per_token, settings.itl_ms / 1000
+        try:
+            await asyncio.sleep(settings.ttft_ms / 1000)
+            yield chunk({"role": "assistant", "content": ""})
+            for piece in _pieces(c.reasoning, n):
+                await asyncio.sleep(itl)
+                yield chunk({"reasoning_content": piece})
+            for piece in _pieces(c.content, n):
+                await asyncio.sleep(itl)
+                yield chunk({"content": piece})
+            for i, call in enumerate(c.tool_calls):
+                await asyncio.sleep(itl)
+                yield chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+                for piece in _pieces(call["function"]["arguments"], n):
+                    await asyncio.sleep(itl)
+                    yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+            yield chunk({}, c.finish_reason)
+            yield b"data: [DONE]\n\n"
+        finally:
+            state.running -= 1
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+            if not isinstance(body, dict):
+                raise ValueError
+        except ValueError:
+            return JSONResponse(
+                {
+                    "object": "error",
+                    "message": "request body is not a JSON object",
+                    "type": "BadRequestError",
+                    "code": 400,
+                },
+                status_code=400,
+            )
+        state.running += 1
+        c, _concurrency = _answer(body)
+        rid = f"chatcmpl-sim{state.requests_total:08d}"
+        created = int(time.time())
+        if body.get("stream"):
+            return StreamingResponse(_stream(c, rid, created), media_type="text/event-stream")
+        try:
+            tokens = max(
+                1, (len(c.reasoning) + len(c.content) + len(c.raw)) // settings.chars_per_token
+            )
+            await asyncio.sleep((settings.ttft_ms + settings.itl_ms * tokens / 4) / 1000)
+        finally:
+            state.running -= 1
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": dep.model_path,
+                "system_fingerprint": "dsv4-sidecar-simulator",
+                "choices": [{"index": 0, "message": _message(c), "finish_reason": c.finish_reason}],
+                "usage": {
+                    "prompt_tokens": 64,
+                    "completion_tokens": tokens,
+                    "total_tokens": 64 + tokens,
+                },
+            }
+        )
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        """SGLang's native API: raw text (here the model's raw DSML, parser not applied)."""
+        try:
+            body = json.loads(await request.body())
+            if not isinstance(body, dict):
+                raise ValueError
+        except ValueError:
+            return JSONResponse(
+                {"error": {"message": "request body is not a JSON object"}}, status_code=400
+            )
+        state.running += 1
+        try:
+            sampling = body.get("sampling_params") or {}
+            c, _ = _answer(
+                {
+                    "tools": body.get("tools") or sampling.get("tools"),
+                    "messages": [{"role": "user", "content": body.get("text", "")}],
+                }
+            )
+            await asyncio.sleep(settings.ttft_ms / 1000)
+        finally:
+            state.running -= 1
+        return JSONResponse(
+            {
+                "text": c.raw,
+                "meta_info": {
+                    "id": f"sim{state.requests_total:08d}",
+                    "finish_reason": {"type": c.finish_reason},
+                    "prompt_tokens": 64,
+                    "completion_tokens": len(c.raw) // settings.chars_per_token,
+                },
+            }
+        )
+
+    @app.get("/_sim/stats")
+    async def stats() -> dict[str, Any]:
+        """Simulator-only ground truth: tool-call requests and degenerate answers per bucket."""
+        return {
+            "requests_total": state.requests_total,
+            "running": state.running,
+            "truth": {k: {"requests": v[0], "degenerate": v[1]} for k, v in state.truth.items()},
+            "phenotypes": dict(state.phenotypes),
+            "corruption": settings.corruption,
+            "index_k_dtype": settings.index_k_dtype,
+            "hicache": settings.hicache,
+        }
 
     @app.post("/_sim/control")
     async def control(request: Request) -> dict[str, Any]:

@@ -29,3 +29,10 @@ class SimSettings(BaseSettings):
     background_running: int = Field(
         0, ge=0, description="Requests reported running besides real ones."
     )
+    ttft_ms: float = Field(20.0, ge=0, description="Time to first token of a streamed answer.")
+    itl_ms: float = Field(10.0, ge=0, description="Time between streamed tokens.")
+    chars_per_token: int = Field(4, ge=1, description="Characters per simulated token.")
+    seed: int = Field(0, description="Seed of the corruption model (reproducible runs).")
+    corruption: Literal["model", "off"] = Field(
+        "model", description="model: rate from index-K dtype, HiCache and concurrency; off: none."
+    )
