@@ -53,10 +53,6 @@ class HookSlot:
         self.faults = 0
 
 
-class _ThreadFlags(threading.local):
-    inside = False  # inside a wrapped accessor on this thread (nested calls count once)
-
-
 class LoadRecord:
     """One load in one producer slot: per-layer done marks and layers not yet seen landed."""
 
@@ -113,11 +109,11 @@ class Probe:
         self._detected = False
         self._fixed_stream_key = stream_key is not None
         self.stream_key: Callable[[], Hashable] = stream_key or (lambda: 0)
-        self._states: dict[int, CounterState] = {}
+        self.states: dict[int, CounterState] = {}
         self._owner: dict[int, tuple[CounterState, int]] = {}
         self.pending_gaps: deque[tuple[Any, list[tuple[LoadRecord, int]], float]] = deque()
         self._lock = threading.Lock()
-        self.tls = _ThreadFlags()
+        self.inside: set[int] = set()  # threads inside a wrapped accessor
         self.engaged = False
         self.on_engage: Callable[[], None] | None = None
         self.reporter: Any = None  # set by boot: the Reporter writing this process's file
@@ -134,7 +130,7 @@ class Probe:
             verify_enabled=old.verify_enabled,
             verify_sample_rate=old.verify_sample_rate,
         )
-        self._states.clear()
+        self.states.clear()
         self._owner.clear()
         self.pending_gaps.clear()
         self._lock = threading.Lock()
@@ -160,9 +156,9 @@ class Probe:
             logger.warning("dsv4-probe: %s hook failed %d times; disabled", slot.name, slot.faults)
 
     def state(self, counter: Any) -> CounterState:
-        st = self._states.get(id(counter))
+        st = self.states.get(id(counter))
         if st is None:
-            st = self._states.setdefault(id(counter), CounterState(counter))
+            st = self.states.setdefault(id(counter), CounterState(counter))
             self._register_events(st)
         return st
 
@@ -254,23 +250,26 @@ class Probe:
             self._detect(st)
 
     def on_reset(self, counter: Any) -> None:
-        st = self._states.get(id(counter))
+        st = self.states.get(id(counter))
         if st is not None:
             st.bound = ()
             st.waited = {}
 
-    def on_wait(self, counter: Any, threshold: Any) -> None:
-        st = self._states.get(id(counter))
-        if st is None or not st.bound or not isinstance(threshold, int):
+    def on_wait(self, st: CounterState, threshold: Any) -> None:
+        """A stream waited for layer ``threshold`` of the bound load (the wrapper checked that
+        a load is bound)."""
+        if not isinstance(threshold, int):
             return
         key = self.stream_key()
         if st.waited.get(key, -1) < threshold:
             st.waited[key] = threshold
 
     # --- hooks on the KV pool's accessors --------------------------------------------------
-    def on_read(self, pool: Any, counter: Any, layer_id: Any, index_k: bool, result: Any) -> None:
-        st = self._states.get(id(counter))
-        if st is None or not st.bound or not isinstance(layer_id, int):
+    def on_read(
+        self, pool: Any, st: CounterState, layer_id: Any, index_k: bool, result: Any
+    ) -> None:
+        """A read through a wrapped accessor while a load is bound (checked by the wrapper)."""
+        if not isinstance(layer_id, int):
             return
         local = layer_id - (getattr(pool, "start_layer", 0) or 0)
         gated = st.waited.get(self.stream_key(), -1) >= local
@@ -313,7 +312,7 @@ class Probe:
         timeline = self.timeline
         if timeline is None:
             return
-        for st in list(self._states.values()):
+        for st in list(self.states.values()):
             for record in list(st.records.values()):
                 for layer in list(record.pending):
                     mark = record.done_marks.get(layer)

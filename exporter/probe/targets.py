@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import FunctionType, ModuleType
@@ -97,25 +98,53 @@ def _first(args: tuple, kwargs: dict, names: tuple[str, ...]) -> Any:
 def _read_wrapper(probe: Probe, method: Method, original: FunctionType) -> Callable[..., Any]:
     slot = probe.slots[method.hook]
     index_k = method.hook in INDEX_K_HOOKS
-    tls = probe.tls
+    inside = probe.inside  # thread idents inside a wrapped accessor: nested calls count once
+    states = probe.states
+    on_read = probe.on_read
+    get_ident = threading.get_ident
 
     @functools.wraps(original)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if tls.inside:  # a wrapped accessor calling another: one logical read
+        me = get_ident()
+        if me in inside:  # an override calling super(), or one accessor calling another
             return original(self, *args, **kwargs)
-        tls.inside = True
+        inside.add(me)
         try:
             result = original(self, *args, **kwargs)
         finally:
-            tls.inside = False
+            inside.discard(me)
         if slot.active:
             try:
                 if not probe.engaged:
                     probe.engage()
                 counter = getattr(self, "layer_transfer_counter", None)
                 if counter is not None:
-                    layer_id = args[0] if args else kwargs.get("layer_id")
-                    probe.on_read(self, counter, layer_id, index_k, result)
+                    st = states.get(id(counter))
+                    if st is not None and st.bound:  # else no load can race this read
+                        layer_id = args[0] if args else kwargs.get("layer_id")
+                        on_read(self, st, layer_id, index_k, result)
+            except Exception as exc:
+                probe.fault(slot, exc)
+        return result
+
+    setattr(wrapper, WRAPPED, original)
+    return wrapper
+
+
+def _wait_wrapper(probe: Probe, method: Method, original: FunctionType) -> Callable[..., Any]:
+    slot = probe.slots[method.hook]
+    states = probe.states
+    on_wait = probe.on_wait
+    names = method.params
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if slot.active:
+            try:
+                st = states.get(id(self))
+                if st is not None and st.bound:  # SGLang's wait is a no-op outside a load
+                    on_wait(st, _first(args, kwargs, names))
             except Exception as exc:
                 probe.fault(slot, exc)
         return result
@@ -147,10 +176,11 @@ def _after_wrapper(
 
 def make_wrapper(probe: Probe, method: Method, original: FunctionType) -> Callable[..., Any]:
     hook, params = method.hook, method.params
+    if hook == "wait":
+        return _wait_wrapper(probe, method, original)
     calls: dict[str, Callable[..., None]] = {
         "load_start": lambda s, a, k, r: probe.on_update_producer(s, r),
         "consumer": lambda s, a, k, r: probe.on_set_consumer(s, a, k),
-        "wait": lambda s, a, k, r: probe.on_wait(s, _first(a, k, params)),
         "counter_reset": lambda s, a, k, r: probe.on_reset(s),
         "layer_done": lambda s, a, k, r: probe.on_layer_done(s, _first(a, k, params)),
     }

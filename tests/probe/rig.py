@@ -72,6 +72,9 @@ class SimOps:
     def stream(self, s: Any) -> AbstractContextManager[Any]:
         return self.dev.stream(s)
 
+    def before_load(self) -> None:
+        return None
+
     def copy_layer(self, dst: Any, generation: int, layer: int) -> None:
         _, end = self.dev.launch(self.copy_ms)
         dst.write_at(end, expected_value(generation, layer))
@@ -108,6 +111,10 @@ class TorchOps:
     def stream(self, s: Any) -> AbstractContextManager[Any]:
         return self.torch.cuda.stream(s)
 
+    def before_load(self) -> None:
+        if self.delay_cycles:  # the load stream starts late: every ungated read races it
+            self.torch.cuda._sleep(self.delay_cycles)
+
     def copy_layer(self, dst: Any, generation: int, layer: int) -> None:
         key = (generation, layer)
         src = self._host.get(key)
@@ -116,8 +123,6 @@ class TorchOps:
                 (self.nbytes,), expected_value(generation, layer), dtype=self.torch.uint8
             ).pin_memory()
             self._host[key] = src
-        if layer == 0 and self.delay_cycles:
-            self.torch.cuda._sleep(self.delay_cycles)
         dst.copy_(src, non_blocking=True)
 
     def read(self, buf: Any) -> Any:
@@ -140,6 +145,8 @@ class HostPool:
     def load_to_device_per_layer(
         self, device_pool, host_indices, device_indices, layer_id, io_backend
     ):
+        if layer_id == 0:
+            self.ops.before_load()
         ratio, compress_layer_id, kv_pool = device_pool.layer_mapping[layer_id]
         if ratio == 4:
             dst = device_pool.index_pools[4].index_k_with_scale_buffer[compress_layer_id]

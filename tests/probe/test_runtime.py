@@ -192,7 +192,7 @@ def test_sglang_exceptions_pass_through_untouched(standins):
     with pytest.raises(AssertionError):
         rig.controller.layer_done_counter.events[0].complete(99)
     assert probe.counters.errors == 0
-    assert not probe.tls.inside  # the nesting guard was released by the exception
+    assert not probe.inside  # the nesting guard was released by the exception
 
 
 def test_override_calling_super_counts_once(standins):
