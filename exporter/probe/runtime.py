@@ -56,11 +56,10 @@ class HookSlot:
 class LoadRecord:
     """One load in one producer slot: per-layer done marks and layers not yet seen landed."""
 
-    __slots__ = ("done_marks", "pending", "slot", "started")
+    __slots__ = ("done_marks", "pending", "slot")
 
     def __init__(self, slot: int) -> None:
         self.slot = slot
-        self.started = time.monotonic()
         self.done_marks: dict[int, Any] = {}
         self.pending: set[int] = set()
 
@@ -92,23 +91,16 @@ def _bound_slots(counter: Any, args: tuple, kwargs: dict) -> tuple[int, ...]:
 class Probe:
     """Counters and state for one process; wrappers hold a reference and call ``on_*``."""
 
-    def __init__(
-        self,
-        config: ProbeConfig,
-        *,
-        stream_key: Callable[[], Hashable] | None = None,
-        torch_module: Any = None,
-    ) -> None:
+    def __init__(self, config: ProbeConfig) -> None:
         self.config = config
         self.counters = ProbeCounters(verify_sample_rate=config.verify_rate)
         self.counters.hooks = dict.fromkeys(HOOK_NAMES, False)
         self.slots: dict[str, HookSlot] = {name: HookSlot(name) for name in HOOK_NAMES}
         self.timeline: Timeline | None = None
         self.verifier: Any = None
-        self._torch = torch_module
         self._detected = False
-        self._fixed_stream_key = stream_key is not None
-        self.stream_key: Callable[[], Hashable] = stream_key or (lambda: 0)
+        # which stream the caller is on; replaced by detect() once SGLang's event type is known
+        self.stream_key: Callable[[], Hashable] = lambda: 0
         self.states: dict[int, CounterState] = {}
         self._owner: dict[int, tuple[CounterState, int]] = {}
         self.pending_gaps: deque[tuple[Any, list[tuple[LoadRecord, int]], float]] = deque()
@@ -132,6 +124,7 @@ class Probe:
         )
         self.states.clear()
         self._owner.clear()
+        self.inside.clear()
         self.pending_gaps.clear()
         self._lock = threading.Lock()
         self.wake = threading.Event()
@@ -182,9 +175,7 @@ class Probe:
         if sample is None:
             logger.warning("dsv4-probe: no load events on LayerDoneCounter; gaps not measured")
             return
-        timeline, stream_key, streams = detect(sample, self.config.gap_mode)
-        if not self._fixed_stream_key:
-            self.stream_key = stream_key
+        timeline, self.stream_key, streams = detect(sample, self.config.gap_mode)
         self.timeline = timeline
         self.counters.gap_source = timeline.source if timeline is not None else "none"
         if self.config.verify_rate > 0:
@@ -200,11 +191,10 @@ class Probe:
         if not type(sample).__module__.startswith("torch.cuda"):
             logger.warning("dsv4-probe: DSV4_PROBE_VERIFY needs CUDA events; verification off")
             return
+        import torch  # already loaded: SGLang's events are torch.cuda events
+
         from exporter.probe.verify import Verifier
 
-        torch = self._torch
-        if torch is None:
-            import torch
         self.verifier = Verifier(torch, self.config.verify_rate)
         self.counters.verify_enabled = True
 

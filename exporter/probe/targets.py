@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FunctionType, ModuleType
 from typing import Any
 
-from exporter.probe.runtime import Probe
+from exporter.probe.runtime import HookSlot, Probe
 from exporter.probe.snapshot import INDEX_K_HOOKS
 
 logger = logging.getLogger("exporter.probe")
@@ -230,7 +230,7 @@ def _wrap_register(probe: Probe, base: type, methods: Sequence[Method]) -> bool:
     if not signature_ok(raw, ("layer_transfer_counter", "counter")):
         return False
     seen = {base}
-    slot = probe.slots["consumer"]
+    slot = HookSlot(REGISTER)  # its faults count in the probe's errors like any hook's
 
     @functools.wraps(raw)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -41,3 +41,26 @@ def test_wheel_ships_the_pth_at_its_root(tmp_path):
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "Provides-Extra: probe" in metadata
     assert "exporter/probe/boot.py" in names
+    assert f"exporter/probe/{PTH_NAME}" in names  # what `python -m exporter.probe.install` copies
+
+
+def test_sidecar_and_probe_start_up_never_import_torch_or_sglang():
+    """The sidecar's import path and an activated probe (before SGLang imports its modules)
+    must not pull torch or SGLang in: a finder that refuses both proves it."""
+    code = """
+import os, sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "sglang"):
+            raise ImportError("refused " + name)
+sys.meta_path.insert(0, Refuse())
+import exporter.metrics.catalog, exporter.sources.probe_files
+from exporter.probe import boot
+assert boot.activate({"DSV4_PROBE": "1"}) is not None
+assert not [m for m in sys.modules if m.split(".")[0] in ("torch", "sglang")]
+print("clean")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0 and "clean" in done.stdout, done.stderr
