@@ -27,6 +27,9 @@ def counters(ungated: int = 2, gated: int = 5, verify: bool = False) -> ProbeCou
     c = ProbeCounters(gap_source="device_events", verify_enabled=verify)
     c.hooks = {"index_k_with_scale": True, "layer_done": True}
     c.count_load(0)
+    c.count_load(1, completed=False)
+    c.count_read(2, index_k=False, gated=True)
+    c.errors = 3
     for _ in range(ungated):
         c.count_read(1, index_k=True, gated=False)
         c.gap.observe(0.003)
@@ -67,7 +70,11 @@ def test_up_rank_exports_its_counters(tmp_path):
     reads = "dsv4_hicache_index_k_reads_total"
     assert value(found, reads, rank="0", gated="false") == 2
     assert value(found, reads, rank="0", gated="true") == 5
-    assert value(found, "dsv4_hicache_layer_loads_total", rank="0") == 1
+    assert value(found, "dsv4_hicache_layer_loads_total", rank="0") == 2
+    assert value(found, "dsv4_hicache_layer_loads_completed_total", rank="0") == 1
+    assert value(found, "dsv4_hicache_kv_reads_total", rank="0", gated="true") == 1
+    assert value(found, "dsv4_hicache_kv_reads_total", rank="0", gated="false") == 0
+    assert value(found, "dsv4_probe_errors_total", rank="0") == 3
     assert value(found, "dsv4_hicache_transfer_gap_seconds_count", rank="0") == 2
     assert value(found, "dsv4_hicache_transfer_gap_seconds_bucket", rank="0", le="0.001") == 0
     assert value(found, "dsv4_hicache_transfer_gap_seconds_bucket", rank="0", le="0.005") == 2
