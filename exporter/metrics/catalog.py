@@ -20,6 +20,8 @@ from prometheus_client.core import (
     Metric,
 )
 
+from exporter.probe.snapshot import GAP_BUCKETS_S
+
 Kind = Literal["gauge", "counter", "histogram", "info"]
 
 
@@ -355,4 +357,112 @@ FOOTPRINT_STATUS = _m(
     "bad_config, budget) when it is not.",
     ("reason",),
     "footprint",
+)
+
+# --- probe ---------------------------------------------------------------------------------
+# From the in-process probe's per-rank snapshot files (exporter/sources/probe_files.py). A
+# down rank keeps only up/last_report/down_reason: its counters are dropped, not frozen.
+PROBE_UP = _m(
+    "dsv4_probe_up",
+    "gauge",
+    "1 while the rank's in-process probe rewrites its snapshot file; 0 when the file is stale, "
+    "closed, unreadable or its writer is gone (see dsv4_probe_down_reason). Polled.",
+    ("rank",),
+    "probe",
+)
+PROBE_LAST_REPORT = _m(
+    "dsv4_probe_last_report_timestamp_seconds",
+    "gauge",
+    "Wall-clock time of the rank's last valid probe snapshot (alert on time() - this).",
+    ("rank",),
+    "probe",
+)
+PROBE_DOWN = _m(
+    "dsv4_probe_down_reason",
+    "gauge",
+    "1 for a down rank, with why: stale, writer_exited, writer_dead, unreadable, malformed, "
+    "unsupported_version.",
+    ("rank", "reason"),
+    "probe",
+)
+PROBE_INFO = _m(
+    "dsv4_probe_info",
+    "info",
+    "Per up rank: how transfer gaps are timed (device_events, host_bound, none), the probe "
+    "version and whether sampled index-K verification is on.",
+    ("rank", "gap_source", "probe_version", "verify"),
+    "probe",
+)
+PROBE_HOOK = _m(
+    "dsv4_probe_hook_installed",
+    "gauge",
+    "1 when the probe wrapped that SGLang method in the rank's process, 0 when this SGLang "
+    "version lacks it (that measurement is off). index_k_* and kv_* hooks are the pool's "
+    "accessors; load_start, layer_done, consumer, wait, counter_reset are LayerDoneCounter's.",
+    ("rank", "hook"),
+    "probe",
+)
+PROBE_ERRORS = _m(
+    "dsv4_probe_errors_total",
+    "counter",
+    "Exceptions caught inside the probe (never raised into SGLang); a hook failing 100 times "
+    "is switched off.",
+    ("rank",),
+    "probe",
+)
+HICACHE_LAYER_LOADS = _m(
+    "dsv4_hicache_layer_loads_total",
+    "counter",
+    "HiCache host-to-device layer loads started (one per layer per load-back), from the probe.",
+    ("rank",),
+    "probe",
+)
+HICACHE_LAYER_LOADS_DONE = _m(
+    "dsv4_hicache_layer_loads_completed_total",
+    "counter",
+    "HiCache layer loads seen completed (their load event fired), from the probe.",
+    ("rank",),
+    "probe",
+)
+HICACHE_INDEX_K_READS = _m(
+    "dsv4_hicache_index_k_reads_total",
+    "counter",
+    "Reads of a c4 layer's index-K buffer while a HiCache load was bound to the forward pass; "
+    'gated="false" means the reading stream had not waited for that layer\'s load event: the '
+    "index-K race. Should stay 0.",
+    ("rank", "gated"),
+    "probe",
+)
+HICACHE_KV_READS = _m(
+    "dsv4_hicache_kv_reads_total",
+    "counter",
+    "Same as dsv4_hicache_index_k_reads_total for the main KV accessors (SWA, compressed, "
+    "unified KV), for comparison.",
+    ("rank", "gated"),
+    "probe",
+)
+HICACHE_GAP = _m(
+    "dsv4_hicache_transfer_gap_seconds",
+    "histogram",
+    "For each ungated index-K read: how long the layer's load was still outstanding when the "
+    "read ran (CUDA events; a host-side upper bound without them). le=0 holds reads whose "
+    "layer had already landed.",
+    ("rank",),
+    "probe",
+    GAP_BUCKETS_S,
+)
+HICACHE_CHECKS = _m(
+    "dsv4_hicache_index_k_checksum_checks_total",
+    "counter",
+    "Sampled index-K reads checksummed against the layer as loaded (DSV4_PROBE_VERIFY > 0).",
+    ("rank",),
+    "probe",
+)
+HICACHE_MISMATCHES = _m(
+    "dsv4_hicache_index_k_checksum_mismatches_total",
+    "counter",
+    "Sampled index-K reads whose data differed from the layer as loaded: the reader saw stale "
+    "or half-loaded index-K (DSV4_PROBE_VERIFY > 0).",
+    ("rank",),
+    "probe",
 )

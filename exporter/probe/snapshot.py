@@ -1,0 +1,413 @@
+"""The probe's snapshot file: one small JSON document per rank, written atomically.
+
+This module is the single definition of the format. The in-process probe writes it from inside
+SGLang, the simulator writes it for simulated ranks, and the sidecar's probe source reads it, so
+it is pure standard library: no torch, no prometheus_client.
+
+Layout of ``rank-<rank>.json`` (format ``dsv4-probe-snapshot``, version 1)::
+
+    {"format": "dsv4-probe-snapshot", "version": 1, "rank": "0",
+     "pid": 4242, "pid_namespace": "pid:[4026531836]", "hostname": "pod-a",
+     "started_at": 1.7e9, "written_at": 1.7e9, "seq": 12, "closed": false,
+     "probe_version": "0.1.0", "gap_source": "device_events",
+     "hooks": {"index_k_with_scale": true, ...}, "errors": 0, "load_ops": 3,
+     "layers": {"0": {"loads_started": 3, "loads_completed": 3, "index_k_gated": 0,
+                      "index_k_ungated": 3, "kv_gated": 6, "kv_ungated": 0}, ...},
+     "gap": {"bounds": [0.0, 1e-05, ...], "counts": [..., n_inf], "sum": 0.012,
+             "dropped": 0},
+     "verify": {"enabled": false, "sample_rate": 0.0, "checks": 0, "mismatches": 0}}
+
+``layers`` is keyed by the layer index local to the rank's pipeline stage (what SGLang's
+LayerDoneCounter counts); ``gap.counts`` are per-bucket (not cumulative) with the +Inf bucket
+last. ``written_at`` is the writer's wall clock; a reader treats an old one as a dead writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "dsv4-probe-snapshot"
+VERSION = 1
+FILE_PREFIX = "rank-"
+FILE_SUFFIX = ".json"
+# Big enough for a few hundred layers; anything larger is not ours.
+MAX_FILE_BYTES = 1 << 20
+RANK_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+# Transfer-gap histogram bounds in seconds. The le="0" bucket holds ungated reads whose layer
+# had already landed when the read ran (the gate was missing but the race was not hit); every
+# other bucket is a read that ran while its layer was still being copied.
+GAP_BUCKETS_S: tuple[float, ...] = (
+    0.0,
+    1e-05,
+    2.5e-05,
+    5e-05,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
+
+# Every hook the probe knows, by a short bounded name (a label value on the sidecar side).
+INDEX_K_HOOKS: tuple[str, ...] = (
+    "index_k_with_scale",
+    "index_k_scale",
+    "index_k_fp4_payload",
+    "index_k_fp4_scale",
+)
+KV_HOOKS: tuple[str, ...] = ("kv_swa", "kv_swa_radix", "kv_extra", "kv_unified", "kv_unified_rope")
+LOAD_HOOKS: tuple[str, ...] = ("load_start", "layer_done", "consumer", "wait", "counter_reset")
+HOOK_NAMES: tuple[str, ...] = INDEX_K_HOOKS + KV_HOOKS + LOAD_HOOKS
+
+GAP_SOURCES = ("device_events", "host_bound", "none")
+LAYER_FIELDS = (
+    "loads_started",
+    "loads_completed",
+    "index_k_gated",
+    "index_k_ungated",
+    "kv_gated",
+    "kv_ungated",
+)
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be used; ``reason`` is a bounded label value."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class LayerCounts:
+    """Counters of one layer. Plain attributes so the probe's hot path is one increment."""
+
+    __slots__ = LAYER_FIELDS
+
+    def __init__(self) -> None:
+        for name in LAYER_FIELDS:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in LAYER_FIELDS}
+
+
+class GapHistogram:
+    """Transfer gaps of ungated reads, in seconds, over :data:`GAP_BUCKETS_S`."""
+
+    def __init__(self, bounds: Iterable[float] = GAP_BUCKETS_S) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.dropped = 0
+
+    def observe(self, seconds: float) -> None:
+        seconds = max(0.0, float(seconds))
+        i = 0
+        for bound in self.bounds:
+            if seconds <= bound:
+                break
+            i += 1
+        self.counts[i] += 1
+        self.sum += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bounds": list(self.bounds),
+            "counts": list(self.counts),
+            "sum": self.sum,
+            "dropped": self.dropped,
+        }
+
+
+@dataclass
+class ProbeCounters:
+    """Everything one rank reports. The probe increments it in place; the simulator fills it
+    through the ``count_*`` helpers. Writers snapshot it with :meth:`as_dict`."""
+
+    layers: dict[int, LayerCounts] = field(default_factory=dict)
+    gap: GapHistogram = field(default_factory=GapHistogram)
+    hooks: dict[str, bool] = field(default_factory=dict)
+    gap_source: str = "none"
+    errors: int = 0
+    load_ops: int = 0
+    verify_enabled: bool = False
+    verify_sample_rate: float = 0.0
+    checks: int = 0
+    mismatches: int = 0
+
+    def layer(self, index: int) -> LayerCounts:
+        counts = self.layers.get(index)
+        if counts is None:
+            counts = self.layers.setdefault(index, LayerCounts())
+        return counts
+
+    def count_load(self, layer: int, completed: bool = True) -> None:
+        """One layer copied host-to-device (started, and completed unless told otherwise)."""
+        counts = self.layer(layer)
+        counts.loads_started += 1
+        if completed:
+            counts.loads_completed += 1
+
+    def count_read(self, layer: int, *, index_k: bool, gated: bool) -> None:
+        counts = self.layer(layer)
+        if index_k:
+            if gated:
+                counts.index_k_gated += 1
+            else:
+                counts.index_k_ungated += 1
+        elif gated:
+            counts.kv_gated += 1
+        else:
+            counts.kv_ungated += 1
+
+    def count_check(self, mismatch: bool) -> None:
+        self.checks += 1
+        if mismatch:
+            self.mismatches += 1
+
+    def totals(self) -> dict[str, int]:
+        out = dict.fromkeys(LAYER_FIELDS, 0)
+        for counts in list(self.layers.values()):
+            for name in LAYER_FIELDS:
+                out[name] += getattr(counts, name)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "gap_source": self.gap_source,
+            "hooks": dict(self.hooks),
+            "errors": self.errors,
+            "load_ops": self.load_ops,
+            "layers": {str(k): v.as_dict() for k, v in sorted(list(self.layers.items()))},
+            "gap": self.gap.as_dict(),
+            "verify": {
+                "enabled": self.verify_enabled,
+                "sample_rate": self.verify_sample_rate,
+                "checks": self.checks,
+                "mismatches": self.mismatches,
+            },
+        }
+
+
+def pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[inode]``), so a reader can tell whether the
+    writer's pid means anything in its own namespace; None where /proc is absent."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def snapshot_path(directory: str | os.PathLike[str], rank: str) -> Path:
+    return Path(directory) / f"{FILE_PREFIX}{rank}{FILE_SUFFIX}"
+
+
+def write_snapshot(
+    directory: str | os.PathLike[str],
+    rank: str | int,
+    counters: ProbeCounters,
+    *,
+    pid: int | None = None,
+    started_at: float | None = None,
+    written_at: float | None = None,
+    seq: int = 0,
+    closed: bool = False,
+    probe_version: str | None = None,
+) -> Path:
+    """Write ``rank-<rank>.json`` in ``directory`` atomically (temp file, then rename), so a
+    reader never sees a half-written file. World-readable: the sidecar may run as another user.
+    Returns the path written. Usable without torch (the simulator calls it)."""
+    rank = str(rank)
+    if not RANK_RE.match(rank):
+        raise ValueError(f"rank {rank!r} must match {RANK_RE.pattern}")
+    now = time.time() if written_at is None else written_at
+    if probe_version is None:
+        from exporter import __version__ as probe_version
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "rank": rank,
+        "pid": os.getpid() if pid is None else pid,
+        "pid_namespace": pid_namespace(),
+        "hostname": socket.gethostname(),
+        "started_at": now if started_at is None else started_at,
+        "written_at": now,
+        "seq": seq,
+        "closed": closed,
+        "probe_version": probe_version,
+        **counters.as_dict(),
+    }
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = snapshot_path(directory, rank)
+    tmp = directory / f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return final
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A validated snapshot as the sidecar uses it."""
+
+    rank: str
+    pid: int
+    pid_namespace: str | None
+    hostname: str
+    started_at: float
+    written_at: float
+    seq: int
+    closed: bool
+    probe_version: str
+    gap_source: str
+    hooks: Mapping[str, bool]
+    errors: int
+    load_ops: int
+    layers: Mapping[int, Mapping[str, int]]
+    gap_bounds: tuple[float, ...]
+    gap_counts: tuple[int, ...]
+    gap_sum: float
+    gap_dropped: int
+    verify_enabled: bool
+    verify_sample_rate: float
+    checks: int
+    mismatches: int
+
+    def total(self, name: str) -> int:
+        return sum(layer[name] for layer in self.layers.values())
+
+
+def _num(doc: Mapping[str, Any], key: str, kind: type, minimum: float | None = 0) -> Any:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SnapshotError("malformed", f"{key} is not a number")
+    if kind is int and not isinstance(value, int):
+        raise SnapshotError("malformed", f"{key} is not an integer")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise SnapshotError("malformed", f"{key} is not finite")
+    if minimum is not None and value < minimum:
+        raise SnapshotError("malformed", f"{key} is negative")
+    return kind(value)
+
+
+def parse_snapshot(doc: Any) -> Snapshot:
+    """Validate a decoded document; raises :class:`SnapshotError` with a bounded reason."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SnapshotError("malformed", "not a dsv4 probe snapshot")
+    if doc.get("version") != VERSION:
+        raise SnapshotError("unsupported_version", f"version {doc.get('version')!r}")
+    rank = doc.get("rank")
+    if not isinstance(rank, str) or not RANK_RE.match(rank):
+        raise SnapshotError("malformed", "bad rank")
+    layers_doc = doc.get("layers")
+    if not isinstance(layers_doc, dict):
+        raise SnapshotError("malformed", "layers is not an object")
+    layers: dict[int, dict[str, int]] = {}
+    for key, counts in layers_doc.items():
+        if not (isinstance(key, str) and key.isdigit()) or not isinstance(counts, dict):
+            raise SnapshotError("malformed", f"bad layer entry {key!r}")
+        layers[int(key)] = {name: _num(counts, name, int) for name in LAYER_FIELDS}
+    gap = doc.get("gap")
+    if not isinstance(gap, dict):
+        raise SnapshotError("malformed", "gap is not an object")
+    bounds, counts = gap.get("bounds"), gap.get("counts")
+    if not isinstance(bounds, list) or not isinstance(counts, list):
+        raise SnapshotError("malformed", "gap bounds/counts are not lists")
+    bounds_t = tuple(_num({"b": b}, "b", float, None) for b in bounds)
+    counts_t = tuple(_num({"c": c}, "c", int) for c in counts)
+    if len(counts_t) != len(bounds_t) + 1 or list(bounds_t) != sorted(set(bounds_t)):
+        raise SnapshotError("malformed", "gap buckets are inconsistent")
+    verify = doc.get("verify")
+    hooks = doc.get("hooks")
+    if not isinstance(verify, dict) or not isinstance(hooks, dict):
+        raise SnapshotError("malformed", "verify/hooks are not objects")
+    gap_source = doc.get("gap_source")
+    if gap_source not in GAP_SOURCES:
+        raise SnapshotError("malformed", f"gap_source {gap_source!r}")
+    ns = doc.get("pid_namespace")
+    return Snapshot(
+        rank=rank,
+        pid=_num(doc, "pid", int),
+        pid_namespace=ns if isinstance(ns, str) else None,
+        hostname=str(doc.get("hostname", "")),
+        started_at=_num(doc, "started_at", float),
+        written_at=_num(doc, "written_at", float),
+        seq=_num(doc, "seq", int),
+        closed=bool(doc.get("closed", False)),
+        probe_version=str(doc.get("probe_version", "")),
+        gap_source=gap_source,
+        hooks={str(k): bool(v) for k, v in hooks.items() if k in HOOK_NAMES},
+        errors=_num(doc, "errors", int),
+        load_ops=_num(doc, "load_ops", int),
+        layers=layers,
+        gap_bounds=bounds_t,
+        gap_counts=counts_t,
+        gap_sum=_num(gap, "sum", float),
+        gap_dropped=_num(gap, "dropped", int),
+        verify_enabled=bool(verify.get("enabled", False)),
+        verify_sample_rate=_num(verify, "sample_rate", float),
+        checks=_num(verify, "checks", int),
+        mismatches=_num(verify, "mismatches", int),
+    )
+
+
+def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Read and validate one file. OSError -> reason ``unreadable``; bad content -> ``malformed``
+    (or ``unsupported_version``); a rank that disagrees with the file name -> ``malformed``."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SnapshotError("unreadable", f"{type(exc).__name__}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise SnapshotError("malformed", "file too large")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SnapshotError("malformed", f"not JSON: {exc}") from exc
+    snap = parse_snapshot(doc)
+    expected = rank_from_filename(path.name)
+    if expected is not None and snap.rank != expected:
+        raise SnapshotError("malformed", f"rank {snap.rank!r} in a file named {path.name}")
+    return snap
+
+
+def rank_from_filename(name: str) -> str | None:
+    """``rank-3.json`` -> ``"3"``; None for anything that is not a snapshot file name."""
+    if not (name.startswith(FILE_PREFIX) and name.endswith(FILE_SUFFIX)):
+        return None
+    rank = name[len(FILE_PREFIX) : -len(FILE_SUFFIX)]
+    return rank if RANK_RE.match(rank) else None
