@@ -23,7 +23,8 @@ MIB = 1024**2
 # and the overview dashboard links to the runbook index below it.
 DEFAULT_RUNBOOK_BASE_URL = "https://github.com/dsv4-sidecar/dsv4-sidecar/blob/main/docs/runbooks"
 
-_DURATION = re.compile(r"^[1-9][0-9]*[smhd]$|^0m$")
+# Prometheus durations, compound allowed (1h30m); units as Prometheus spells them.
+_DURATION = re.compile(r"^(?:[0-9]+(?:ms|[smhdwy]))+$")
 
 
 def knob(default: Any, doc: str) -> Any:

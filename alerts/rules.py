@@ -26,6 +26,12 @@ def human_bytes(n: int) -> str:
     return f"{n}B"
 
 
+def num(x: float) -> str:
+    """A number for PromQL at full precision (``:g`` would round 0.2500001 to 0.25)."""
+    text = repr(float(x))
+    return text.removesuffix(".0")
+
+
 def pct(ratio: float) -> str:
     """A ratio as a percentage for descriptions (0.02 -> '2%')."""
     return f"{ratio * 100:g}%"
@@ -156,7 +162,7 @@ def _memory(b: Builder, n: Names) -> None:
             ),
             b.alert(
                 "DSV4KVPoolOvercommit",
-                f"{n.reserve_ratio} > {c.kv_overcommit_critical_reserve_ratio:g}",
+                f"{n.reserve_ratio} > {num(c.kv_overcommit_critical_reserve_ratio)}",
                 c.kv_overcommit_for,
                 "critical",
                 "KV-pool over-commit exceeds the memory reserve.",
@@ -188,7 +194,7 @@ def _memory(b: Builder, n: Names) -> None:
             b.alert(
                 "DSV4GPUMemoryFillingUp",
                 f"predict_linear({free}[{c.gpu_fill_lookback}], {c.gpu_fill_horizon_seconds}) < 0"
-                f"\nand\n{free} / {total} < {c.gpu_fill_max_free_ratio:g}",
+                f"\nand\n{free} / {total} < {num(c.gpu_fill_max_free_ratio)}",
                 c.gpu_fill_for,
                 "warning",
                 "GPU free memory is predicted to run out.",
@@ -216,7 +222,7 @@ def _toolcalls(b: Builder, n: Names) -> None:
         [
             b.alert(
                 "DSV4ToolCallCorruptionHigh",
-                f"{n.degenerate_ratio} > {c.corruption_warning_ratio:g}\nand\n{enough}",
+                f"{n.degenerate_ratio} > {num(c.corruption_warning_ratio)}\nand\n{enough}",
                 c.corruption_warning_for,
                 "warning",
                 "DSML tool-call outputs are degenerating.",
@@ -225,7 +231,7 @@ def _toolcalls(b: Builder, n: Names) -> None:
             ),
             b.alert(
                 "DSV4ToolCallCorruptionHigh",
-                f"{n.degenerate_ratio} > {c.corruption_critical_ratio:g}\nand\n{enough}",
+                f"{n.degenerate_ratio} > {num(c.corruption_critical_ratio)}\nand\n{enough}",
                 c.corruption_critical_for,
                 "critical",
                 "DSML tool-call outputs are heavily corrupted.",
@@ -352,7 +358,8 @@ def _meta(b: Builder) -> None:
                 c.sidecar_absent_for,
                 "warning",
                 "No dsv4-sidecar target is scraped.",
-                f"Prometheus has no target matching {{{c.selector}}}: every DSV4 alert is "
+                f"Prometheus has scraped no target matching {{{c.selector}}} for "
+                f"{c.sidecar_absent_for}: every DSV4 alert of job {{{{ $labels.job }}}} is "
                 "blind. Check the scrape config / ServiceMonitor and that the sidecar "
                 "container is deployed beside the SGLang pod.",
             ),
