@@ -19,6 +19,7 @@ from dashboards.common import (
 A = ALERTS
 READS = "dsv4_hicache_index_k_reads_total"
 UNGATED = 'gated="false"'
+MISMATCHES = "dsv4_hicache_index_k_checksum_mismatches_total"
 
 
 def build() -> dm.Dashboard:
@@ -57,7 +58,7 @@ def build() -> dm.Dashboard:
         "short",
         [
             target(
-                f"sum({increase_range('dsv4_hicache_index_k_checksum_mismatches_total', rank=True)})",
+                f"sum({increase_range(MISMATCHES, rank=True)})",
                 "mismatches",
                 instant=True,
             )
@@ -84,9 +85,7 @@ def build() -> dm.Dashboard:
         "ops",
         [
             target(
-                "sum by (rank) ("
-                + rate("dsv4_hicache_index_k_checksum_mismatches_total", rank=True)
-                + ")",
+                "sum by (rank) (" + rate(MISMATCHES, rank=True) + ")",
                 "rank {{rank}}",
             )
         ],
