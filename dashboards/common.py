@@ -113,7 +113,7 @@ def variables(rank_metric: str | None) -> list:
         _query_variable(
             "job",
             "Job",
-            f"label_values({_IDENTITY}, job)",
+            f"label_values({_IDENTITY}{{}}, job)",
             "Scrape job(s) of the sidecars.",
         ),
         _query_variable(

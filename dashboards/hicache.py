@@ -53,8 +53,8 @@ def build() -> dm.Dashboard:
     )
     b.stat(
         "Checksum mismatches (time range)",
-        "Index-K blocks whose checksum after the load differed from the host copy: the race "
-        "corrupted data, not just risked it.",
+        "Sampled index-K reads whose data differed from the layer as loaded (probe "
+        "verification on): the reader saw stale or half-loaded index-K, not just risked it.",
         "short",
         [
             target(
@@ -94,9 +94,9 @@ def build() -> dm.Dashboard:
     b.row("Transfer gap")
     b.heatmap(
         "Load-to-read gap",
-        "Distribution of the time between a layer's host-to-device load completing and the "
-        "index-K read of that layer (the probe's histogram). Reads racing the load sit at the "
-        "bottom buckets.",
+        "For each ungated index-K read, how long its layer's host-to-device load was still "
+        "outstanding when the read ran (the probe's histogram; le=0 holds reads whose layer "
+        "had already landed). Mass above 0 is the race corrupting reads.",
         "s",
         [
             target(
@@ -110,7 +110,7 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Load-to-read gap quantiles",
-        "p50 and p99 of the load-to-read gap.",
+        "p50 and p99 of how long the load was still outstanding at ungated index-K reads.",
         "s",
         [
             target(
