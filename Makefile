@@ -51,6 +51,8 @@ dashboards: venv
 
 test: venv deb-test lint
 	$(PY) -m exporter.metrics.docgen --check docs/metrics.md
+	$(PY) -m alerts.generate --check
+	$(PY) -m dashboards.generate --check
 	$(PY) -m pytest
 
 demo: venv

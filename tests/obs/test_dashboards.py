@@ -245,3 +245,30 @@ def test_concurrency_panel_has_every_bucket() -> None:
     ]
     buckets = [re.search(r'concurrency_le="([^"]+)"', q.expr).group(1) for q in bars]
     assert buckets == ["1", "4", "8", "16", "32", "64", "128", "+Inf"]
+
+
+def _drop_added_custom(decoded: Any, committed: Any) -> Any:
+    """``decoded`` without the ``custom`` field-config defaults the SDK fills in on decode."""
+    if isinstance(decoded, dict) and isinstance(committed, dict):
+        return {
+            k: _drop_added_custom(v, committed.get(k))
+            for k, v in decoded.items()
+            if not (k == "custom" and k not in committed)
+        }
+    if isinstance(decoded, list) and isinstance(committed, list) and len(decoded) == len(committed):
+        return [_drop_added_custom(a, b) for a, b in zip(decoded, committed, strict=True)]
+    return decoded
+
+
+@pytest.mark.parametrize("stem", sorted(DASHBOARDS))
+def test_json_reads_back_through_the_sdk_schema(stem: str) -> None:
+    """Decoding with the SDK's Grafana 11.6 models loses nothing: every key is a schema field
+    of the right shape (the SDK only adds its per-panel ``custom`` defaults)."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard as DashboardModel
+
+    register_default_plugins()
+    committed = DASHBOARDS[stem]
+    decoded = json.loads(JSONEncoder().encode(DashboardModel.from_json(committed)))
+    assert _drop_added_custom(decoded, committed) == committed
