@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from string import ascii_uppercase
+from typing import Any, TypeVar
 
 from grafana_foundation_sdk.builders import (
     bargauge,
@@ -29,11 +31,15 @@ from grafana_foundation_sdk.builders.dashboard import (
     ThresholdsConfig,
     TimePicker,
 )
+from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from alerts.config import AlertConfig
+
+# Any of the SDK's panel builders (timeseries, stat, ...): they share the panel setters.
+_PanelT = TypeVar("_PanelT", bound=Any)
 
 # The alert thresholds, so panels draw their lines where the alerts fire.
 ALERTS = AlertConfig()
@@ -103,9 +109,9 @@ def _query_variable(name: str, label: str, query: str, description: str) -> Quer
     )
 
 
-def variables(rank_metric: str | None) -> list:
+def variables(rank_metric: str | None) -> list[cogbuilder.Builder[dm.VariableModel]]:
     """datasource, job, instance (and rank, from ``rank_metric``) variables, in that order."""
-    out: list = [
+    out: list[cogbuilder.Builder[dm.VariableModel]] = [
         DatasourceVariable("datasource")
         .label("Data source")
         .description("The Prometheus that scrapes the dsv4-sidecar.")
@@ -212,14 +218,27 @@ class Board:
         self._next_id += 1
         return self._next_id - 1
 
-    def _common(self, p, title: str, description: str, unit: str, w: int, h: int, targets):
+    def _common(
+        self,
+        p: _PanelT,
+        title: str,
+        description: str,
+        unit: str,
+        w: int,
+        h: int,
+        targets: Sequence[prometheus.Dataquery],
+    ) -> _PanelT:
+        """The settings every panel shares: id, title, description, unit, data source, size,
+        and its targets with refIds A, B, ..."""
         p = p.id(self._take_id()).title(title).description(description).unit(unit)
         p = p.datasource(DATASOURCE).span(w).height(h)
-        for ref, t in zip("ABCDEFGHIJKLMNOP", targets, strict=False):
+        if len(targets) > len(ascii_uppercase):
+            raise ValueError(f"{title}: more targets than refIds")
+        for ref, t in zip(ascii_uppercase, targets, strict=False):
             p = p.with_target(t.ref_id(ref))
         return p
 
-    def add(self, panel) -> None:
+    def add(self, panel: cogbuilder.Builder[dm.Panel]) -> None:
         self._dash.with_panel(panel)
 
     def timeseries(
