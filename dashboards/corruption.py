@@ -87,12 +87,19 @@ def build() -> dm.Dashboard:
         stacked=True,
     )
     b.timeseries(
-        "Reasons",
-        "Grading reasons per second (a degenerate sample can carry several). Use the samples "
-        "endpoint for examples of each.",
-        "ops",
-        [target(f"sum by (reason) ({rate('dsv4_dsml_reasons_total')})", "{{reason}}")],
-        stacked=True,
+        "Reasons, share of graded samples",
+        "For each grading reason, the share of graded samples that showed it (a degenerate "
+        "sample can carry several reasons, so shares can add up past the degenerate ratio). "
+        "The samples endpoint has examples of each.",
+        "percentunit",
+        [
+            target(
+                f"sum by (reason) ({rate('dsv4_dsml_reasons_total')})\n"
+                f"/ on () group_left ()\nsum({rate(SAMPLES)})",
+                "{{reason}}",
+            )
+        ],
+        min_val=0,
     )
     b.bars(
         "Top reasons (time range)",
