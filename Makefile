@@ -2,9 +2,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+PY_DIRS := exporter tests bench alerts dashboards
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv deb-test deb-bench test lint fmt demo bench docs clean
+.PHONY: help venv deb-test deb-bench test lint fmt demo bench docs alerts dashboards clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -12,6 +13,8 @@ help:
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff"
 	@echo "make docs   - regenerate generated docs (metrics reference)"
+	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
+	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,18 +32,27 @@ deb-bench:
 	@scripts/ensure-debian-packages.sh prometheus nginx
 
 lint: venv
-	$(VENV)/bin/ruff check exporter tests bench
-	$(VENV)/bin/ruff format --check exporter tests bench
+	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/ruff format --check $(PY_DIRS)
 
 fmt: venv
-	$(VENV)/bin/ruff format exporter tests bench
-	$(VENV)/bin/ruff check --fix exporter tests bench
+	$(VENV)/bin/ruff format $(PY_DIRS)
+	$(VENV)/bin/ruff check --fix $(PY_DIRS)
 
 docs: venv
 	$(PY) -m exporter.metrics.docgen > docs/metrics.md
 
+# Generated observability artefacts; tests/obs fails when the committed output is stale.
+alerts: venv
+	$(PY) -m alerts.generate
+
+dashboards: venv
+	$(PY) -m dashboards.generate
+
 test: venv deb-test lint
 	$(PY) -m exporter.metrics.docgen --check docs/metrics.md
+	$(PY) -m alerts.generate --check
+	$(PY) -m dashboards.generate --check
 	$(PY) -m pytest -q
 
 demo: venv

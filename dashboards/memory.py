@@ -1,0 +1,208 @@
+"""Memory & over-commit: GPU memory per rank, KV pools planned vs allocated, reserve, forecast."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models import dashboard as dm
+
+from dashboards.common import ALERTS, Board, sel, target
+
+A = ALERTS
+FORECAST = (
+    f"predict_linear({sel('dsv4_gpu_memory_free_bytes', rank=True)}"
+    f"[{A.gpu_fill_lookback}], {A.gpu_fill_horizon_seconds})"
+)
+
+
+def build() -> dm.Dashboard:
+    b = Board(
+        "memory-overcommit",
+        "Per-rank GPU memory and the DeepSeek-V4 KV-pool over-commit: what SGLang's "
+        "configurator planned against what the pools really allocate, and the reserve it eats.",
+        rank_metric="dsv4_gpu_memory_total_bytes",
+    )
+
+    b.row("GPU memory (NVML, polled)")
+    b.timeseries(
+        "GPU memory used / total",
+        "NVML used and total bytes per GPU (rank, gpu). Used includes SGLang's pre-allocated KV "
+        "pools, weights, CUDA graphs and the PyTorch cache; reserved is the driver's share.",
+        "bytes",
+        [
+            target(
+                sel("dsv4_gpu_memory_used_bytes", rank=True), "used · rank {{rank}} gpu {{gpu}}"
+            ),
+            target(
+                sel("dsv4_gpu_memory_total_bytes", rank=True), "total · rank {{rank}} gpu {{gpu}}"
+            ),
+            target(
+                sel("dsv4_gpu_memory_reserved_bytes", rank=True),
+                "reserved · rank {{rank}} gpu {{gpu}}",
+            ),
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "GPU memory free",
+        "NVML free bytes per GPU. Dashed lines: the DSV4GPUMemoryHeadroomLow warning and "
+        "critical thresholds.",
+        "bytes",
+        [target(sel("dsv4_gpu_memory_free_bytes", rank=True), "rank {{rank}} gpu {{gpu}}")],
+        steps=(
+            (None, "red"),
+            (A.gpu_free_critical_bytes, "orange"),
+            (A.gpu_free_warning_bytes, "green"),
+        ),
+        min_val=0,
+    )
+    b.timeseries(
+        "Headroom forecast",
+        f"Free bytes now and the linear forecast {A.gpu_fill_horizon_seconds // 60}m ahead from "
+        f"the last {A.gpu_fill_lookback} (the DSV4GPUMemoryFillingUp fit). A forecast below 0 "
+        "on a mostly-full GPU fires that alert.",
+        "bytes",
+        [
+            target(sel("dsv4_gpu_memory_free_bytes", rank=True), "free now · rank {{rank}}"),
+            target(
+                FORECAST,
+                f"forecast +{A.gpu_fill_horizon_seconds // 60}m · rank {{{{rank}}}}",
+            ),
+        ],
+        steps=((None, "red"), (0, "green")),
+    )
+    b.stat(
+        "Least free GPU memory",
+        "The smallest NVML free bytes among the selected GPUs (the first to OOM).",
+        "bytes",
+        [target(f"min({sel('dsv4_gpu_memory_free_bytes', rank=True)})", "min free", instant=True)],
+        steps=(
+            (None, "red"),
+            (A.gpu_free_critical_bytes, "orange"),
+            (A.gpu_free_warning_bytes, "green"),
+        ),
+    )
+    b.stat(
+        "GPUs visible",
+        "GPUs NVML sees per sidecar; a drop fires DSV4GPUCountDropped.",
+        "short",
+        [target(sel("dsv4_gpu_count"), "{{instance}}", instant=True)],
+    )
+
+    b.row("KV pools: plan vs allocation")
+    b.bars(
+        "Planned vs allocated by pool",
+        "Per pool, the bytes SGLang's configurator priced (planned) and the bytes the device "
+        "pool allocates, for the largest selected rank. bf16 index-K under the legacy "
+        "configurator shows as c4_index_k allocated ~2x planned.",
+        "bytes",
+        [
+            target(
+                f"max by (pool) ({sel('dsv4_kv_pool_planned_bytes', rank=True)})",
+                "{{pool}} planned",
+                instant=True,
+            ),
+            target(
+                f"max by (pool) ({sel('dsv4_kv_pool_allocated_bytes', rank=True)})",
+                "{{pool}} allocated",
+                instant=True,
+            ),
+        ],
+        h=10,
+    )
+    b.timeseries(
+        "Unplanned bytes by pool",
+        "Allocated minus planned per pool (largest selected rank): where the over-commit comes "
+        "from. Page padding leaves a small positive remainder in swa_kv, c4_kv and c128_kv.",
+        "bytes",
+        [
+            target(
+                "max by (pool) (\n  "
+                + sel("dsv4_kv_pool_allocated_bytes", rank=True)
+                + "\n  - "
+                + sel("dsv4_kv_pool_planned_bytes", rank=True)
+                + "\n)",
+                "{{pool}}",
+            )
+        ],
+        h=10,
+    )
+    b.timeseries(
+        "Over-commit vs reserve",
+        "Per rank: bytes the pools allocate beyond the plan, and the (1 - mem_fraction_static) "
+        "reserve they come out of. Dashed: the DSV4KVPoolOvercommit warning threshold; "
+        "over-commit above the reserve is critical.",
+        "bytes",
+        [
+            target(sel("dsv4_kv_pool_overcommit_bytes", rank=True), "over-commit · rank {{rank}}"),
+            target(sel("dsv4_memory_reserve_bytes", rank=True), "reserve · rank {{rank}}"),
+        ],
+        steps=((None, "green"), (A.kv_overcommit_warning_bytes, "orange")),
+        min_val=0,
+    )
+    b.stat(
+        "Over-commit share of reserve",
+        "The largest over-commit / reserve ratio among the selected ranks: at 100% activations "
+        "and CUDA graphs no longer fit (DSV4KVPoolOvercommit critical).",
+        "percentunit",
+        [
+            target(
+                f"max(\n  {sel('dsv4_kv_pool_overcommit_bytes', rank=True)}\n  /\n  "
+                f"{sel('dsv4_memory_reserve_bytes', rank=True)}\n)",
+                "over-commit / reserve",
+                instant=True,
+            )
+        ],
+        steps=(
+            (None, "green"),
+            (0.5, "orange"),
+            (A.kv_overcommit_critical_reserve_ratio, "red"),
+        ),
+    )
+    b.stat(
+        "Bytes per full token",
+        "The configurator's coefficient: what the legacy formula prices per full-pool token "
+        "and what the fixed (dtype-aware) formula prices. They differ only for non-fp8 index-K.",
+        "bytes",
+        [target(sel("dsv4_kv_bytes_per_full_token"), "{{pricing}}", instant=True)],
+    )
+    b.timeseries(
+        "Pool tokens",
+        "Token capacity per pool (largest selected rank); full-pool tokens equal SGLang's "
+        "max_total_num_tokens.",
+        "short",
+        [
+            target(f"max by (pool) ({sel('dsv4_kv_pool_tokens', rank=True)})", "{{pool}}"),
+            target(sel("dsv4_sglang_max_total_num_tokens"), "max_total_num_tokens · {{instance}}"),
+        ],
+    )
+    b.timeseries(
+        "Running requests",
+        "Requests SGLang is running: memory pressure beyond the pools grows with them "
+        "(lower --max-running-requests to buy headroom).",
+        "short",
+        [target(sel("dsv4_sglang_running_requests"), "{{instance}}")],
+        min_val=0,
+    )
+
+    b.row("Deployment")
+    b.table(
+        "Deployment",
+        "What the sidecar detected: index-K dtype, configurator (legacy/fixed), HiCache and "
+        "model. bf16 + HiCache, or legacy + non-fp8, fires DSV4RiskyConfiguration.",
+        [target(sel("dsv4_deployment_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+        w=24,
+        h=5,
+    )
+    b.table(
+        "SGLang",
+        "SGLang version and served model, from /server_info.",
+        [target(sel("dsv4_sglang_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+    b.table(
+        "GPUs",
+        "GPU inventory from NVML: name, PCI bus id, driver version per rank.",
+        [target(sel("dsv4_gpu_info", rank=True), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+    return b.build()

@@ -1,0 +1,216 @@
+"""Overview: DSV4 alert states, sidecar and source health, the headline signal of each detail
+dashboard with a link to it."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.models import dashboard as dm
+
+from dashboards.common import (
+    ALERTS,
+    Board,
+    increase_range,
+    link,
+    sel,
+    target,
+    up_down_mappings,
+)
+
+A = ALERTS
+# ALERTS carries the labels of the alerting series; DSV4SidecarAbsent has no instance, so only
+# the job is matched here.
+DSV4_ALERTS = 'ALERTS{alertname=~"DSV4.+", job=~"$job"}'
+FIRING = 'ALERTS{alertname=~"DSV4.+", alertstate="firing", job=~"$job"}'
+PENDING = 'ALERTS{alertname=~"DSV4.+", alertstate="pending", job=~"$job"}'
+
+
+def build() -> dm.Dashboard:
+    b = Board(
+        "overview",
+        "Start here: which DSV4 alerts are pending or firing, whether the sidecars and their "
+        "sources are healthy, and the headline of each detail dashboard.",
+        rank_metric="dsv4_kv_pool_overcommit_bytes",
+    )
+    # Explicit links to the three detail dashboards (the tag dropdown lists them too).
+    for slug in ("memory-overcommit", "tool-call-corruption", "hicache-transfer-gap"):
+        b.link(link(slug))
+
+    b.row("Alerts")
+    b.stat(
+        "Firing DSV4 alerts",
+        "Number of DSV4 alerts firing now for the selected jobs (pending ones excluded).",
+        "short",
+        [target(f"count({FIRING}) or vector(0)", "firing", instant=True)],
+        steps=((None, "green"), (1, "red")),
+        w=4,
+        h=8,
+    )
+    b.table(
+        "Active DSV4 alerts",
+        "Every pending or firing DSV4 alert with its labels; the alert name links to its runbook.",
+        [
+            target(
+                f"max by (alertname, alertstate, severity, instance, rank, source, risk) "
+                f"({DSV4_ALERTS})",
+                instant=True,
+                fmt="table",
+            )
+        ],
+        hidden_columns=("Time", "Value"),
+        links=(("alertname", A.runbook_base_url + "/${__data.fields.alertname}.md"),),
+        w=20,
+        h=8,
+    )
+    b.states(
+        "DSV4 alert history",
+        "Alert states over time (pending orange, firing red), one row per alert and severity.",
+        [
+            target(
+                f"max by (alertname, severity) (\n  {PENDING}\n  or\n  ({FIRING} + 1)\n)",
+                "{{alertname}} · {{severity}}",
+            )
+        ],
+        mappings=[
+            dm.ValueMap(
+                options={
+                    "1": dm.ValueMappingResult(text="pending", color="orange", index=0),
+                    "2": dm.ValueMappingResult(text="firing", color="red", index=1),
+                }
+            )
+        ],
+        steps=((None, "orange"), (2, "red")),
+        w=24,
+    )
+
+    b.row("Sidecar health")
+    b.states(
+        "Sidecar targets",
+        "Prometheus' scrape health of each sidecar (DSV4SidecarDown / DSV4SidecarAbsent).",
+        [target('up{job=~"$job", instance=~"$instance"}', "{{instance}}")],
+        mappings=up_down_mappings(),
+        steps=((None, "red"), (1, "green")),
+    )
+    b.states(
+        "Sources",
+        "Each source the sidecar polls (NVML, SGLang, canary, tap, probe): 1 when its last poll "
+        "succeeded.",
+        [target(sel("dsv4_source_up"), "{{instance}} · {{source}}")],
+        mappings=up_down_mappings(),
+        steps=((None, "red"), (1, "green")),
+    )
+    b.timeseries(
+        "Source staleness",
+        f"Age of the last successful NVML and SGLang poll; DSV4NVMLDown / DSV4SGLangDown fire "
+        f"past {A.source_stale_seconds}s.",
+        "s",
+        [
+            target(
+                f"time() - {sel('dsv4_nvml_last_success_timestamp_seconds')}",
+                "nvml · {{instance}}",
+            ),
+            target(
+                f"time() - {sel('dsv4_sglang_last_success_timestamp_seconds')}",
+                "sglang · {{instance}}",
+            ),
+        ],
+        steps=((None, "green"), (A.source_stale_seconds, "red")),
+        min_val=0,
+    )
+    b.timeseries(
+        "Source errors",
+        "Poll failures per second by error (NVML) and reason (SGLang).",
+        "ops",
+        [
+            target(
+                f"sum by (instance, error) (rate({sel('dsv4_nvml_errors_total')}"
+                "[$__rate_interval]))",
+                "nvml {{error}} · {{instance}}",
+            ),
+            target(
+                f"sum by (instance, reason) (rate({sel('dsv4_sglang_errors_total')}"
+                "[$__rate_interval]))",
+                "sglang {{reason}} · {{instance}}",
+            ),
+        ],
+    )
+    b.timeseries(
+        "NVML collect duration",
+        "How long one NVML poll takes (collection runs off the scrape path).",
+        "s",
+        [target(sel("dsv4_nvml_collect_duration_seconds"), "{{instance}}")],
+        min_val=0,
+    )
+    b.table(
+        "Versions",
+        "Sidecar build and Python version per instance.",
+        [target(sel("dsv4_sidecar_build_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+
+    b.row("Headlines")
+    b.stat(
+        "Largest KV over-commit",
+        "Largest bytes allocated beyond the plan on any selected rank. Opens Memory & over-commit.",
+        "bytes",
+        [
+            target(
+                f"max({sel('dsv4_kv_pool_overcommit_bytes', rank=True)})",
+                "over-commit",
+                instant=True,
+            )
+        ],
+        steps=((None, "green"), (A.kv_overcommit_warning_bytes, "orange")),
+        links=[link("memory-overcommit", "Memory & over-commit")],
+    )
+    b.stat(
+        "Least free GPU memory",
+        "Smallest NVML free bytes on any selected GPU. Opens Memory & over-commit.",
+        "bytes",
+        [target(f"min({sel('dsv4_gpu_memory_free_bytes', rank=True)})", "min free", instant=True)],
+        steps=(
+            (None, "red"),
+            (A.gpu_free_critical_bytes, "orange"),
+            (A.gpu_free_warning_bytes, "green"),
+        ),
+        links=[link("memory-overcommit", "Memory & over-commit")],
+    )
+    b.stat(
+        "Degenerate ratio (time range)",
+        "Degenerate share of all graded samples over the time range, all sources. Opens "
+        "Tool-call corruption.",
+        "percentunit",
+        [
+            target(
+                "sum("
+                + increase_range("dsv4_dsml_samples_total", 'verdict="degenerate"')
+                + ")\n/\nsum("
+                + increase_range("dsv4_dsml_samples_total")
+                + ")",
+                "degenerate",
+                instant=True,
+            )
+        ],
+        steps=(
+            (None, "green"),
+            (A.corruption_warning_ratio, "orange"),
+            (A.corruption_critical_ratio, "red"),
+        ),
+        links=[link("tool-call-corruption", "Tool-call corruption")],
+    )
+    b.stat(
+        "Ungated index-K reads (time range)",
+        "Index-K reads not gated by the HiCache layer load over the time range. Opens HiCache "
+        "transfer gap.",
+        "short",
+        [
+            target(
+                "sum("
+                + increase_range("dsv4_hicache_index_k_reads_total", 'gated="false"', rank=True)
+                + ")",
+                "ungated",
+                instant=True,
+            )
+        ],
+        steps=((None, "green"), (1, "red")),
+        links=[link("hicache-transfer-gap", "HiCache transfer gap")],
+    )
+    return b.build()
