@@ -1,0 +1,71 @@
+"""The DSML grader: is a DeepSeek tool-call output well-formed or degenerate?
+
+A pure library (text in, verdict out; no I/O, no logging). Entry points:
+
+- :func:`grade_text` — a raw completion (``/generate`` text, or what a tap reassembled).
+- :func:`grade_openai_response` — a chat completion object, a list of SSE chunk objects, or
+  raw SSE bytes; :func:`reassemble` gives the channels without grading.
+- :class:`StreamingGrader` / :class:`StreamingResponseGrader` — the same, fed chunk by chunk.
+- :data:`VERDICTS` and :data:`REASONS` — the closed label sets for metrics (pre-create at 0).
+
+See ``docs/dsml-grading.md`` for every verdict, reason code and threshold.
+"""
+
+from exporter.dsml.catalog import (
+    DEGENERATE,
+    ERROR,
+    FAMILIES,
+    NO_TOOL_CALL,
+    REASON_SPECS,
+    REASONS,
+    SUSPECT,
+    TRUNCATED,
+    VERDICTS,
+    WELL_FORMED,
+    ReasonSpec,
+)
+from exporter.dsml.encode import render_block, render_completion, render_invoke
+from exporter.dsml.grader import grade_text
+from exporter.dsml.openai import (
+    Assembled,
+    Assembler,
+    StreamingResponseGrader,
+    grade_openai_response,
+    reassemble,
+)
+from exporter.dsml.result import ChannelSpan, Finding, Result, ToolCall, decide_verdict
+from exporter.dsml.schema import ToolSet, ToolSpec
+from exporter.dsml.streaming import StreamingGrader
+from exporter.dsml.thresholds import DEFAULT_MAX_CHARS
+
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "DEGENERATE",
+    "ERROR",
+    "FAMILIES",
+    "NO_TOOL_CALL",
+    "REASONS",
+    "REASON_SPECS",
+    "SUSPECT",
+    "TRUNCATED",
+    "VERDICTS",
+    "WELL_FORMED",
+    "Assembled",
+    "Assembler",
+    "ChannelSpan",
+    "Finding",
+    "ReasonSpec",
+    "Result",
+    "StreamingGrader",
+    "StreamingResponseGrader",
+    "ToolCall",
+    "ToolSet",
+    "ToolSpec",
+    "decide_verdict",
+    "grade_openai_response",
+    "grade_text",
+    "reassemble",
+    "render_block",
+    "render_completion",
+    "render_invoke",
+]

@@ -1,0 +1,299 @@
+"""Grade one raw completion: split channels, run the grammar, run the text heuristics, decide.
+
+The pieces are shared with the OpenAI-shaped grader (:mod:`exporter.dsml.openai`), which
+differs only in where the channels come from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.dsml import markers as m
+from exporter.dsml.catalog import ERROR, SUSPECT, WELL_FORMED
+from exporter.dsml.fastpath import parse_canonical
+from exporter.dsml.quoting import Quoting
+from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, decide_verdict
+from exporter.dsml.schema import ToolSet
+from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
+from exporter.dsml.textcheck import check_text
+from exporter.dsml.tokens import Special, Tag, Think, scan
+
+_GRAMMAR_ALIASES = {
+    None: None,
+    "auto": None,
+    "v4": "v4",
+    "4": "v4",
+    "v3.2": "v3.2",
+    "3.2": "v3.2",
+    "v32": "v3.2",
+}
+_ASCII_EOS = f"<|end{m.LOW}of{m.LOW}sentence|>"
+_STOPS = ("stop", "tool_calls", "eos")
+
+
+def normalize_grammar(grammar: str | None) -> str | None:
+    """``v4`` | ``v3.2`` | None (auto: the first block's name decides). ValueError otherwise."""
+    key = grammar.strip().lower() if isinstance(grammar, str) else grammar
+    if key not in _GRAMMAR_ALIASES:
+        raise ValueError(f"unknown grammar {grammar!r}: use v4, v3.2 or auto")
+    return _GRAMMAR_ALIASES[key]
+
+
+def cut(text: str, max_chars: int | None) -> tuple[str, int | None, int]:
+    """(kept text, offset of the cut or None, characters dropped): first half + last half."""
+    if max_chars is None or len(text) <= max_chars:
+        return text, None, 0
+    head = max(0, max_chars) // 2
+    tail = max(0, max_chars) - head
+    kept = text[:head] + (text[len(text) - tail :] if tail else "")
+    return kept, head, len(text) - head - tail
+
+
+def split_think(think_at: int, thinking: bool | None, n: int) -> tuple[int | None, int]:
+    """(end of reasoning or None, start of content) from the first ``</think>`` offset."""
+    if thinking is False:
+        return None, 0
+    if think_at < 0:
+        return (n, n) if thinking else (None, 0)
+    return think_at, think_at + len(m.THINK_CLOSE)
+
+
+def think_in_kept(think_at: int, gap: int | None, dropped: int) -> tuple[int, bool]:
+    """Map the first ``</think>`` of the uncut text into the kept text.
+
+    Returns (offset, present): when the tag fell into the dropped middle, reasoning ends at
+    the cut and no tag is present in the kept text.
+    """
+    if think_at < 0 or gap is None:
+        return think_at, think_at >= 0
+    if think_at + len(m.THINK_CLOSE) <= gap:
+        return think_at, True
+    if think_at >= gap + dropped:
+        return think_at - dropped, True
+    return gap, False
+
+
+def grade_text(
+    text: str | bytes,
+    *,
+    grammar: str | None = None,
+    finish_reason: str | None = None,
+    tools: object = None,
+    thinking: bool | None = None,
+    max_chars: int | None = None,
+) -> Result:
+    """Grade a raw completion (``{reasoning}</think>{content}{block}[EOS]``).
+
+    ``grammar``: ``v4``, ``v3.2`` or None to take it from the block. ``tools``: names, OpenAI
+    tool objects, ``{name: schema}`` or a :class:`ToolSet`; None skips tool checks.
+    ``thinking``: True (text starts in reasoning), False (no reasoning), None (split at the
+    first ``</think>`` if any). ``max_chars``: keep only head and tail beyond this size.
+    Never raises on any text; linear time.
+    """
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", "replace")
+    if not isinstance(text, str):
+        return error_result(f"text must be str, not {type(text).__name__}")
+    think_at = text.find(m.THINK_CLOSE)
+    kept, gap, dropped = cut(text, max_chars)
+    return grade_kept(
+        kept,
+        think_at,
+        gap,
+        dropped,
+        grammar=normalize_grammar(grammar),
+        finish_reason=finish_reason,
+        tools=ToolSet.from_any(tools),
+        thinking=thinking,
+    )
+
+
+def grade_kept(
+    kept: str,
+    think_at: int,
+    gap: int | None,
+    dropped: int,
+    *,
+    grammar: str | None,
+    finish_reason: str | None,
+    tools: ToolSet | None,
+    thinking: bool | None,
+) -> Result:
+    """Grade text already cut to size; ``think_at`` is the first ``</think>`` of the uncut text.
+
+    Shared by :func:`grade_text` and the streaming grader, which is what makes their results
+    identical."""
+    sink = FindingSink()
+    at, present = think_in_kept(think_at, gap, dropped)
+    r_end, c_start = split_think(at, thinking, len(kept))
+    if r_end is not None and not present and at >= 0:
+        c_start = r_end  # the tag itself was dropped with the middle
+    channels: list[ChannelSpan] = []
+    if r_end is not None:
+        channels.append(ChannelSpan("reasoning", 0, r_end))
+        analyze_reasoning(sink, kept[:r_end], 0, _rel_gap(gap, 0, r_end))
+    content = kept[c_start:]
+    channels.append(ChannelSpan("content", c_start, len(kept)))
+    part = analyze_content(
+        sink,
+        content,
+        c_start,
+        grammar=grammar,
+        tools=tools,
+        finish_reason=finish_reason,
+        gap=_rel_gap(gap, c_start, len(kept)),
+    )
+    channels.extend(
+        ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
+    )
+    _end_reasons(sink, part, finish_reason, len(kept), empty=part.visible_empty)
+    if gap is not None:
+        sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
+    calls = [_shift(c, c_start) for c in part.parsed.calls]
+    return finish(
+        sink,
+        calls,
+        kept,
+        channels,
+        part.parsed.grammar,
+        finish_reason,
+        ((gap, dropped),) if gap is not None else (),
+    )
+
+
+def finish(
+    sink: FindingSink,
+    calls: list[ToolCall],
+    text: str,
+    channels: list[ChannelSpan],
+    grammar: str | None,
+    finish_reason: str | None,
+    cuts: tuple[tuple[int, int], ...],
+) -> Result:
+    verdict = decide_verdict(sink.counts, bool(calls), finish_reason)
+    keep = calls if verdict in (WELL_FORMED, SUSPECT) else []
+    return Result(
+        verdict,
+        sink.sorted(),
+        tuple(keep),
+        text,
+        tuple(channels),
+        grammar,
+        finish_reason,
+        cuts,
+    )
+
+
+def error_result(message: str) -> Result:
+    sink = FindingSink()
+    sink.add("bad_input", 0, 0, "input", message[:200])
+    return Result(ERROR, sink.sorted(), error=message[:200])
+
+
+def _rel_gap(gap: int | None, start: int, end: int) -> int | None:
+    return gap - start if gap is not None and start <= gap <= end else None
+
+
+def _shift(call: ToolCall, base: int) -> ToolCall:
+    return ToolCall(call.name, call.arguments, call.start + base, call.end + base)
+
+
+@dataclass
+class ContentPart:
+    parsed: Parsed
+    visible_empty: bool
+
+
+def analyze_reasoning(sink: FindingSink, text: str, base: int, gap: int | None = None) -> None:
+    """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call."""
+    quoting = Quoting(text)
+    for ev in scan(text):
+        if isinstance(ev, Tag):
+            if not quoting.covers(ev.start):
+                sink.add("dsml_in_reasoning", ev.start + base, ev.end + base, "reasoning", ev.name)
+        elif isinstance(ev, Special):
+            if not quoting.covers(ev.start):
+                sink.add("special_token_leak", ev.start + base, ev.end + base, "reasoning", ev.name)
+        elif isinstance(ev, Think) and not ev.closing and not quoting.covers(ev.start):
+            sink.add("think_tag_leak", ev.start + base, ev.end + base, "reasoning", "<think>")
+    for code, a, b, detail in check_text(text):
+        sink.add(code, a + base, b + base, "reasoning", detail)
+
+
+def analyze_content(
+    sink: FindingSink,
+    text: str,
+    base: int,
+    *,
+    grammar: str | None,
+    tools: ToolSet | None,
+    finish_reason: str | None,
+    gap: int | None = None,
+    block_channel: str = "tool_calls",
+    channel: str = "content",
+) -> ContentPart:
+    """Run the grammar and the heuristics over a content channel (offsets shifted by ``base``)."""
+    body_end = len(text)
+    tail = text.rstrip()
+    if tail.endswith(m.EOS):
+        body_end = len(tail) - len(m.EOS)
+    elif tail.endswith(_ASCII_EOS):
+        body_end = len(tail) - len(_ASCII_EOS)
+        sink.add("marker_ascii_pipe", body_end + base, len(tail) + base, channel, "EOS")
+    blocks: list[tuple[int, int]] = []
+    inside = [False]  # the grammar pass is inside a block right now
+    machine: Machine | None = None
+
+    def where(pos: int) -> str:
+        if inside[0] or any(a <= pos < b for a, b in blocks):
+            return block_channel
+        return channel
+
+    def report(code: str, start: int, end: int, detail: str) -> None:
+        if machine is not None:
+            inside[0] = machine.state in (BLOCK, INVOKE, VALUE)
+        sink.add(code, start + base, end + base, where(start), detail)
+
+    parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
+    if parsed is None:
+        events = scan(text)
+        if grammar is None and _spaced_dialect(events, body_end):
+            first = next(e for e in events if isinstance(e, Tag))
+            report("grammar_unsupported", first.start, first.end, "spaced DSML dialect (V4.1?)")
+            events = [e for e in events if not isinstance(e, Tag)]
+        machine = Machine(
+            text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
+        )
+        parsed = machine.run(events, body_end)
+        machine = None
+        inside[0] = False
+    blocks.extend(parsed.blocks)
+    if parsed.open_at_end:  # the text ended inside a block
+        blocks.append((parsed.open_block_start, len(text)))
+    for code, a, b, detail in check_text(text):
+        report(code, a, b, detail)
+    return ContentPart(parsed, not text[:body_end].strip())
+
+
+def _spaced_dialect(events: list, body_end: int) -> bool:
+    """All DSML tags use the spaced marker with dialect names: another grammar, not scored."""
+    seen = False
+    for e in events:
+        if isinstance(e, Tag) and e.start < body_end:
+            if e.variant != "spaced" or e.name not in m.SPACED_DIALECT_NAMES:
+                return False
+            seen = True
+    return seen
+
+
+def _end_reasons(
+    sink: FindingSink, part: ContentPart, finish_reason: str | None, n: int, *, empty: bool
+) -> None:
+    parsed = part.parsed
+    if finish_reason == "length":
+        if parsed.open_at_end:
+            sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
+        elif not parsed.calls and not parsed.blocks:
+            sink.add("length_no_call", n, n, "content", "finish_reason length")
+    elif finish_reason in _STOPS and empty and not parsed.dsml_seen:
+        sink.add("empty_stop", n, n, "content", f"finish_reason {finish_reason}")

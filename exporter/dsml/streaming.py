@@ -1,0 +1,156 @@
+"""Incremental grading: feed chunks as they stream, get the same Result as the whole text.
+
+The grade of a tool call depends on its end (an open block is truncation or corruption only once
+finish_reason is known), so chunks are kept, within a memory cap, and graded at ``finish``.
+What must be tracked on the way is tracked on the way: the first ``</think>`` (which may fall in
+the dropped middle of an oversized stream) and UTF-8 sequences split across byte chunks. Both
+paths call :func:`grader.grade_kept` on identical kept text, hence identical results.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections import deque
+
+from exporter.dsml import markers as m
+from exporter.dsml import thresholds as t
+from exporter.dsml.grader import grade_kept, normalize_grammar
+from exporter.dsml.result import Result
+from exporter.dsml.schema import ToolSet
+
+
+class HeadTail:
+    """Keeps the first ``cap // 2`` and the last ``cap - cap // 2`` characters of a stream."""
+
+    def __init__(self, cap: int) -> None:
+        cap = max(0, int(cap))
+        self.cap = cap
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail: deque[str] = deque()
+        self._tail_len = 0
+        self.total = 0
+
+    def append(self, s: str) -> None:
+        if not s:
+            return
+        self.total += len(s)
+        if self._head_len < self.head_cap:
+            take = s[: self.head_cap - self._head_len]
+            self._head.append(take)
+            self._head_len += len(take)
+            s = s[len(take) :]
+            if not s:
+                return
+        self._tail.append(s)
+        self._tail_len += len(s)
+        while self._tail and self._tail_len - len(self._tail[0]) >= self.tail_cap:
+            self._tail_len -= len(self._tail.popleft())
+
+    def kept(self) -> tuple[str, int | None, int]:
+        """(kept text, offset of the cut or None, characters dropped) as :func:`grader.cut`."""
+        head = "".join(self._head)
+        tail = "".join(self._tail)
+        if self.total <= self.cap:
+            return head + tail, None, 0
+        tail = tail[len(tail) - self.tail_cap :] if self.tail_cap else ""
+        return head + tail, len(head), self.total - len(head) - len(tail)
+
+
+class FirstMatch:
+    """Offset of the first occurrence of ``needle`` in a stream seen chunk by chunk."""
+
+    def __init__(self, needle: str) -> None:
+        self.needle = needle
+        self.at = -1
+        self._carry = ""
+        self._seen = 0  # characters before the carry
+
+    def feed(self, s: str) -> None:
+        if self.at >= 0 or not s:
+            return
+        window = self._carry + s
+        i = window.find(self.needle)
+        if i >= 0:
+            self.at = self._seen + i
+            return
+        keep = len(self.needle) - 1
+        cut_at = max(0, len(window) - keep)
+        self._seen += cut_at
+        self._carry = window[cut_at:]
+
+
+class TextDecoder:
+    """str or UTF-8 bytes in, str out; a multi-byte character split across chunks is joined.
+
+    Invalid bytes become U+FFFD exactly as ``bytes.decode("utf-8", "replace")`` of the whole.
+    """
+
+    def __init__(self) -> None:
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def decode(self, chunk: str | bytes | bytearray) -> str:
+        if isinstance(chunk, str):
+            return self._dec.decode(b"", final=True) + chunk
+        return self._dec.decode(bytes(chunk))
+
+    def flush(self) -> str:
+        return self._dec.decode(b"", final=True)
+
+
+class StreamingGrader:
+    """Grade a raw completion fed in chunks (str or bytes, any split).
+
+    ``finish(finish_reason)`` returns what :func:`grade_text` returns for the concatenation with
+    ``max_chars`` set to this grader's cap. Memory stays within about ``max_chars`` characters.
+    """
+
+    def __init__(
+        self,
+        *,
+        grammar: str | None = None,
+        tools: object = None,
+        thinking: bool | None = None,
+        max_chars: int = t.DEFAULT_MAX_CHARS,
+    ) -> None:
+        self.grammar = normalize_grammar(grammar)
+        self.tools = ToolSet.from_any(tools)
+        self.thinking = thinking
+        self._buf = HeadTail(max_chars)
+        self._think = FirstMatch(m.THINK_CLOSE)
+        self._decoder = TextDecoder()
+
+    @property
+    def chars_seen(self) -> int:
+        return self._buf.total
+
+    def feed(self, chunk: str | bytes | bytearray) -> None:
+        text = self._decoder.decode(chunk)
+        self._push(text)
+
+    def _push(self, text: str) -> None:
+        if text:
+            self._think.feed(text)
+            self._buf.append(text)
+
+    def result(self, finish_reason: str | None = None) -> Result:
+        """Grade what has arrived so far (the stream may go on); bytes of a character not yet
+        complete are left out until ``finish``."""
+        kept, gap, dropped = self._buf.kept()
+        return grade_kept(
+            kept,
+            self._think.at,
+            gap,
+            dropped,
+            grammar=self.grammar,
+            finish_reason=finish_reason,
+            tools=self.tools,
+            thinking=self.thinking,
+        )
+
+    def finish(self, finish_reason: str | None = None) -> Result:
+        """Grade the complete stream."""
+        self._push(self._decoder.flush())
+        return self.result(finish_reason)

@@ -1,0 +1,141 @@
+"""Degeneration heuristics over one channel's text: loops, salads, leaks of bytes and controls.
+
+Cost model: a regex that tests a character class at every position runs at roughly a tenth of
+``str.find`` speed here, so each check first screens with C-speed primitives (``isascii``,
+``bytes.translate``, ``bytes.find``/``count``) and runs its exact, offset-reporting pass only
+when the screen says the pattern may be present. Thresholds live in :mod:`thresholds`.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from functools import lru_cache
+
+from exporter.dsml import thresholds as t
+from exporter.dsml.loops import find_loops
+from exporter.dsml.screen import CONTROL, PUNCT, classify
+from exporter.dsml.scripts import find_script_mix
+
+Hit = tuple[str, int, int, str]  # (reason, start, end, detail)
+
+# --- control characters -------------------------------------------------------------------------
+_CTRL = re.compile(r"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f-\x9f]|\x1b(?!\[)")
+_C1 = re.compile(rb"\xc2[\x80-\x9f]")
+
+# --- byte-level BPE leaks and double-encoded UTF-8 ------------------------------------------
+# Continuation bytes 0x80-0xBF as they look after a wrong decode: cp1252 / latin-1 (U+0080-U+00BF
+# and cp1252's specials) or GPT-2 style byte-level BPE (U+0122-U+0143 for 0x80-0xA0 and 0xAD).
+_CONT = (
+    "\u0080-\u00bf\u0122-\u0143"  # latin-1 / byte-level BPE
+    "\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc"  # cp1252 letters
+    "\u2013\u2014\u2018-\u201a\u201c-\u201e\u2020-\u2022\u2026\u2030\u2039\u203a\u20ac\u2122"
+)
+_MOJIBAKE = re.compile(
+    rf"[\u00c2\u00c3\u00d0\u00d1][{_CONT}]"  # 2-byte sequences: Ã©, Â , Ð¿, Ñ€
+    rf"|[\u00e0-\u00ef][{_CONT}]{{2}}"  # 3-byte sequences: â€™, âĢĻ, å¥½
+    rf"|\u00f0[{_CONT}]{{3}}"  # 4-byte sequences: ðŸ˜€, ðŁĺĢ
+    # byte-level space/newline/tab glued into ASCII text: "theĠmodel", "endĊ", "ĠĠ"
+    r"|[a-z0-9.,;:!?)\]}'\"][\u0120\u010a\u0109](?=[A-Za-z0-9])|\u0120\u0120|\u010a\u010a"
+)
+# Lead bytes of the above in UTF-8 (Â Ã Ð Ñ à-ï ð Ġ Ċ ĉ): no such byte pair, no leak possible.
+_MOJIBAKE_SCREEN = re.compile(rb"\xc3[\x82\x83\x90\x91\xa0-\xb0]|\xc4[\x89\x8a\xa0]")
+
+# --- symbol salad ---------------------------------------------------------------------------------
+_SALAD_ASCII = ",.;:!?"
+_SALAD_RUN = re.compile(rf"[^\w\s][^\w]{{{t.SALAD_MIN_RUN - 1},}}")
+_CJK_PUNCT = b"\xe3\x80"  # UTF-8 prefix of U+3000-U+303F (CJK punctuation), not screened above
+
+
+def check_text(text: str) -> list[Hit]:
+    """All text-degeneration hits in ``text`` (offsets relative to it); never raises."""
+    if not text:
+        return []
+    utf8 = text.encode("utf-8", "surrogatepass")
+    screened = classify(utf8)
+    hits: list[Hit] = []
+    hits.extend(_control(text, utf8, screened))
+    if not text.isascii():
+        hits.extend(_replacement(text))
+        hits.extend(_mojibake(text, utf8))
+        mix = find_script_mix(text, screened)
+        if mix is not None:
+            detail = f"{'+'.join(mix.groups)}, {mix.switches} switches"
+            hits.append(("script_mix", mix.start, mix.end, detail))
+    hits.extend(_salad(text, utf8, screened))
+    for loop in find_loops(text):
+        hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
+    return hits
+
+
+def _control(text: str, utf8: bytes, screened: bytes) -> Iterator[Hit]:
+    if (
+        CONTROL not in screened
+        and screened.count(b"\x1b") == utf8.count(b"\x1b[")
+        and (b"\xc2" not in utf8 or not _C1.search(utf8))
+    ):
+        return
+    for found, mt in enumerate(_CTRL.finditer(text)):
+        if found >= 8:
+            break
+        yield ("control_chars", mt.start(), mt.end(), f"U+{ord(mt.group()):04X}")
+
+
+def control_in(text: str) -> str:
+    """``U+XXXX`` of the first control character in ``text``, or ""."""
+    mt = _CTRL.search(text)
+    return f"U+{ord(mt.group()):04X}" if mt else ""
+
+
+def _replacement(text: str) -> Iterator[Hit]:
+    i = text.find("\ufffd")
+    shown = 0
+    while i >= 0 and shown < 8:
+        yield ("replacement_char", i, i + 1, "")
+        shown += 1
+        i = text.find("\ufffd", i + 1)
+
+
+def _mojibake(text: str, utf8: bytes) -> Iterator[Hit]:
+    if (b"\xc3" not in utf8 and b"\xc4" not in utf8) or not _MOJIBAKE_SCREEN.search(utf8):
+        return
+    spans = []
+    for mt in _MOJIBAKE.finditer(text):
+        spans.append(mt.span())
+        if len(spans) >= 8:
+            break
+    if len(spans) >= t.MOJIBAKE_MIN_HITS:
+        for a, b in spans:
+            yield ("bpe_mojibake", a, b, repr(text[a:b]))
+
+
+def _salad(text: str, utf8: bytes, screened: bytes) -> Iterator[Hit]:
+    if PUNCT * t.SALAD_MIN_RUN not in screened and utf8.count(_CJK_PUNCT) < t.SALAD_LONG_NONASCII:
+        return
+    for mt in _SALAD_RUN.finditer(text):
+        run = mt.group()
+        detail = _salad_detail(run)
+        if detail:
+            yield ("symbol_salad", mt.start(), mt.end(), detail)
+            return
+
+
+def _salad_detail(run: str) -> str:
+    """Why ``run`` (no letters or digits) is salad, or "" when it is a rule, banner or art."""
+    chars = "".join(run.split())
+    if len(chars) < t.SALAD_MIN_RUN:
+        return ""
+    punct = {c: chars.count(c) for c in set(chars) if c in _SALAD_ASCII or _is_punct(c)}
+    total = sum(punct.values())
+    if total < t.SALAD_MIN_SHARE * len(chars):
+        return ""
+    non_ascii = sum(n for c, n in punct.items() if not c.isascii())
+    if len(punct) >= t.SALAD_MIN_DISTINCT or non_ascii >= t.SALAD_LONG_NONASCII:
+        return f"{total}/{len(chars)} punctuation, {len(punct)} kinds"
+    return ""
+
+
+@lru_cache(maxsize=4096)
+def _is_punct(ch: str) -> bool:
+    return not ch.isascii() and unicodedata.category(ch).startswith("P")

@@ -1,0 +1,78 @@
+"""Every number the text heuristics use, in one place, with why it has the value it has.
+
+The principle: degeneration under load runs long (loops and salads continue for hundreds of
+tokens, often until max_tokens), while normal text in many languages, code, JSON, diffs and
+shell commands has short bursts of the same shapes. So each threshold sits well above what the
+false-positive corpus (``tests/dsml/fp_corpus.py``) produces and well below what the degenerate
+corpus contains; ``docs/dsml-grading.md`` gives the table.
+"""
+
+from __future__ import annotations
+
+# --- ngram_loop: an exact unit repeated back to back -------------------------------------------
+LOOP_STRIDE = 128
+"""A probe starts every 128 characters: a loop is found for sure once it runs one stride past
+its minimum length, at a cost of one bounded ``str.find`` per 128 characters."""
+LOOP_PROBE = 12
+"""Probe length: long enough that a recurrence within one period is rare in prose."""
+LOOP_MAX_PERIOD = 1024
+"""Longest unit looked for (a repeated paragraph); longer repeats are not loops we can see."""
+LOOP_TRIES = 3
+"""Recurrences of one probe tried as candidate periods before moving to the next anchor."""
+LOOP_MIN_LETTERS = 3
+"""A unit needs 3 distinct letters to count at the normal thresholds: runs of digits,
+separators, indentation, table rules and ``0, 0, 0`` data are never loops."""
+LOOP_REPEATS_SHORT = 16
+"""Units under 16 characters ("the ", "ok. ") must repeat 16 times: code repeats short lines a
+few times, lists repeat short cells, never 16 identical ones back to back."""
+LOOP_REPEATS_MEDIUM = 6
+"""Units of 16-255 characters (a sentence, a line, a tag) must repeat 6 times."""
+LOOP_REPEATS_LONG = 4
+"""Units of 256+ characters (a paragraph) must repeat 4 times (1 KiB of exact repetition)."""
+LOOP_SHORT_UNIT = 16
+LOOP_LONG_UNIT = 256
+LOOP_REPEATS_FEW_LETTERS = 64
+"""Units with only 1-2 distinct letters ("ha", "的", "a") need 64 repeats: laughter and
+emphasis repeat a syllable a dozen times, a stuck decoder hundreds of times."""
+
+# --- symbol_salad: punctuation with no words ----------------------------------------------------
+SALAD_MIN_RUN = 24
+"""Non-space characters in a run with no letter or digit (whitespace allowed inside)."""
+SALAD_MIN_SHARE = 0.6
+"""Share of the run that is sentence punctuation (ASCII ,.;:!? or any Unicode P* outside
+ASCII): table rules (|---|), banners (*****), box drawing and emoji are not punctuation."""
+SALAD_MIN_DISTINCT = 3
+"""Distinct punctuation characters in the run: a row of one character ("!!!!", "....") is
+emphasis or a leader line; salad mixes kinds."""
+SALAD_LONG_NONASCII = 32
+"""...or 32 non-ASCII punctuation characters even of one kind (an em-dash or 。 flood): prose
+uses at most a pair (——, ……)."""
+
+# --- script_mix: words of several scripts switching inside a sentence --------------------------
+SCRIPT_WINDOW = 24
+"""Words (single-script letter runs) per sliding window."""
+SCRIPT_MIN_GROUPS = 3
+"""Distinct script groups in the window: bilingual text (Chinese or Russian with English
+terms, Japanese kana with kanji) has two; salad has three or more."""
+SCRIPT_MIN_SWITCHES = 8
+"""Script changes between neighbouring words joined only by spaces (or nothing) within the
+window. Translation lists and glossaries separate scripts with punctuation (":", "-", "|",
+quotes, newlines), so they do not count."""
+SCRIPT_MAX_WORDS = 50_000
+"""Word budget per channel for this (only) per-word heuristic, so a 10 MB input stays fast;
+the screen that decides whether three groups occur at all reads the whole channel."""
+
+# --- character-level leaks ----------------------------------------------------------------------
+MOJIBAKE_MIN_HITS = 2
+"""Byte-level BPE or double-encoded UTF-8 sequences per channel: one could be a quoted example,
+a leak repeats at every multi-byte character or space."""
+CONTROL_MIN = 1
+"""C0/C1 control characters (not tab, newline, carriage return, form feed, ESC-[): the
+detokenizer never produces one from a healthy generation."""
+REPLACEMENT_MIN = 1
+"""U+FFFD characters: soft, because a model may echo one from a tool result."""
+
+# --- size --------------------------------------------------------------------------------------
+DEFAULT_MAX_CHARS = 1 << 20
+"""Characters kept per stream by the streaming grader (half head, half tail) before grading
+becomes head + tail with reason ``oversized``; 1 Mi characters is far above any tool call."""

@@ -1,0 +1,318 @@
+"""One-pass tokenizer: every DSML tag, special token, think tag and bare tag in a text.
+
+A single compiled regex with no unbounded nested quantifiers drives ``finditer`` over the text
+once; canonical tags match whole, anything else containing ``DSML`` is classified by looking
+at most a few characters around it, and tag attributes are read with a bounded scan. So the
+cost is linear in the text on every input (lazy ``.*?`` patterns went quadratic or cubic on
+repeated openers in the measurements this design answers).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from exporter.dsml import markers as m
+
+TagKind = Literal["block", "invoke", "parameter", "unknown"]
+Variant = Literal["canonical", "ascii", "doubled", "spaced", "damaged"]
+
+# How far a tag's attributes may run before the tag counts as malformed (names are short).
+MAX_TAG_CHARS = 512
+# Events kept per channel. A real block has a few dozen tags; a corrupt 10 MB channel can have
+# half a million, each costing microseconds of Python: past this many, the verdict is settled.
+MAX_EVENTS = 20_000
+
+_B = m.BAR
+# Every event but a damaged marker starts with "<": a regex with a literal first character lets
+# the engine skip to each "<" at C speed (an alternation with different first characters made it
+# try every branch at every position: 30x slower). Damaged markers are found with str.find.
+_LT_EVENTS = re.compile(
+    "<(?:"
+    # a canonical tag, matched whole (the common case in well-formed output)
+    rf"(?P<canon>(?P<slash>/?){_B}DSML{_B}(?P<name>tool_calls|function_calls|invoke|parameter)"
+    rf'(?P<attrs>(?: name="(?P<aname>[^"<>\n]{{0,256}})")?'
+    rf'(?: string="(?P<aflag>[^"<>\n]{{0,16}})")?)'
+    r"(?P<selfc>/?)>)"
+    # DeepSeek special tokens and role markers (fullwidth bars)
+    rf"|(?P<special>{_B}[^{_B}<>\n]{{1,64}}{_B}>)"
+    # the same after NFKC (ASCII bars); only DeepSeek's own names count, see ASCII_SPECIAL_NAMES
+    r"|(?P<aspecial>\|[^|<>\s]{1,64}\|>)"
+    r"|(?P<think>/?think>)"
+    # a DSML tag written without the marker
+    r'|(?P<bare>(?:invoke|parameter) name="|/(?:invoke|parameter)>'
+    r"|/?(?:tool_calls|function_calls)>)"
+    ")"
+)
+_ATTR = re.compile(r"""([A-Za-z_][\w-]*)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=/]+))""")
+_REST = re.compile(rf"[^<>\n]{{0,{MAX_TAG_CHARS}}}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_BARS = m.BAR + "|"
+
+
+@dataclass(slots=True)
+class Tag:
+    """A DSML tag (or what is left of one). ``end`` is exclusive."""
+
+    start: int
+    end: int
+    closing: bool
+    name: str
+    variant: Variant = "canonical"
+    complete: bool = True  # False: the text ended before the tag's `>`
+    self_closing: bool = False
+    attr_name: str | None = None  # the name="..." attribute
+    string_flag: str | None = None  # the string="..." attribute
+    problems: tuple[tuple[str, str], ...] = ()  # (reason code, detail) about the attributes
+    kind: TagKind = "unknown"  # from the name: see kind_of
+
+
+_KINDS: dict[str, TagKind] = {
+    **dict.fromkeys(m.GRAMMAR_OF_BLOCK, "block"),
+    m.INVOKE: "invoke",
+    m.PARAMETER: "parameter",
+}
+
+
+def kind_of(name: str) -> TagKind:
+    return _KINDS.get(name, "unknown")
+
+
+@dataclass(slots=True)
+class Special:
+    """A special token or role marker; ``ascii`` when its bars were NFKC-normalised."""
+
+    start: int
+    end: int
+    name: str
+    ascii: bool = False
+
+    @property
+    def is_eos(self) -> bool:
+        return self.name == f"end{m.LOW}of{m.LOW}sentence"
+
+
+@dataclass(slots=True)
+class Think:
+    start: int
+    end: int
+    closing: bool
+
+
+@dataclass(slots=True)
+class Bare:
+    """A DSML tag name used as a plain XML tag, without the marker."""
+
+    start: int
+    end: int
+    text: str
+
+
+Event = Tag | Special | Think | Bare
+
+
+@dataclass
+class _Attrs:
+    name: str | None = None
+    flag: str | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+
+def scan(text: str, limit: int = MAX_EVENTS) -> list[Event]:
+    """The events of ``text`` in order (at most ``limit``); never raises, linear time."""
+    out: list[Event] = []
+    covered = 0  # end of the last event: a DSML inside it is part of it
+    find = text.find
+    d = find("DSML")
+    for mt in _LT_EVENTS.finditer(text):
+        start = mt.start()
+        while 0 <= d < start:
+            tag = _classify(text, d)
+            if tag is not None:
+                out.append(tag)
+                covered = tag.end
+            d = find("DSML", max(d + 4, covered))
+        if start < covered:
+            continue
+        ev = _lt_event(text, mt)
+        if ev is not None:
+            out.append(ev)
+            if ev.end > covered:
+                covered = ev.end
+            if len(out) >= limit:
+                return out
+            if 0 <= d < covered:
+                d = find("DSML", covered)
+    while d >= 0 and len(out) < limit:
+        tag = _classify(text, d)
+        if tag is not None:
+            out.append(tag)
+            covered = tag.end
+        d = find("DSML", max(d + 4, covered))
+    return out
+
+
+def has_events(text: str, start: int, end: int) -> bool:
+    """Could ``text[start:end]`` hold any event? (conservative: any ``<``-event shape, or DSML)"""
+    return text.find("DSML", start, end) >= 0 or _LT_EVENTS.search(text, start, end) is not None
+
+
+def _lt_event(text: str, mt: re.Match[str]) -> Event | None:
+    group = mt.lastgroup
+    if group == "canon":
+        return _canonical(mt)
+    if group in ("special", "aspecial"):
+        name = mt.group()[2:-2]
+        if "DSML" in name:
+            return _classify(text, mt.start() + 2 + name.index("DSML"))
+        if group == "special":
+            return Special(mt.start(), mt.end(), name)
+        if name in m.ASCII_SPECIAL_NAMES or m.LOW in name:
+            return Special(mt.start(), mt.end(), name, ascii=True)
+        return None
+    if group == "think":
+        return Think(mt.start(), mt.end(), mt.group().startswith("</"))
+    return Bare(mt.start(), mt.end(), mt.group())
+
+
+def _canonical(mt: re.Match[str]) -> Tag:
+    slash, name, aname, aflag, selfc = mt.group("slash", "name", "aname", "aflag", "selfc")
+    start, end = mt.span()
+    closing = slash == "/"
+    # fast paths: the one canonical spelling of each tag (most tags of a well-formed block)
+    if not closing and name == m.PARAMETER:
+        if aname is not None and aflag in ("true", "false") and not selfc:
+            return Tag(
+                start, end, False, name, "canonical", True, False, aname, aflag, (), "parameter"
+            )
+    elif not closing and name == m.INVOKE:
+        if aname is not None and aflag is None:
+            return Tag(
+                start, end, False, name, "canonical", True, bool(selfc), aname, None, (), "invoke"
+            )
+    elif aname is None and aflag is None and not selfc:
+        return Tag(
+            start, end, closing, name, "canonical", True, False, None, None, (), _KINDS[name]
+        )
+    parsed = _check_attrs(name, closing, mt.group("attrs"), bool(selfc))
+    return Tag(
+        start,
+        end,
+        closing,
+        name,
+        self_closing=bool(selfc),
+        attr_name=parsed.name,
+        string_flag=parsed.flag,
+        problems=tuple(parsed.problems),
+        kind=_KINDS[name],
+    )
+
+
+def _classify(text: str, d: int) -> Tag | None:
+    """Classify the ``DSML`` at ``d``: a damaged or dialect marker, or plain prose (None)."""
+    i = d
+    before = ""
+    while i > 0 and text[i - 1] in _BARS and len(before) < 3:
+        i -= 1
+        before = text[i] + before
+    closing = i > 0 and text[i - 1] == "/"
+    if closing:
+        i -= 1
+    has_angle = i > 0 and text[i - 1] == "<"
+    if has_angle:
+        i -= 1
+    start = i
+    j = d + 4
+    after = ""
+    while j < len(text) and text[j] in _BARS and len(after) < 3:
+        after += text[j]
+        j += 1
+    spaces = 0
+    while j < len(text) and text[j] == " " and spaces < 8:
+        spaces += 1
+        j += 1
+    if not (has_angle or m.BAR in before or m.BAR in after or (before and after)):
+        return None  # the word "DSML" in prose
+    nm = _NAME.match(text, j)
+    name = nm.group() if nm else ""
+    j = nm.end() if nm else j
+    if before == after == m.BAR and has_angle and not spaces:
+        variant: Variant = "canonical"  # canonical marker, non-canonical attributes
+    elif before == after == "|" and has_angle and not spaces:
+        variant = "ascii"
+    elif len(before) >= 2 or len(after) >= 2:
+        variant = "doubled"
+    elif has_angle and spaces and len(before) == 1 and len(after) == 1:
+        variant = "spaced"
+    else:
+        variant = "damaged"
+    rest = _REST.match(text, j)
+    q = rest.end() if rest else j
+    body = text[j:q]
+    if q < len(text) and text[q] == ">":
+        complete, end, malformed = True, q + 1, False
+    elif q >= len(text):
+        complete, end, malformed = False, q, False
+    else:  # stopped at `<`, a newline or the length limit
+        complete, end, malformed = True, q, True
+    selfc = body.endswith("/")
+    if selfc:
+        body = body[:-1]
+    parsed = _check_attrs(name, closing, body, selfc) if complete else _Attrs()
+    if malformed:
+        parsed.problems.append(("attr_malformed", "tag not closed by `>` on its line"))
+    return Tag(
+        start,
+        end,
+        closing,
+        name,
+        variant,
+        complete,
+        selfc,
+        parsed.name,
+        parsed.flag,
+        tuple(parsed.problems),
+        kind_of(name),
+    )
+
+
+def _check_attrs(name: str, closing: bool, attrs: str, selfc: bool) -> _Attrs:
+    """Compare a tag's attribute text with the one canonical form for its kind."""
+    out = _Attrs()
+    if name not in m.TAG_NAMES:
+        return out  # an unknown tag is reported as such; its attributes mean nothing
+    if closing or name in m.GRAMMAR_OF_BLOCK:
+        if attrs.strip() or selfc:
+            out.problems.append(("attr_malformed", "this tag takes no attributes"))
+        return out
+    pairs: list[tuple[str, str]] = []
+    for am in _ATTR.finditer(attrs):
+        pairs.append((am.group(1), _first(am.group(2), am.group(3), am.group(4))))
+    values = dict(pairs)
+    out.name = values.get("name")
+    if out.name is None:
+        out.problems.append(("name_invalid", "no name attribute"))
+    if name == m.PARAMETER:
+        out.flag = values.get("string")
+        if out.flag is None:
+            out.problems.append(("string_flag_missing", "parameter without string="))
+        elif out.flag not in ("true", "false"):
+            out.problems.append(("string_flag_invalid", f"string={out.flag[:16]!r}"))
+        if selfc:
+            out.problems.append(("attr_malformed", "self-closing parameter"))
+    # The canonical rendering of what is present; any other spelling (order, quotes, spacing,
+    # extra or repeated attributes, leftover text) is malformed.
+    expected = "" if out.name is None else f' name="{out.name}"'
+    if name == m.PARAMETER and out.flag is not None:
+        expected += f' string="{out.flag}"'
+    if attrs != expected or len(pairs) != len(values):
+        out.problems.append(("attr_malformed", "attributes not in canonical form"))
+    return out
+
+
+def _first(*values: str | None) -> str:
+    for v in values:
+        if v is not None:
+            return v
+    return ""
