@@ -41,6 +41,7 @@ fmt: venv
 
 docs: venv
 	$(PY) -m exporter.metrics.docgen > docs/metrics.md
+	$(PY) -m exporter.config_docs > docs/configuration.md
 
 # Generated observability artefacts; tests/obs fails when the committed output is stale.
 alerts: venv
@@ -53,6 +54,7 @@ test: venv deb-test lint
 	$(PY) -m exporter.metrics.docgen --check docs/metrics.md
 	$(PY) -m alerts.generate --check
 	$(PY) -m dashboards.generate --check
+	$(PY) -m exporter.config_docs --check docs/configuration.md
 	$(PY) -m pytest -q
 
 demo: venv

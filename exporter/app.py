@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import gc
+import hmac
 import html
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from exporter import __version__
 from exporter.config import SidecarSettings
+from exporter.samplers.ingest import IngestError, parse_body
 from exporter.sidecar import Sidecar
 
 
@@ -54,11 +56,84 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
     async def footprint() -> dict[str, Any]:
         return sc.footprint.as_json()
 
+    @app.post("/api/v1/samples")
+    async def ingest(request: Request) -> JSONResponse:
+        """Grade samples from gateways or clients (single, list, or {"samples": [...]})."""
+        token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+        if token and not _bearer_ok(request, token):
+            return _unauthorized()
+        raw = await _read_limited(request, settings.ingest_max_bytes)
+        if raw is None:
+            return JSONResponse(
+                {"error": f"body exceeds {settings.ingest_max_bytes} bytes"}, status_code=413
+            )
+        try:
+            parsed = parse_body(raw)
+        except IngestError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        accepted = sum(sc.pipeline.submit(s) for s in parsed.samples)
+        status = 200 if parsed.samples else 400
+        return JSONResponse(
+            {
+                "accepted": accepted,
+                "dropped": len(parsed.samples) - accepted,
+                "rejected": parsed.rejected,
+            },
+            status_code=status,
+        )
+
+    @app.get("/api/v1/samples")
+    async def samples(request: Request, limit: int = 50, verdict: str | None = None):
+        """Recent degenerate/suspect samples (redacted, truncated); bearer token required."""
+        token = settings.samples_token_value()
+        if token is None:
+            return JSONResponse(
+                {
+                    "error": "the samples endpoint is off",
+                    "hint": "set DSV4_SIDECAR_SAMPLES_TOKEN or samples_token_file to enable it",
+                },
+                status_code=404,
+            )
+        if not _bearer_ok(request, token):
+            return _unauthorized()
+        return {"samples": sc.pipeline.store.recent(max(1, min(limit, 1000)), verdict)}
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def landing() -> str:
         return _landing(sc)
 
     return app
+
+
+def _bearer_ok(request: Request, token: str) -> bool:
+    """Constant-time comparison of the presented bearer token (never logged)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() != "bearer" or not presented:
+        return False
+    return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def _unauthorized() -> JSONResponse:
+    return JSONResponse(
+        {"error": "missing or wrong bearer token"},
+        status_code=401,
+        headers={"WWW-Authenticate": 'Bearer realm="dsv4-sidecar"'},
+    )
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    """Read the body, giving up (None) once it exceeds ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class MetricsEndpoint:
@@ -131,4 +206,5 @@ allocation (over-commit), SGLang load.</p>{over}
 <ul><li><a href="/metrics">/metrics</a> (Prometheus; OpenMetrics when asked)</li>
 <li><a href="/readyz">/readyz</a> per-source status</li><li><a href="/healthz">/healthz</a></li>
 <li><a href="/api/v1/footprint">/api/v1/footprint</a> plan / allocation / over-commit per rank</li>
+<li>POST /api/v1/samples grades outputs; GET /api/v1/samples lists bad ones (bearer token)</li>
 <li><a href="/docs">/docs</a> API</li></ul></body></html>"""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "DSV4_SIDECAR_"
@@ -82,6 +82,31 @@ class SidecarSettings(BaseSettings):
         description="auto: SGLang versions >= this price index-K by dtype (set it to your "
         "build's; unknown versions count as legacy, the conservative choice).",
     )
+    # Sampling and grading
+    canary: bool = Field(True, description="Run the canary prober against sglang_url.")
+    canary_interval: float = Field(30.0, gt=0, description="Seconds per round of canaries.")
+    canary_concurrency: int = Field(2, ge=1, le=64, description="Canary requests in flight, max.")
+    canary_timeout: float = Field(60.0, gt=0, description="Timeout of one canary request (s).")
+    canary_max_tokens: int = Field(1024, ge=16, description="max_tokens of canary requests.")
+    canary_prompts_file: Path | None = Field(
+        None, description="JSON list / JSON Lines of {messages, tools} replacing the built-ins."
+    )
+    samples_token: SecretStr | None = Field(
+        None, description="Bearer token for GET /api/v1/samples (off when unset)."
+    )
+    samples_token_file: Path | None = Field(
+        None, description="File holding the samples bearer token (e.g. a mounted Secret)."
+    )
+    ingest_token: SecretStr | None = Field(
+        None, description="If set, POST /api/v1/samples requires this bearer token."
+    )
+    samples_capacity: int = Field(200, ge=1, le=100_000, description="Bad samples kept.")
+    sample_text_cap: int = Field(4096, ge=256, description="Characters kept per stored sample.")
+    redact_patterns: list[str] = Field(
+        default_factory=list, description="Extra regexes redacted from stored samples."
+    )
+    ingest_max_bytes: int = Field(8 << 20, ge=1024, description="Max body of POST /api/v1/samples.")
+    grading_queue: int = Field(1000, ge=1, description="Samples waiting for the grader, max.")
     # Probe
     probe_dir: Path | None = Field(None, description="Directory of probe snapshot files.")
     probe_stale_after: float = Field(5.0, gt=0, description="Probe file older than this is down.")
@@ -92,6 +117,31 @@ class SidecarSettings(BaseSettings):
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return v.rstrip("/")
+
+    @field_validator("redact_patterns", mode="before")
+    @classmethod
+    def _patterns(cls, v: Any) -> Any:
+        import re
+
+        if isinstance(v, str):
+            v = [p for p in v.split("\n") if p.strip()]
+        for p in v or []:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"pattern {p!r} is not a valid regex: {exc}") from None
+        return v
+
+    def samples_token_value(self) -> str | None:
+        """The samples token from the setting or its file (stripped), None when off."""
+        if self.samples_token is not None:
+            return self.samples_token.get_secret_value() or None
+        if self.samples_token_file is not None:
+            try:
+                return self.samples_token_file.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                return None
+        return None
 
     @field_validator("rank_map", mode="before")
     @classmethod

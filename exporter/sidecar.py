@@ -21,8 +21,14 @@ from exporter import __version__
 from exporter.config import SidecarSettings
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
+from exporter.samplers.canary import CanaryProber
+from exporter.samplers.grading import GradingPipeline
+from exporter.samplers.prompts import load_prompts
+from exporter.samplers.redact import DEFAULT_PATTERNS, Redactor
+from exporter.samplers.store import SampleStore
 from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlSource
+from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.sglang import SglangSource
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,39 @@ class Sidecar:
             "footprint": self.footprint,
         }
         self.pollers: list[Any] = [self.nvml, self.sglang]
+        self.probe: ProbeFileSource | None = None
+        if settings.probe_dir is not None:
+            self.probe = ProbeFileSource(
+                settings.probe_dir,
+                stale_after_s=settings.probe_stale_after,
+                on_change=self.exposition.bump,
+            )
+            self.sources["probe"] = self.probe
+            self.pollers.append(self.probe)
+        store = SampleStore(
+            capacity=settings.samples_capacity,
+            text_cap=settings.sample_text_cap,
+            redactor=Redactor((*DEFAULT_PATTERNS, *settings.redact_patterns)),
+        )
+        self.pipeline = GradingPipeline(
+            store, settings.grading_queue, on_change=self.exposition.bump
+        )
+        self.canary: CanaryProber | None = None
+        if settings.canary:
+            self.canary = CanaryProber(
+                settings.sglang_url,
+                self.pipeline,
+                interval=settings.canary_interval,
+                concurrency=settings.canary_concurrency,
+                timeout=settings.canary_timeout,
+                prompts=load_prompts(settings.canary_prompts_file),
+                model=lambda: self.sglang.facts.served_model_name if self.sglang.facts else None,
+                concurrency_now=self.sglang_running,
+                max_tokens=settings.canary_max_tokens,
+                on_change=self.exposition.bump,
+            )
+            self.sources["canary"] = self.canary
+            self.pollers.append(self.canary)
         self.registry.register(_Collector(self))
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -85,6 +124,11 @@ class Sidecar:
             count=s.fake_gpu_count or 8, spec=spec, workload=workload, faults=s.fake_faults
         )
 
+    def sglang_running(self) -> int | None:
+        """Concurrency right now as SGLang reports it (sglang:num_running_reqs)."""
+        live = self.sglang.live
+        return int(live.running) if live is not None and live.running is not None else None
+
     def _changed(self) -> None:
         facts = self.sglang.facts if self.sglang.health.up else None
         if (
@@ -101,6 +145,7 @@ class Sidecar:
     async def start(self) -> None:
         self._stop.clear()
         self.exposition.start()
+        self.pipeline.start()
         for src in self.pollers:
             self._tasks.append(asyncio.create_task(self._guard(src), name=src.health.name))
 
@@ -128,6 +173,7 @@ class Sidecar:
             t.cancel()
         self._tasks.clear()
         await self.exposition.stop()
+        await asyncio.to_thread(self.pipeline.stop)
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         status = {name: src.health.as_json() for name, src in self.sources.items()}
@@ -155,3 +201,4 @@ class _Collector:
         yield errors
         for src in sc.sources.values():
             yield from src.collect()
+        yield from sc.pipeline.collect()

@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "plan": "exporter.cli.plan",
     "serve": "exporter.cli.serve",
     "simulate": "exporter.cli.simulate",
+    "demo": "exporter.cli.demo",
 }
 
 

@@ -466,3 +466,66 @@ HICACHE_MISMATCHES = _m(
     ("rank",),
     "probe",
 )
+
+# --- dsml (grading of sampled outputs) -----------------------------------------------------
+DSML_SAMPLES = _m(
+    "dsv4_dsml_samples_total",
+    "counter",
+    "Graded model outputs by source (canary, tap, ingest), verdict and concurrency bucket "
+    "(non-cumulative: each sample in the smallest le holding its concurrency). Degenerate "
+    "series carry the last request id as an OpenMetrics exemplar.",
+    ("source", "verdict", "concurrency_le"),
+    "dsml",
+)
+DSML_REASONS = _m(
+    "dsv4_dsml_reasons_total",
+    "counter",
+    "Reason codes found in graded outputs (see docs/dsml-grading.md), by source.",
+    ("source", "reason"),
+    "dsml",
+)
+DSML_DROPPED = _m(
+    "dsv4_dsml_samples_dropped_total",
+    "counter",
+    "Samples not graded because the grading queue was full (grading never slows responses).",
+    ("source",),
+    "dsml",
+)
+DSML_GRADING_ERRORS = _m(
+    "dsv4_dsml_grading_errors_total",
+    "counter",
+    "Samples whose grading raised (counted, never propagated).",
+    ("source",),
+    "dsml",
+)
+DSML_STORED = _m(
+    "dsv4_dsml_stored_samples",
+    "gauge",
+    "Degenerate/suspect samples held in the bounded triage buffer.",
+    (),
+    "dsml",
+)
+
+# --- canary --------------------------------------------------------------------------------
+CANARY_REQUESTS = _m(
+    "dsv4_canary_requests_total",
+    "counter",
+    "Canary tool-call requests by result (success, http_error, timeout, error).",
+    ("result",),
+    "canary",
+)
+CANARY_LAST_SUCCESS = _m(
+    "dsv4_canary_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last canary request answered with HTTP 200.",
+    (),
+    "canary",
+)
+CANARY_LATENCY = _m(
+    "dsv4_canary_latency_seconds",
+    "histogram",
+    "End-to-end latency of canary requests that got an answer.",
+    (),
+    "canary",
+    buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
+)

@@ -13,6 +13,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,11 +22,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from exporter.samplers.buckets import bucket_label
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.generation import Completion, complete, corruption_probability
+from exporter.sim.probe_writer import SimProbe
 from exporter.sim.settings import SimSettings
 
-BUCKETS = (1, 4, 8, 16, 32, 64, 128)
 FAULTS = ("none", "slow", "garbage", "http_500", "bad_shape", "metrics_garbage")
 
 
@@ -105,14 +107,6 @@ class _SglangMetrics:
             yield h
 
 
-def bucket_label(concurrency: int) -> str:
-    """The smallest ``le`` bucket holding ``concurrency`` (the sidecar uses the same)."""
-    for b in BUCKETS:
-        if concurrency <= b:
-            return str(b)
-    return "+Inf"
-
-
 def _pieces(text: str, n: int) -> list[str]:
     return [text[i : i + n] for i in range(0, len(text), n)]
 
@@ -123,7 +117,33 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
     rng = random.Random(settings.seed)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_SglangMetrics(dep, state))
-    app = FastAPI(title="simulated SGLang (dsv4-sidecar simulator)", docs_url=None, redoc_url=None)
+    probe: SimProbe | None = None
+    if settings.probe_dir is not None:
+        gated = settings.index_k_gated
+        if gated is None:
+            gated = settings.index_k_dtype == "fp8"
+        c4 = sum(fp.stage.main.c4 for fp in dep.footprints)
+        probe = SimProbe(
+            settings.probe_dir, settings.tp_size * settings.pp_size, c4, gated, settings.seed
+        )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        stop = asyncio.Event()
+        task = asyncio.create_task(probe.run(stop)) if probe else None
+        try:
+            yield
+        finally:
+            stop.set()
+            if task:
+                await task
+
+    app = FastAPI(
+        title="simulated SGLang (dsv4-sidecar simulator)",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
     app.state.sim = state
     app.state.deployment = dep
 
@@ -191,6 +211,8 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking", True))
         c = complete(rng, messages, tools, p, thinking=thinking)
         state.requests_total += 1
+        if hicache and probe is not None:
+            probe.request(concurrency)
         if hicache:
             state.load_back_tokens += 2048
             state.load_backs += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -33,6 +34,14 @@ class SimSettings(BaseSettings):
     itl_ms: float = Field(10.0, ge=0, description="Time between streamed tokens.")
     chars_per_token: int = Field(4, ge=1, description="Characters per simulated token.")
     seed: int = Field(0, description="Seed of the corruption model (reproducible runs).")
+    probe_dir: Path | None = Field(
+        None, description="Write simulated probe snapshots (one file per rank) here."
+    )
+    index_k_gated: bool | None = Field(
+        None,
+        description="Whether index-K reads wait for the HiCache load (default: only fp8 is "
+        "gated, modelling the fork whose bf16/fp4 index-K path lost the wait).",
+    )
     corruption: Literal["model", "off"] = Field(
         "model", description="model: rate from index-K dtype, HiCache and concurrency; off: none."
     )

@@ -84,6 +84,7 @@ class ProbeFileSource:
         *,
         clock: Callable[[], float] = time.time,
         pid_alive: Callable[[int], bool] = _pid_alive,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.stale_after_s = stale_after_s
@@ -96,6 +97,7 @@ class ProbeFileSource:
         self._hostname = socket.gethostname()
         self._last_good: dict[str, Snapshot] = {}
         self._ranks: tuple[RankView, ...] = ()
+        self._on_change = on_change or (lambda: None)
 
     @property
     def ranks(self) -> tuple[RankView, ...]:
@@ -104,6 +106,7 @@ class ProbeFileSource:
     async def run(self, stop: Any) -> None:
         while not stop.is_set():
             await asyncio.to_thread(self.poll_once)
+            self._on_change()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
 

@@ -1,0 +1,172 @@
+"""Canary prober: a few deterministic tool-call requests to SGLang, graded like real traffic.
+
+Requests are spread over the interval with jitter, never more than ``concurrency`` in flight,
+with temperature 0 so a change in output is the server's doing. They identify themselves
+(``user: dsv4-sidecar-canary``, ``X-Request-Id: dsv4-canary-N``, ``X-DSV4-Canary: 1``) so that
+gateways and dashboards can exclude them from latency SLOs. The prompts are a small built-in
+set of realistic tool tasks, replaceable with a JSON file of ``{messages, tools}`` objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import aiohttp
+from prometheus_client.core import Metric
+
+from exporter.metrics import catalog as m
+from exporter.samplers.grading import GradingPipeline, Sample
+from exporter.samplers.prompts import load_prompts
+from exporter.sources.base import SourceHealth
+
+log = logging.getLogger(__name__)
+
+RESULTS = ("success", "http_error", "timeout", "error")
+CANARY_USER = "dsv4-sidecar-canary"
+
+
+class CanaryProber:
+    def __init__(
+        self,
+        base_url: str,
+        pipeline: GradingPipeline,
+        interval: float = 30.0,
+        concurrency: int = 2,
+        timeout: float = 60.0,
+        prompts: list[dict[str, Any]] | None = None,
+        model: Callable[[], str | None] = lambda: None,
+        concurrency_now: Callable[[], int | None] = lambda: None,
+        max_tokens: int = 1024,
+        on_change: Callable[[], None] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.pipeline = pipeline
+        self.interval = interval
+        self.concurrency = max(1, concurrency)
+        self.timeout = timeout
+        self.prompts = prompts or load_prompts()
+        self.model = model
+        self.concurrency_now = concurrency_now
+        self.max_tokens = max_tokens
+        self.health = SourceHealth("canary")
+        self.results = dict.fromkeys(RESULTS, 0)
+        self.latency_buckets = dict.fromkeys(m.CANARY_LATENCY.buckets, 0)
+        self.latency_sum = 0.0
+        self.latency_count = 0
+        self.last_success: float | None = None
+        self._sem = asyncio.Semaphore(self.concurrency)
+        self._rng = random.Random(seed)
+        self._n = 0
+        self._on_change = on_change or (lambda: None)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        tasks: set[asyncio.Task] = set()
+        try:
+            while not stop.is_set():
+                # Spread one request per slot over the interval, jittered +-20%.
+                delay = self.interval / self.concurrency * self._rng.uniform(0.8, 1.2)
+                if not self._sem.locked():
+                    t = asyncio.create_task(self.probe_once())
+                    tasks.add(t)
+                    t.add_done_callback(tasks.discard)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._session.close()
+
+    async def probe_once(self) -> str:
+        """Send one canary request; returns the result label."""
+        async with self._sem:
+            self._n += 1
+            prompt = self.prompts[(self._n - 1) % len(self.prompts)]
+            rid = f"dsv4-canary-{self._n}"
+            body: dict[str, Any] = {
+                "model": self.model() or "default",
+                "messages": prompt["messages"],
+                "temperature": 0,
+                "max_tokens": self.max_tokens,
+                "stream": False,
+                "user": CANARY_USER,
+            }
+            if prompt.get("tools"):
+                body["tools"] = prompt["tools"]
+            headers = {"X-Request-Id": rid, "X-DSV4-Canary": "1"}
+            concurrency = self.concurrency_now()
+            session = self._session or aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout)
+            )
+            t0 = time.perf_counter()
+            try:
+                async with session.post(self.url, json=body, headers=headers) as resp:
+                    payload = await resp.read()
+                    status = resp.status
+            except asyncio.TimeoutError:
+                return self._record("timeout", f"no answer within {self.timeout}s")
+            except aiohttp.ClientError as exc:
+                return self._record("error", type(exc).__name__)
+            finally:
+                if session is not self._session:
+                    await session.close()
+            elapsed = time.perf_counter() - t0
+            if status != 200:
+                return self._record("http_error", f"HTTP {status}")
+            try:
+                response = json.loads(payload)
+            except ValueError:
+                return self._record("http_error", "HTTP 200 with a non-JSON body")
+            self._observe_latency(elapsed)
+            self.last_success = time.time()
+            self.pipeline.submit(
+                Sample(
+                    source="canary",
+                    response=response,
+                    concurrency=concurrency,
+                    request_id=rid,
+                    tools=prompt.get("tools"),
+                )
+            )
+            return self._record("success", "")
+
+    def _record(self, result: str, detail: str) -> str:
+        self.results[result] += 1
+        if result == "success":
+            self.health.success(0.0)
+        else:
+            self.health.failure(result, detail)
+        self._on_change()
+        return result
+
+    def _observe_latency(self, seconds: float) -> None:
+        self.latency_sum += seconds
+        self.latency_count += 1
+        for b in self.latency_buckets:
+            if seconds <= b:
+                self.latency_buckets[b] += 1
+
+    def collect(self) -> Iterable[Metric]:
+        fam = m.CANARY_REQUESTS.family()
+        for result, n in self.results.items():
+            fam.add_metric([result], float(n))
+        yield fam
+        if self.last_success is not None:
+            ts = m.CANARY_LAST_SUCCESS.family()
+            ts.add_metric([], self.last_success)
+            yield ts
+        h = m.CANARY_LATENCY.family()
+        buckets = [(str(b), float(n)) for b, n in self.latency_buckets.items()]
+        buckets.append(("+Inf", float(self.latency_count)))
+        h.add_metric([], buckets, self.latency_sum)
+        yield h
