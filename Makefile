@@ -12,7 +12,7 @@ help:
 	@echo "make test   - lint, docs freshness and the whole test suite"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff"
-	@echo "make docs   - regenerate generated docs (metrics reference)"
+	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules)"
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 
@@ -42,6 +42,7 @@ fmt: venv
 docs: venv
 	$(PY) -m exporter.metrics.docgen > docs/metrics.md
 	$(PY) -m exporter.config_docs > docs/configuration.md
+	$(PY) -m exporter.oncall.triage.rules_doc docs/oncall.md
 
 # Generated observability artefacts; tests/obs fails when the committed output is stale.
 alerts: venv
@@ -55,6 +56,7 @@ test: venv deb-test lint
 	$(PY) -m alerts.generate --check
 	$(PY) -m dashboards.generate --check
 	$(PY) -m exporter.config_docs --check docs/configuration.md
+	$(PY) -m exporter.oncall.triage.rules_doc --check docs/oncall.md
 	$(PY) -m pytest -q
 
 demo: venv

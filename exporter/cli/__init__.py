@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "serve": "exporter.cli.serve",
     "simulate": "exporter.cli.simulate",
     "demo": "exporter.cli.demo",
+    "repro": "exporter.cli.repro",
+    "triage": "exporter.cli.triage",
 }
 
 

@@ -1,0 +1,167 @@
+"""Graded samples as JSON Lines: what `repro --out` writes and `triage --scan` reads.
+
+One line is an OpenAI chat completion object (streamed answers are reassembled into one)
+plus the keys the offline grader needs (``tools``, ``grammar``) and our metadata (``arm``,
+``url``, ``level``, ``concurrency``, ``verdict``, ``reasons``). Raw-text lines
+``{"text": ..., "grammar": "v4", "finish_reason": ..., "tools": [...]}`` and
+``{"response": {...}}`` wrappers are read too, so files from gateways, the sidecar's ingest
+format and `scan` inputs all work. Text is redacted before it is written: these files get
+attached to tickets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from exporter.dsml import Result, grade_openai_response, grade_text, reassemble
+from exporter.samplers.redact import Redactor
+
+# Lines longer than this are counted as unreadable rather than parsed (a runaway generation
+# or a binary file must not take the triage process down).
+MAX_LINE_BYTES = 16 << 20
+
+
+def completion_object(response: Any) -> dict[str, Any] | None:
+    """A chat completion object for a non-streamed answer (as is) or a list of SSE chunk
+    objects (reassembled), so every written line has the same shape."""
+    if isinstance(response, dict) and "choices" in response:
+        return response
+    if not isinstance(response, list):
+        return None
+    asm = reassemble(response)
+    if asm.error is not None:
+        return None
+    message: dict[str, Any] = {"role": "assistant", "content": asm.content or None}
+    if asm.reasoning:
+        message["reasoning_content"] = asm.reasoning
+    if asm.calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for i, c in enumerate(asm.calls)
+        ]
+    first = next((c for c in response if isinstance(c, dict)), {})
+    return {
+        "id": first.get("id"),
+        "object": "chat.completion",
+        "model": first.get("model"),
+        "choices": [{"index": 0, "message": message, "finish_reason": asm.finish_reason}],
+    }
+
+
+def redact_completion(obj: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """A copy of a completion whose free-text fields (content, reasoning, tool arguments)
+    went through the redactor. Structure and every other field are kept for re-grading."""
+    out = dict(obj)
+    choices = []
+    for choice in obj.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        choice = dict(choice)
+        msg = choice.get("message")
+        if isinstance(msg, dict):
+            msg = dict(msg)
+            for key in ("content", "reasoning_content"):
+                if isinstance(msg.get(key), str):
+                    msg[key] = redactor(msg[key])
+            calls = []
+            for call in msg.get("tool_calls") or []:
+                if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                    fn = dict(call["function"])
+                    if isinstance(fn.get("arguments"), str):
+                        fn["arguments"] = redactor(fn["arguments"])
+                    call = {**call, "function": fn}
+                calls.append(call)
+            if calls:
+                msg["tool_calls"] = calls
+            choice["message"] = msg
+        choices.append(choice)
+    out["choices"] = choices
+    return out
+
+
+class SampleWriter:
+    """Appends graded samples to ``DIR/samples.jsonl``, one flushed line each, so an
+    interrupted run leaves every line it graded readable."""
+
+    def __init__(self, directory: Path, redactor: Redactor | None = None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "samples.jsonl"
+        self.redactor = redactor or Redactor()
+        self._fh = self.path.open("a", encoding="utf-8")
+        self.lines = 0
+
+    def write(
+        self, response: Any, *, tools: list[Any] | None, grammar: str, meta: dict[str, Any]
+    ) -> bool:
+        obj = completion_object(response)
+        if obj is None:
+            return False
+        line = redact_completion(obj, self.redactor)
+        line.update({"tools": tools or [], "grammar": grammar, **meta})
+        self._fh.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+        self._fh.flush()
+        self.lines += 1
+        return True
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+@dataclass(frozen=True)
+class GradedLine:
+    """One line of a sample file after offline grading."""
+
+    verdict: str
+    reasons: tuple[str, ...]
+    concurrency: int | None
+    arm: str | None
+
+
+def grade_line(obj: Any) -> Result | None:
+    """Grade one decoded JSONL line of any accepted shape; None when it is not a sample."""
+    if not isinstance(obj, dict):
+        return None
+    grammar = obj.get("grammar") if obj.get("grammar") in ("v4", "v3.2") else None
+    tools = obj.get("tools") if isinstance(obj.get("tools"), list) else None
+    if "choices" in obj:
+        return grade_openai_response(obj, tools=tools, grammar=grammar)
+    if isinstance(obj.get("response"), dict | list):
+        return grade_openai_response(obj["response"], tools=tools, grammar=grammar)
+    if isinstance(obj.get("text"), str):
+        finish = obj.get("finish_reason") if isinstance(obj.get("finish_reason"), str) else None
+        return grade_text(obj["text"], grammar=grammar, finish_reason=finish, tools=tools)
+    return None
+
+
+def read_graded(path: Path) -> Iterator[GradedLine | None]:
+    """Grade every line of a JSONL file; yields None for a line that is not a sample."""
+    with Path(path).open("rb") as fh:
+        for raw in fh:
+            if not raw.strip():
+                continue
+            if len(raw) > MAX_LINE_BYTES:
+                yield None
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                yield None
+                continue
+            result = grade_line(obj)
+            if result is None or result.verdict == "error":
+                yield None
+                continue
+            conc = obj.get("concurrency")
+            if isinstance(conc, bool) or not isinstance(conc, int) or conc < 0:
+                conc = None
+            arm = obj.get("arm") if isinstance(obj.get("arm"), str) else None
+            yield GradedLine(result.verdict, result.reasons, conc, arm)

@@ -1,0 +1,211 @@
+"""Report rendering, sample files, and the small parsers behind triage (no servers)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+from exporter.cli import main
+from exporter.oncall.samples import SampleWriter, completion_object, grade_line, read_graded
+from exporter.oncall.triage import plots
+from exporter.oncall.triage.diagnosis import GIB
+from exporter.oncall.triage.evidence import (
+    BucketCount,
+    Corruption,
+    Deployment,
+    Evidence,
+    IndexK,
+    RankMemory,
+    corruption_from_counts,
+)
+from exporter.oncall.triage.http import parse_duration
+from exporter.oncall.triage.report import render
+from exporter.oncall.triage.report_html import NO_PLOTS
+from exporter.oncall.triage.report_md import table_md
+from exporter.oncall.triage.sections import Table, histogram_quantile
+from exporter.sim.generation import DSML, dsml_block
+from tests.support import free_port
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+def _evidence() -> Evidence:
+    ev = Evidence(end=1_700_000_000.0, window_s=1800)
+    ev.deployment = Deployment("bf16", "legacy", True, "deepseek-v4-flash", source="test")
+    ev.ranks = [RankMemory("0", 4.3 * GIB, 16.8 * GIB, 12 * GIB, 140 * GIB)]
+    ev.corruption = Corruption(
+        "test", [BucketCount("1", 100, 0), BucketCount("64", 100, 20)], reasons={"a|b": 3}
+    )
+    ev.index_k = IndexK(
+        "test", 4, 4, 0.0, 500.0, 500.0, gap_buckets=[(0.0, 0.0), (1e-4, 300.0), (math.inf, 500.0)]
+    )
+    return ev
+
+
+def test_html_without_matplotlib(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the extra were not installed
+    assert not plots.available()
+    diag, html, md, keys, note = render(_evidence())
+    assert keys == [] and note == NO_PLOTS
+    assert "<svg" not in html and "pip install &#x27;dsv4-sidecar[report]&#x27;" in html
+    assert diag.supported and "Corruption rate" not in html
+    assert "| 64 | 100 | 20 |" not in md  # labels are "<= 64"
+    assert "| <= 64 | 100 | 20 | 0 | 20.0% |" in md
+
+
+def test_html_with_plots_is_self_contained():
+    diag, html, _md, keys, note = render(_evidence())
+    assert note == "" and {"corruption_vs_concurrency", "overcommit", "gap_histogram"} <= set(keys)
+    assert html.count("<svg") == len(keys)
+    assert "<?xml" not in html and "<script" not in html and "<link" not in html
+    assert html.startswith("<!doctype html>") and diag.headline.split(":")[0] in html
+
+
+def test_markdown_escapes_table_cells():
+    lines = table_md(Table(["a", "b"], [["x|y", "line\nbreak"]]))
+    assert lines[2] == "| x\\|y | line break |"
+
+
+def test_quantile_and_duration_parsers():
+    buckets = [(0.0, 0.0), (1e-4, 300.0), (1e-3, 400.0), (math.inf, 500.0)]
+    assert histogram_quantile(0.5, buckets) == pytest.approx(1e-4 * 250 / 300)
+    assert histogram_quantile(0.99, buckets) == 1e-3  # in the +Inf bucket: the last bound
+    assert histogram_quantile(0.5, []) is None
+    assert parse_duration("90s") == 90 and parse_duration("1h30m") == 5400
+    assert parse_duration("2.5") == 2.5 and parse_duration("500ms") == 0.5
+    for bad in ("", "5 minutes", "0s", "-3", "nan", "1x"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_corruption_counts_round_and_skip_error_verdicts():
+    c = corruption_from_counts(
+        "t",
+        [
+            ({"source": "ingest", "concurrency_le": "64", "verdict": "degenerate"}, 4.4),
+            ({"source": "ingest", "concurrency_le": "64", "verdict": "well_formed"}, 10.6),
+            ({"source": "canary", "concurrency_le": "1", "verdict": "suspect"}, 2.0),
+            ({"source": "canary", "concurrency_le": "1", "verdict": "error"}, 7.0),
+        ],
+        {"orphan_closer": 4.4},
+    )
+    assert [(b.le, b.graded, b.degenerate, b.suspect) for b in c.buckets] == [
+        ("1", 2, 0, 2),
+        ("64", 15, 4, 0),
+    ]
+    assert c.by_source == {
+        "ingest": {"graded": 15, "degenerate": 4},
+        "canary": {"graded": 2, "degenerate": 0},
+    }
+    assert corruption_from_counts("t", [], {}) is None
+
+
+def test_sample_file_shapes_and_redaction(tmp_path):
+    good = "ok</think>" + dsml_block([("get_weather", {"city": "Lisbon"})])
+    secret = "mail ops@example.com key sk-abcdefghijklmnopqrstuvwx"
+    completion = {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Sure. " + secret},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    chunks = [
+        {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "hi "}}]},
+        {
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": secret}, "finish_reason": "stop"}],
+        },
+    ]
+    writer = SampleWriter(tmp_path)
+    assert writer.write(completion, tools=TOOLS, grammar="v4", meta={"arm": "a", "concurrency": 3})
+    assert writer.write(chunks, tools=TOOLS, grammar="v4", meta={"arm": "b"})
+    assert not writer.write("not a response", tools=None, grammar="v4", meta={})
+    writer.close()
+    text = (tmp_path / "samples.jsonl").read_text()
+    assert "ops@example.com" not in text and "sk-abc" not in text and "[REDACTED]" in text
+    first, second = (json.loads(x) for x in text.splitlines())
+    assert first["arm"] == "a" and first["concurrency"] == 3 and first["tools"] == TOOLS
+    assert second["choices"][0]["message"]["content"].startswith("hi ")
+    assert completion_object(chunks)["choices"][0]["finish_reason"] == "stop"
+    # every shape scan reads, plus junk
+    damaged = good.replace("tool_calls>", "toolcalls>", 1)
+    with (tmp_path / "mixed.jsonl").open("w") as fh:
+        fh.write(json.dumps({"text": good, "grammar": "v4", "tools": TOOLS}) + "\n")
+        fh.write(json.dumps({"text": damaged, "concurrency": 64}) + "\n")
+        fh.write(json.dumps({"response": completion}) + "\n")
+        fh.write("{not json\n\n")
+        fh.write(json.dumps({"neither": 1}) + "\n")
+    graded = list(read_graded(tmp_path / "mixed.jsonl"))
+    assert [g.verdict if g else None for g in graded] == [
+        "well_formed",
+        "degenerate",
+        "no_tool_call",
+        None,
+        None,
+    ]
+    assert graded[1].concurrency == 64 and f"<{DSML}toolcalls>" in damaged
+    assert grade_line(["a list"]) is None
+
+
+def test_triage_usage_errors(capsys, tmp_path):
+    cases = [
+        ([], "give at least one of --sidecar"),
+        (["--sidecar", "localhost:9400"], "--sidecar must be an http"),
+        (["--prometheus", "http://p:9090", "--window", "soon"], "not a duration"),
+        (["--scan", str(tmp_path / "missing.jsonl")], "does not exist"),
+        (["--prometheus", "http://p:9090", "--end", "yesterday"], "--end must be unix"),
+        (["--prometheus", "http://p:9090", "--window", "30d", "--step", "1s"], "--step too small"),
+    ]
+    for argv, message in cases:
+        assert main(["triage", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("dsv4-sidecar triage: error:") and message in err, err
+
+
+def test_triage_with_nothing_answering(capsys, tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    rc = main(
+        ["triage", "--sidecar", dead, "--prometheus", dead, "--timeout", "2", "--out",
+         str(tmp_path), "--no-plots"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "deployment unknown: no known cause supported" in out
+    assert "note: GET " in out
+    md = (tmp_path / "triage.md").read_text()
+    assert "## Collection notes" in md and "from nothing (see notes)" in md
+
+
+def test_every_metric_triage_queries_is_exported():
+    """A renamed metric must not silently turn triage evidence into "no data"."""
+    import re
+    from pathlib import Path
+
+    from exporter.metrics.catalog import CATALOG
+
+    source = Path("exporter/oncall/triage/evidence.py").read_text()
+    used = set(re.findall(r"\bdsv4_[a-z0-9_]+", source))
+    assert len(used) >= 20
+    for name in used:
+        base = name.removesuffix("_bucket")
+        assert base in CATALOG or name in CATALOG, name
+
+
+def test_rules_doc_block_is_generated_and_current():
+    from pathlib import Path
+
+    from exporter.oncall.triage import rules_doc
+
+    doc = Path("docs/oncall.md").read_text()
+    assert rules_doc.render(doc) == doc  # `make docs` was run
+    assert "| R2 | Index-K transfer race (HiCache) | supported |" in doc
+    with pytest.raises(ValueError):
+        rules_doc.render("no markers here")

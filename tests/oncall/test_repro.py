@@ -1,0 +1,173 @@
+"""`repro` against the simulator: what it measures is exactly what the simulator did."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from exporter.cli import main
+from exporter.oncall.repro import Arm, LevelResult, ReproReport, ReproRunner, level_trend
+from exporter.oncall.samples import SampleWriter, grade_line, read_graded
+from exporter.sim.server import create_sim_app
+from exporter.sim.settings import SimSettings
+from exporter.stats import fisher_exact
+from tests.support import ServerThread, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def _sim(dtype: str, hicache: str, seed: int, ttft_ms: float = 10) -> ServerThread:
+    settings = SimSettings(
+        index_k_dtype=dtype, hicache=hicache, ttft_ms=ttft_ms, itl_ms=0, seed=seed
+    )
+    return ServerThread(create_sim_app(settings))
+
+
+def _truth(url: str) -> tuple[int, int]:
+    truth = httpx.get(url + "/_sim/stats", timeout=5).json()["truth"]
+    return (
+        sum(v["requests"] for v in truth.values()),
+        sum(v["degenerate"] for v in truth.values()),
+    )
+
+
+def test_ab_corrupting_vs_clean_matches_ground_truth(tmp_path):
+    with _sim("fp8", "on", 1) as clean, _sim("bf16", "on", 2) as racy:
+        snapshots: list[list[tuple[int, int]]] = []
+        runner = ReproRunner(
+            [Arm("fp8 index-K", clean.url), Arm("bf16 index-K", racy.url)],
+            (1, 32, 64),
+            requests=100,
+            timeout=30,
+            writer=SampleWriter(tmp_path),
+            on_level_end=lambda _i, _c: snapshots.append([_truth(clean.url), _truth(racy.url)]),
+        )
+        report = asyncio.run(runner.run())
+    assert not report.interrupted
+    # per level and arm: graded answers and degenerate ones equal the simulator's own counts
+    previous = [(0, 0), (0, 0)]
+    for li, snap in enumerate(snapshots):
+        for ai, arm in enumerate(report.arms):
+            lv = arm.levels[li]
+            assert lv.errors == 0
+            assert (lv.requests, lv.degenerate) == (
+                snap[ai][0] - previous[ai][0],
+                snap[ai][1] - previous[ai][1],
+            )
+        previous = snap
+    fp8, bf16 = report.arms
+    assert fp8.degenerate == 0 and fp8.requests == 300
+    assert bf16.levels[0].degenerate == 0  # the model gives 0 at one session
+    assert bf16.degenerate > 0
+    cmp = report.comparison
+    assert cmp is not None and cmp.significant
+    truth_bad = snapshots[-1][1][1]
+    assert cmp.p_value == pytest.approx(fisher_exact(0, 300, truth_bad, 300))
+    doc = report.to_json()
+    assert doc["comparison"]["significant"] is True
+    assert doc["comparison"]["summary"].startswith(
+        f"fp8 index-K 0/300 vs bf16 index-K {truth_bad}/300"
+    )
+    lv = doc["arms"][1]["levels"][2]
+    assert lv["ci_low"] <= lv["rate"] <= lv["ci_high"] and lv["concurrency"] == 64
+    # every graded answer kept, re-gradable offline with the same verdict
+    lines = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 600
+    assert sum(1 for x in lines if x["verdict"] == "degenerate") == truth_bad
+    for line in lines[::7]:
+        assert grade_line(line).verdict == line["verdict"]
+        assert {"arm", "concurrency", "level", "tools", "grammar", "choices"} <= set(line)
+    regraded = [g for g in read_graded(tmp_path / "samples.jsonl") if g is not None]
+    assert sum(g.verdict == "degenerate" for g in regraded) == truth_bad
+
+
+def test_ab_two_clean_arms_not_significant(tmp_path, capsys):
+    arms = tmp_path / "arms.yaml"
+    with _sim("fp8", "on", 3, ttft_ms=5) as a, _sim("bf16", "off", 4, ttft_ms=5) as b:
+        arms.write_text(f"arms:\n  fp8: {a.url}\n  no-hicache:\n    url: {b.url}\n")
+        rc = main(
+            ["repro", "--ab", "fp8", "no-hicache", "--arms-file", str(arms), "--concurrency",
+             "1,16", "--requests", "30", "--json", "--quiet"]
+        )  # fmt: skip
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [a["label"] for a in doc["arms"]] == ["fp8", "no-hicache"]
+    for arm in doc["arms"]:
+        assert [lv["concurrency"] for lv in arm["levels"]] == [1, 16]
+        for lv in arm["levels"]:
+            assert set(lv) >= {"concurrency", "requests", "degenerate", "rate", "ci_low", "ci_high"}
+            assert lv["requests"] == 30 and lv["degenerate"] == 0 and lv["rate"] == 0.0
+            assert isinstance(lv["ci_high"], float) and 0 < lv["ci_high"] < 0.15
+    assert doc["comparison"]["p_value"] == 1.0 and doc["comparison"]["significant"] is False
+
+
+def test_single_arm_stream_duration_and_out(tmp_path, capsys):
+    with _sim("bf16", "on", 5, ttft_ms=2) as sim:
+        rc = main(
+            ["repro", sim.url, "--concurrency", "4", "--duration", "0.6", "--stream",
+             "--out", str(tmp_path / "run"), "--quiet"]
+        )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "repro: degenerate DSML tool calls per level" in out and "samples.jsonl" in out
+    doc = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert "comparison" not in doc and len(doc["arms"]) == 1
+    level = doc["arms"][0]["levels"][0]
+    assert level["requests"] > 4 and level["seconds"] < 5
+    lines = (tmp_path / "run" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == level["requests"]
+    first = json.loads(lines[0])
+    assert first["object"] == "chat.completion"  # SSE chunks were reassembled
+    assert grade_line(first).verdict == first["verdict"]
+
+
+def test_unreachable_endpoint_counts_errors(capsys):
+    rc = main(
+        ["repro", f"http://127.0.0.1:{free_port()}", "--concurrency", "2", "--requests", "4",
+         "--timeout", "2", "--json", "--quiet"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert rc == 1 and "no answer could be graded" in captured.err
+    level = json.loads(captured.out)["arms"][0]["levels"][0]
+    assert level["errors"] == 4 and level["requests"] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "give one endpoint URL, or --ab A B"),
+        (["http://x:1", "--ab", "a=http://a:1", "b=http://b:1"], "give one endpoint URL"),
+        (["ftp://x"], "must be an http:// or https:// URL"),
+        (["http://x:1", "--concurrency", "0,8"], "between 1 and 1024"),
+        (["http://x:1", "--concurrency", "a,b"], "comma-separated integers"),
+        (["http://x:1", "--requests", "0"], "--requests must be between"),
+        (["http://x:1", "--duration", "-1"], "--duration must be positive"),
+        (["--ab", "fp8", "bf16"], "neither LABEL=URL nor a URL"),
+        (["--ab", "a=http://h:1", "a=http://h:2"], "both arms are labelled 'a'"),
+        (["http://x:1", "--alpha", "2"], "--alpha must be between 0 and 1"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
+    assert main(["repro", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dsv4-sidecar repro: error:") and message in err
+    assert "\n" not in err
+
+
+def test_report_json_roundtrip_and_trend():
+    levels = [
+        LevelResult(1, requests=200, degenerate=0),
+        LevelResult(64, requests=200, degenerate=30),
+    ]
+    trend = level_trend(levels)
+    assert trend is not None and trend.rises and trend.low == 1 and trend.high == 64
+    assert level_trend([LevelResult(8, 10, 1)]) is None
+    from exporter.oncall.repro import ArmResult
+
+    report = ReproReport([ArmResult(Arm("a", "http://a"), levels)], interrupted=True)
+    again = ReproReport.from_json(json.loads(json.dumps(report.to_json())))
+    assert again.interrupted and again.arms[0].degenerate == 30 and again.comparison is None
+    assert again.arms[0].levels[1].ci == levels[1].ci
