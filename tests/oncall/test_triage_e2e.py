@@ -102,7 +102,32 @@ def test_transfer_race(deployed, tmp_path):
     assert "1. Disable HiCache" in md
     doc = json.loads(result.evidence_path.read_text())
     assert doc["diagnosis"]["supported"] == [RACE, OVERCOMMIT]
-    _screenshot(result.html_path)
+
+
+def test_race_report_renders_in_chromium(deployed, tmp_path):
+    """Skips without Chromium (CI need not install it); DSV4_UPDATE_SCREENSHOT=1 also
+    refreshes the committed docs image."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.skip("headless chromium not installed (apt-get install chromium)")
+    prom, stacks = deployed
+    html = _triage(prom, stacks["race"], tmp_path).html_path
+    png = html.with_suffix(".png")
+    with tempfile.TemporaryDirectory(prefix="dsv4-chromium-") as profile:
+        subprocess.run(
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", f"--screenshot={png}",
+             "--window-size=1280,2000", html.as_uri()],
+            check=True, capture_output=True, timeout=90,
+        )  # fmt: skip
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1280, 2000) and len(data) > 50_000  # not a blank page
+    if os.environ.get("DSV4_UPDATE_SCREENSHOT"):
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(png, SCREENSHOT)
 
 
 def test_clean(deployed, tmp_path, capsys):
@@ -148,27 +173,3 @@ def test_race_from_sidecar_alone_with_repro_and_scan(deployed, tmp_path):
     assert any("no samples token" in n for n in ev.notes)
     assert result.diagnosis.cause(RACE).rule == "R2"
     assert "Repro result" in result.md_path.read_text()
-
-
-def _screenshot(html: Path) -> None:
-    """Render the race report in headless Chromium. Skips without Chromium (CI need not
-    install it); DSV4_UPDATE_SCREENSHOT=1 also refreshes the committed docs image."""
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        pytest.skip("headless chromium not installed (apt-get install chromium)")
-    png = html.with_suffix(".png")
-    with tempfile.TemporaryDirectory(prefix="dsv4-chromium-") as profile:
-        subprocess.run(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={profile}", f"--screenshot={png}",
-             "--window-size=1280,2000", html.as_uri()],
-            check=True, capture_output=True, timeout=90,
-        )  # fmt: skip
-    data = png.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    assert (width, height) == (1280, 2000) and len(data) > 50_000  # not a blank page
-    if os.environ.get("DSV4_UPDATE_SCREENSHOT"):
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(png, SCREENSHOT)
