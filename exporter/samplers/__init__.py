@@ -1,0 +1,1 @@
+"""Samplers: components that observe live traffic and hand samples to graders."""

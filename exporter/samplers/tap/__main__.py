@@ -1,0 +1,57 @@
+"""Run the tap on its own: ``python -m exporter.samplers.tap --upstream URL --port N``.
+
+For benchmarks and manual checks; the sidecar app embeds :class:`Tap` in its own loop. Samples
+go to a consumer that only counts them. With ``--print-port`` the bound port is printed on
+stdout once listening (for port 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+
+from exporter.samplers.tap import Sample, Tap, TapConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m exporter.samplers.tap", description=__doc__)
+    ap.add_argument("--upstream", default="http://127.0.0.1:30000")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--sample-rate", type=float, default=0.0)
+    ap.add_argument("--print-port", action="store_true")
+    ap.add_argument("--no-uvloop", action="store_true", help="use the stdlib event loop")
+    args = ap.parse_args(argv)
+    config = TapConfig(upstream=args.upstream, sample_rate=args.sample_rate)
+    if not args.no_uvloop:
+        import uvloop
+
+        uvloop.install()
+    asyncio.run(_serve(config, args.host, args.port, args.print_port))
+    return 0
+
+
+async def _serve(config: TapConfig, host: str, port: int, print_port: bool) -> None:
+    received = 0
+
+    async def count(sample: Sample) -> None:
+        nonlocal received
+        received += len(sample.response_body)
+
+    tap = Tap(config, on_sample=count)
+    bound = await tap.start(host, port)
+    if print_port:
+        print(bound, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await tap.stop(grace=1.0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
