@@ -199,3 +199,49 @@ def test_samples_can_be_read_from_the_queue_without_a_callback() -> None:
         await fake.stop()
 
     run(scenario())
+
+
+def test_embeds_in_the_sidecar_app_lifespan_on_uvicorns_loop() -> None:
+    """How the app wires it: start/stop in the FastAPI lifespan, metrics from tap.collect()."""
+    import contextlib
+
+    import uvicorn
+    from fastapi import FastAPI
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from exporter.samplers.tap import Tap, TapConfig
+    from exporter.samplers.tap.fake_upstream import FakeUpstream
+
+    async def scenario() -> None:
+        fake = FakeUpstream()
+        await fake.start()
+        got: list[Sample] = []
+        tap = Tap(TapConfig(upstream=fake.url, sample_rate=1.0), on_sample=got.append)
+        registry = CollectorRegistry()
+        registry.register(tap)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> Any:
+            await tap.start("127.0.0.1", 0)
+            yield
+            await tap.stop(grace=1.0)
+
+        app = FastAPI(lifespan=lifespan)
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+        server = uvicorn.Server(config)
+        serving = asyncio.create_task(server.serve())
+        assert await settle(lambda: server.started, timeout=5)
+        body = chat_body(3, stream=True, **FAST)
+        conn = await RawConnection.open(tap.port or 0)
+        resp = await conn.request("POST", "/v1/chat/completions", body)
+        await conn.close()
+        assert resp.body == expected_body("/v1/chat/completions", body)
+        assert await settle(lambda: len(got) == 1)  # a plain callback: ran on the worker thread
+        text = generate_latest(registry).decode()
+        assert 'dsv4_tap_requests_total{code="2xx"} 1.0' in text
+        server.should_exit = True
+        await serving
+        assert tap.port is None
+        await fake.stop()
+
+    run(scenario(), uvloop=True)

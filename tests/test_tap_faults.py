@@ -268,7 +268,7 @@ def test_upstream_closing_or_garbling_before_a_head_gives_502() -> None:
     run(scenario())
 
 
-def test_stale_pooled_connection_is_replayed_once_on_a_fresh_one() -> None:
+def test_pooled_connection_closed_while_idle_is_not_reused() -> None:
     async def scenario() -> None:
         # SGLang-like upstream closing idle keep-alive connections after 0.1 s, while the
         # tap would keep them for 30 s: the second request meets a closed connection.
@@ -281,6 +281,36 @@ def test_stale_pooled_connection_is_replayed_once_on_a_fresh_one() -> None:
             assert resp.status == 200 and resp.body == expected_body(CHAT, body)
             assert counter(tap, "dsv4_tap_upstream_connections_total") == 2
             await conn.close()
+
+    run(scenario())
+
+
+def test_request_on_a_pooled_connection_closed_mid_send_is_replayed_once() -> None:
+    """The keep-alive race: SGLang closes a pooled connection just as the tap reuses it."""
+    served: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # answers the first request of each connection, drops the connection on the second
+        await reader.readuntil(b"\r\n\r\n")
+        served.append(1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+        writer.transport.abort()
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = int(server.sockets[0].getsockname()[1])
+        tap = Tap(TapConfig(upstream=f"http://127.0.0.1:{port}"))
+        conn = await RawConnection.open(await tap.start())
+        first = await conn.request("GET", "/health")
+        second = await conn.request("GET", "/health")
+        assert (first.status, first.body, second.status, second.body) == (200, b"ok", 200, b"ok")
+        assert counter(tap, "dsv4_tap_upstream_connections_total") == 2 == len(served)
+        await conn.close()
+        await tap.stop()
+        server.close()
+        await server.wait_closed()
 
     run(scenario())
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import hashlib
 import json
 import socket
 
 import pytest
 
+from exporter.samplers.tap import Tap, TapConfig
 from exporter.samplers.tap.client import ClientConnection
+from exporter.samplers.tap.exchange import Exchange
 from exporter.samplers.tap.fake_upstream import expected_body
 from tests.tap_support import (
     FAST,
@@ -217,3 +221,62 @@ def test_stop_cuts_streams_after_grace_and_cancels_upstream() -> None:
             await conn.close()
 
     run(scenario())
+
+
+def test_interim_1xx_and_bodiless_204_are_forwarded_and_connection_reused() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if b"/early" in head:
+                    writer.write(
+                        b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"
+                    )
+                else:
+                    writer.write(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n")
+                await writer.drain()
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        tap = Tap(TapConfig(upstream=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"))
+        conn = await RawConnection.open(await tap.start())
+        await conn.send(build_request("GET", "/early"))
+        want = (
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"
+        )
+        got = b""
+        while len(got) < len(want):
+            got += await asyncio.wait_for(conn.reader.read(4096), 2)
+        assert got == want
+        for _ in range(2):
+            resp = await asyncio.wait_for(conn.request("GET", "/nobody"), 2)
+            assert (resp.status, resp.body, resp.header("X-A")) == (204, b"", b"1")
+        assert counter(tap, "dsv4_tap_upstream_connections_total") == 1
+        await conn.close()
+        await tap.stop()
+        server.close()
+        await server.wait_closed()
+
+    run(scenario())
+
+
+def test_finished_exchanges_are_freed_by_refcount_not_the_cyclic_gc() -> None:
+    """Cycles per request would pile up between GC runs, and the GC pauses stall streams."""
+
+    async def scenario() -> int:
+        async with tap_env(sample_rate=0.5) as (_, tap, _):
+            conn = await RawConnection.open(tap.port or 0)
+            for i in range(30):
+                await conn.request("POST", CHAT, chat_body(i, stream=i % 2 == 0, **FAST))
+            await conn.close()
+            await settle(lambda: tap.inflight == 0)
+            return sum(isinstance(o, Exchange) for o in gc.get_objects())
+
+    gc.collect()
+    gc.disable()
+    try:
+        assert run(scenario()) == 0
+    finally:
+        gc.enable()

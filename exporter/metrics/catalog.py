@@ -138,11 +138,11 @@ TAP_INFLIGHT = _m(
 TAP_ADDED_LATENCY = _m(
     "dsv4_tap_added_latency_seconds",
     "histogram",
-    "Latency the tap adds per proxied request, measured in-process: (request head parsed -> "
-    "request head written to SGLang, including any upstream connect) + (SGLang response bytes "
-    "completing the head received -> response head written to the client). Excludes kernel and "
-    "event-loop queueing before the tap's callbacks run; responses the tap generates are not "
-    "observed.",
+    "Latency the tap adds per proxied request, measured in-process: (start of the client read "
+    "completing the request head -> head written to SGLang, including any connect) + (start of "
+    "the SGLang read completing the response head -> head written to the client). Excludes "
+    "kernel and event-loop queueing before the tap's callbacks run and per-chunk forwarding "
+    "(see docs/tap.md); responses the tap generates itself are not observed.",
     (),
     "tap",
     (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import signal
 
 from exporter.samplers.tap import Sample, Tap, TapConfig
@@ -42,6 +43,8 @@ async def _serve(config: TapConfig, host: str, port: int, print_port: bool) -> N
 
     tap = Tap(config, on_sample=count)
     bound = await tap.start(host, port)
+    # Everything allocated so far lives for the whole process: keep the GC from re-scanning it
+    gc.freeze()
     if print_port:
         print(bound, flush=True)
     stop = asyncio.Event()

@@ -94,6 +94,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        self.parser = None  # type: ignore[assignment]  # break the parser <-> protocol cycle
         self.core.clients.discard(self)
         active, self.active = self.active, None
         pending = list(self.pending)

@@ -75,6 +75,7 @@ class Exchange:
         "up",
         "up_keep_alive",
         "url",
+        "write",
     )
 
     def __init__(
@@ -90,6 +91,8 @@ class Exchange:
     ) -> None:
         self.core = core
         self.client = client
+        # the client's transport.write, bound once: the per-chunk path calls nothing else
+        self.write = client.transport.write  # type: ignore[union-attr]
         self.method = method
         self.url = url
         self.is_head = method == b"HEAD"
@@ -204,7 +207,7 @@ class Exchange:
     async def _connect(self) -> None:
         try:
             up = await self.core.pool.connect()
-        except (OSError, asyncio.TimeoutError) as exc:
+        except Exception as exc:  # refused, timed out, DNS...: the client gets a 502, never a hang
             self.connecting = None
             log.debug("upstream unreachable: %s", type(exc).__name__)
             if not self.finished:
@@ -243,10 +246,23 @@ class Exchange:
         self.t_request = _perf() - self.started_perf
 
     def upstream_data(self, data: bytes) -> None:
-        if not self.head_sent:
-            self.t_head_in = _perf()
-            self.got_bytes = True
-            self.body = None
+        if self.head_sent:  # the hot path: body bytes of a response under way
+            try:
+                self.parser.feed_data(data)  # type: ignore[union-attr]
+            except HttpParserError as exc:
+                log.debug("bad response from upstream: %s", type(exc).__name__)
+                self._upstream_broken()
+                return
+            out = self.out
+            if out:
+                self.write(out[0] if len(out) == 1 else b"".join(out))
+                out.clear()
+            if self.resp_done:
+                self._complete()
+            return
+        self.t_head_in = _perf()
+        self.got_bytes = True
+        self.body = None
         try:
             self.parser.feed_data(data)  # type: ignore[union-attr]
         except HttpParserError as exc:
@@ -353,7 +369,7 @@ class Exchange:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
-        self.client.write(data)
+        self.write(data)
         if self.head_sent and self.t_head_in:
             self.core.stats.added_latency.observe(self.t_request + _perf() - self.t_head_in)
             self.t_head_in = 0.0
@@ -390,15 +406,16 @@ class Exchange:
     def _send_error(self, status: int, message: str, kind: str, code: str) -> None:
         if not self.req_done:
             self.close_after = True
-        self.client.write(
-            http.error_response(status, "Bad Gateway", message, kind, self.close_after)
-        )
+        self.write(http.error_response(status, "Bad Gateway", message, kind, self.close_after))
         self._finish(code, complete=False)
 
     def _finish(self, code: str, *, complete: bool) -> None:
         if self.finished:
             return
         self.finished = True
+        # the parser holds bound methods of this exchange: drop the cycle so that refcounting
+        # frees both now instead of leaving them to the cyclic GC (whose pauses stall streams)
+        self.parser = None
         stats = self.core.stats
         stats.inflight -= 1
         stats.requests[code] += 1
