@@ -13,6 +13,7 @@ per event (process CPU time / events), RSS, and byte-exactness (SHA-256 per resp
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +102,7 @@ class Proc:
     popen: subprocess.Popen[bytes] | None
     port: int
     levels: tuple[int, ...] | None = None  # concurrency levels to run (None: all)
+    metrics_port: int | None = None  # the tap's own /metrics, for its in-process histogram
 
     @property
     def pid(self) -> int | None:
@@ -155,9 +158,41 @@ class Cell:
     rate: list[float] = field(default_factory=list)
     cpu_per_event: list[float] = field(default_factory=list)
     rss: list[float] = field(default_factory=list)
+    inproc50: list[float] = field(default_factory=list)
+    inproc99: list[float] = field(default_factory=list)
     requests: int = 0
     mismatches: int = 0
     errors: int = 0
+
+
+def _latency_buckets(port: int) -> dict[float, float]:
+    """Cumulative dsv4_tap_added_latency_seconds buckets scraped from the tap's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("dsv4_tap_added_latency_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[math.inf if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _bucket_quantile(q: float, buckets: dict[float, float]) -> float:
+    """Quantile by linear interpolation within buckets (as PromQL's histogram_quantile)."""
+    items = sorted(buckets.items())
+    total = items[-1][1] if items else 0.0
+    if total <= 0:
+        return float("nan")
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in items:
+        if count >= rank:
+            if math.isinf(bound):
+                return prev_bound
+            width = max(count - prev_count, 1e-9)
+            return prev_bound + (bound - prev_bound) * (rank - prev_count) / width
+        prev_bound, prev_count = bound, count
+    return prev_bound
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -182,6 +217,7 @@ async def _measure(
             order = active[rep % len(active) :] + active[: rep % len(active)]
             for proc in order:
                 cpu0 = _cpu_seconds(proc.pid) if proc.pid else 0.0
+                hist0 = _latency_buckets(proc.metrics_port) if proc.metrics_port else {}
                 res: PhaseResult = await run_phase(
                     proc.port, level, bodies, warmup=warmup, window=window, seed=rep * 1000 + level
                 )
@@ -194,6 +230,11 @@ async def _measure(
                 total_events = res.requests * 33
                 cell.cpu_per_event.append(cpu / total_events if total_events else float("nan"))
                 cell.rss.append(_rss_mb(proc.pid) if proc.pid else 0.0)
+                if proc.metrics_port:
+                    hist1 = _latency_buckets(proc.metrics_port)
+                    delta = {k: v - hist0.get(k, 0.0) for k, v in hist1.items()}
+                    cell.inproc50.append(_bucket_quantile(0.50, delta))
+                    cell.inproc99.append(_bucket_quantile(0.99, delta))
                 cell.requests += res.requests
                 cell.mismatches += res.mismatches
                 cell.errors += res.errors
@@ -232,6 +273,20 @@ def _table(cells: dict[tuple[str, int], Cell], names: list[str], levels: tuple[i
                 f"| {level} | {name} | {d50:+.2f} / {d99:+.2f} | {dgap:+.2f} | {ratio:.1f}% "
                 f"| {med(c.cpu_per_event) * 1e6:.1f} µs | {max(c.rss):.0f} MB | {exact} |"
             )
+    med = statistics.median
+    inproc = [
+        f"{level} streams p50 {med(c.inproc50) * 1e6:.0f} µs / p99 {med(c.inproc99) * 1e6:.0f} µs"
+        for level in levels
+        if (c := cells.get(("tap", level))) is not None and c.inproc50
+    ]
+    if inproc:
+        rows += [
+            "",
+            "The tap's own `dsv4_tap_added_latency_seconds` over the same phases (in-process "
+            "head-forwarding time per request, interpolated within histogram buckets): "
+            + "; ".join(inproc)
+            + ".",
+        ]
     return "\n".join(rows)
 
 
@@ -252,8 +307,12 @@ def run(quick: bool = False) -> str:
             nginx = _nginx(tmp, upstream.port)
             if nginx is not None:
                 procs.append(nginx)
+            metrics_port = _free_port()
             tap_args = ["--upstream", url, "--sample-rate", "0.05", "--print-port"]
-            procs.append(_python("tap", ["-m", "exporter.samplers.tap", *tap_args]))
+            tap_args += ["--metrics-port", str(metrics_port)]
+            tap = _python("tap", ["-m", "exporter.samplers.tap", *tap_args])
+            tap.metrics_port = metrics_port
+            procs.append(tap)
             for kind in ("aiohttp-web", "uvicorn-aiohttp"):
                 args = ["-m", "bench.tap_candidates", kind, "--upstream", url]
                 alt = _python(f"alt: {kind}", args)

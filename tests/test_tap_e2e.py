@@ -19,6 +19,7 @@ from tests.tap_support import (
     RawResponse,
     chat_body,
     counter,
+    one_request,
     run,
     settle,
     tap_env,
@@ -245,3 +246,44 @@ def test_embeds_in_the_sidecar_app_lifespan_on_uvicorns_loop() -> None:
         await fake.stop()
 
     run(scenario(), uvloop=True)
+
+
+def test_standalone_runner_serves_metrics_and_exits_on_sigterm() -> None:
+    """``python -m exporter.samplers.tap`` (what the benchmark runs) proxies and reports."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    from exporter.samplers.tap.fake_upstream import FakeUpstream
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
+
+    async def scenario() -> None:
+        fake = FakeUpstream()
+        await fake.start()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "exporter.samplers.tap", "--upstream", fake.url, "--print-port"),
+            *("--sample-rate", "1", "--metrics-port", str(metrics_port)),
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert proc.stdout is not None
+            port = int(await asyncio.wait_for(proc.stdout.readline(), 20))
+            body = chat_body(9, stream=True, **FAST)
+            resp = await one_request(port, "POST", "/v1/chat/completions", body)
+            assert resp.body == expected_body("/v1/chat/completions", body)
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            text = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
+            assert 'dsv4_tap_requests_total{code="2xx"} 1.0' in text
+            assert "dsv4_tap_sampled_total 1.0" in text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 10) == 0
+            await fake.stop()
+
+    run(scenario())
