@@ -43,6 +43,7 @@ class ClientConnection(asyncio.Protocol):
         "idle_since",
         "parser",
         "pending",
+        "reading",
         "t_data",
         "transport",
         "url",
@@ -56,6 +57,7 @@ class ClientConnection(asyncio.Protocol):
         self.current: Exchange | None = None
         self.pending: deque[Exchange] = deque()
         self.closing = False
+        self.reading = False  # inside data_received: exchanges queue upstream writes
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_bytes = 0
@@ -77,6 +79,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closing:
             return
         self.t_data = _perf()
+        self.reading = True
         try:
             self.parser.feed_data(data)
         except HttpParserUpgrade:
@@ -91,6 +94,11 @@ class ClientConnection(asyncio.Protocol):
             self.closing = True
         except HttpParserError:
             self._bad_request()
+        finally:
+            self.reading = False
+        active = self.active
+        if active is not None and active.up_out:
+            active.flush_up()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

@@ -74,6 +74,7 @@ class Exchange:
         "t_request",
         "up",
         "up_keep_alive",
+        "up_out",
         "url",
         "write",
     )
@@ -124,6 +125,7 @@ class Exchange:
         self.up_keep_alive = False
         self.finished = False
         self.out: list[bytes] = []
+        self.up_out: list[bytes] = []
         self.t_request = 0.0
         self.t_head_in = 0.0
         stats = core.stats
@@ -158,7 +160,7 @@ class Exchange:
             return
         up = self.up
         if up is not None:
-            up.transport.write(http.chunk(piece) if self.req_chunked else piece)  # type: ignore[union-attr]
+            self._send_up(http.chunk(piece) if self.req_chunked else piece)
             body = self.body
             if body is not None:
                 self.body_size += len(piece)
@@ -183,7 +185,7 @@ class Exchange:
             except Exception:
                 self._capture_failed()
         if not self.finished and self.req_chunked and self.up is not None:
-            self.up.transport.write(http.CHUNK_END)  # type: ignore[union-attr]
+            self._send_up(http.CHUNK_END)
 
     def client_lost(self) -> None:
         """The client went away: drop SGLang's connection at once so generation stops."""
@@ -231,19 +233,35 @@ class Exchange:
             up.exchange = None
             self.upstream_lost(up)
             return
+        pending = self.up_out
+        pending.append(self.head)
         body = self.body
         if body:
-            framed = map(http.chunk, body) if self.req_chunked else body
-            pieces = [self.head, *framed]
-            if self.req_done and self.req_chunked:
-                pieces.append(http.CHUNK_END)
-            transport.write(b"".join(pieces))
+            pending.extend(map(http.chunk, body) if self.req_chunked else body)
             self.client.resume_reading()
-        elif self.req_done and self.req_chunked:
-            transport.write(self.head + http.CHUNK_END)
-        else:
-            transport.write(self.head)
-        self.t_request = _perf() - self.started_perf
+        if self.req_done and self.req_chunked:
+            pending.append(http.CHUNK_END)
+        if not self.client.reading:  # attached from a task: nothing else will flush
+            self.flush_up()
+
+    def _send_up(self, data: bytes) -> None:
+        self.up_out.append(data)
+        if not self.client.reading:
+            self.flush_up()
+
+    def flush_up(self) -> None:
+        """Write what is queued for SGLang in one call. While the client connection is parsing
+        a read, pieces queue up and it flushes once at the end, so a request whose head and
+        body came in one read reaches SGLang in one write."""
+        pending = self.up_out
+        if not pending:
+            return
+        up = self.up
+        if up is not None and up.transport is not None:
+            up.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            if not self.t_request:
+                self.t_request = _perf() - self.started_perf
+        pending.clear()
 
     def upstream_data(self, data: bytes) -> None:
         if self.head_sent:  # the hot path: body bytes of a response under way
