@@ -338,6 +338,8 @@ def run(quick: bool = False) -> str:
             "every 10 ms, 32 events of ~180 B + [DONE]. `tap` samples 5% to a counting consumer; "
             "`alt:` rows (128 streams only) are the aiohttp-based designs the tap was chosen "
             "against (no sampling). "
+            "TTFB counts requests sent after the warm-up on already-used connections (a "
+            "connection's first request also pays the proxy's upstream connect). "
             "Added = path minus direct within the same repeat. CPU per chunk = proxy process "
             "CPU time / events delivered. Byte-exact = responses whose SHA-256 matched the "
             f"expected body. Total bench time {elapsed:.0f} s.",
