@@ -5,9 +5,11 @@ others stay silent; a clean configuration stays silent."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from dashboards.queries import panel_queries
 from exporter.app import create_app
 from exporter.config import load_settings
+from exporter.loadgen import LoadGenerator
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from tests.support import ServerThread, prometheus, promql, wait_for
@@ -74,6 +77,26 @@ def _rules(tmp: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _tap_load(sc: ServerThread) -> Iterator[None]:
+    """Steady streaming load through the sidecar's tap while the block runs (bounded)."""
+    tap = f"http://127.0.0.1:{sc.server.config.app.state.sidecar.tap.port}"
+    stop = threading.Event()
+
+    def drive() -> None:
+        gen = LoadGenerator(tap, stream=True, timeout=30)
+        while not stop.is_set():
+            asyncio.run(gen.run_level(8, requests=40, duration=5))
+
+    t = threading.Thread(target=drive, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(timeout=30)
+
+
 def _alerts(prom: str) -> dict[str, set[str]]:
     data = httpx.get(prom + "/api/v1/alerts", timeout=5).json()["data"]["alerts"]
     out: dict[str, set[str]] = {}
@@ -98,6 +121,9 @@ def _run(tmp: Path, sim_settings: SimSettings, sidecar_over: dict) -> Iterator[t
                     "canary_interval": 0.2,
                     "canary_concurrency": 4,
                     "probe_dir": str(probe),
+                    "tap_port": 0,
+                    "tap_host": "127.0.0.1",
+                    "tap_sample_rate": 0.5,
                     **sidecar_over,
                 }
             )
@@ -119,7 +145,7 @@ def test_corrupting_deployment_fires_expected_alerts_and_every_panel_has_data(tm
         background_running=60,
         seed=3,
     )
-    with _run(tmp_path, sim, {"index_k_dtype": "bf16"}) as (_sim, _sc, prom):
+    with _run(tmp_path, sim, {"index_k_dtype": "bf16"}) as (_sim, sc, prom), _tap_load(sc):
 
         def fired():
             states = _alerts(prom)
