@@ -26,8 +26,8 @@ class TapConfig:
     # A sample whose request + response exceed this is dropped (reason too_large).
     max_sample_bytes: int = 8 << 20
     connect_timeout: float = 5.0
-    # Idle upstream connections are closed after this long: below uvicorn's default 5 s
-    # keep-alive, so the tap rarely reuses a connection SGLang is about to close.
+    # Idle upstream connections are closed after this long: below the 5 s keep-alive SGLang
+    # gives uvicorn (timeout_keep_alive=5), so the tap rarely reuses one SGLang is closing.
     upstream_idle_timeout: float = 4.0
     max_idle_upstream: int = 1024
     # Idle client keep-alive connections are closed after this long.
