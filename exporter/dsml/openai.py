@@ -23,6 +23,7 @@ from exporter.dsml.grader import (
     finish,
     grade_kept,
     normalize_grammar,
+    reasoning_end,
 )
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall
 from exporter.dsml.schema import ToolSet, schema_errors
@@ -326,7 +327,7 @@ def grade_assembled(
         # no reasoning parser on the server: the content is the raw completion
         return grade_kept(
             asm.content,
-            asm.content.find("</think>"),
+            reasoning_end(asm.content, True),
             None,
             0,
             grammar=grammar,

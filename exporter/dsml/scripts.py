@@ -1,10 +1,11 @@
 """Cross-script word salad: words of three or more scripts switching inside one sentence.
 
-Bilingual text is normal (Chinese or Russian with English terms, Japanese kana with kanji),
-and so are translation lists, where scripts are separated by punctuation. Salad from a damaged
-decoder glues words of unrelated scripts together with only spaces between them. The cheap
-screen (a bytes ``translate`` of UTF-8 lead bytes) decides whether three script groups occur at
-all; only then are single-script letter runs walked in a sliding window.
+Bilingual text is normal (Chinese or Russian with English terms, Japanese kana with kanji), and
+so are translation lists, where scripts are separated by punctuation, and paragraphs that
+switch language from one sentence to the next (the window restarts at every sentence end).
+Salad from a damaged decoder glues words of unrelated scripts together with only spaces between
+them. A cheap screen (UTF-8 lead bytes, see :mod:`screen`) decides whether three script groups
+occur at all; only then are single-script letter runs walked in a sliding window.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ GROUP_RANGES: dict[str, str] = {
 }
 _RUNS = re.compile("|".join(f"(?P<{g}>[{r}]+)" for g, r in GROUP_RANGES.items()))
 _SPACES = " \u3000\u00a0"  # what may join two words for a switch to count
+_SENTENCE_END = re.compile("[.!?\n\u3002\uff01\uff1f\u0964\u06d4\u061f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,10 @@ def find_script_mix(text: str, screened: bytes) -> ScriptMix | None:
         if end - start < 2 and group != "cjk":
             continue  # one-letter words: math variables, initials
         gap = text[prev_end:start] if prev_end >= 0 else "x"
+        if _SENTENCE_END.search(gap):
+            window.clear()  # a new sentence: scripts of the previous one do not count
+            counts.clear()
+            switches = 0
         switched = group != prev_group and not gap.strip(_SPACES)
         window.append((group, start, end, switched))
         counts[group] += 1

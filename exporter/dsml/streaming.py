@@ -2,8 +2,8 @@
 
 The grade of a tool call depends on its end (an open block is truncation or corruption only once
 finish_reason is known), so chunks are kept, within a memory cap, and graded at ``finish``.
-What must be tracked on the way is tracked on the way: the first ``</think>`` (which may fall in
-the dropped middle of an oversized stream) and UTF-8 sequences split across byte chunks. Both
+What must be tracked on the way is: the ``</think>`` that ends reasoning (it may fall in the
+dropped middle of an oversized stream) and UTF-8 sequences split across byte chunks. Both
 paths call :func:`grader.grade_kept` on identical kept text, hence identical results.
 """
 
@@ -14,7 +14,7 @@ from collections import deque
 
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
-from exporter.dsml.grader import grade_kept, normalize_grammar
+from exporter.dsml.grader import PARAM_OPEN, grade_kept, normalize_grammar
 from exporter.dsml.result import Result
 from exporter.dsml.schema import ToolSet
 
@@ -59,27 +59,42 @@ class HeadTail:
         return head + tail, len(head), self.total - len(head) - len(tail)
 
 
-class FirstMatch:
-    """Offset of the first occurrence of ``needle`` in a stream seen chunk by chunk."""
+class ThinkTracker:
+    """:func:`grader.reasoning_end` computed on a stream, chunk by chunk, in O(1) memory."""
 
-    def __init__(self, needle: str) -> None:
-        self.needle = needle
-        self.at = -1
+    _NEEDLES = (m.THINK_CLOSE, PARAM_OPEN, m.PARAMETER_CLOSE)
+    _KEEP = max(len(n) for n in _NEEDLES) - 1
+
+    def __init__(self) -> None:
+        self.think = -1
+        self.last_open = -1
+        self.last_close = -1
         self._carry = ""
-        self._seen = 0  # characters before the carry
+        self._base = 0  # stream offset of the carry's first character
 
     def feed(self, s: str) -> None:
-        if self.at >= 0 or not s:
+        if self.think >= 0 or not s:
             return
         window = self._carry + s
-        i = window.find(self.needle)
-        if i >= 0:
-            self.at = self._seen + i
+        k = window.find(m.THINK_CLOSE)
+        limit = k if k >= 0 else len(window)
+        o = window.rfind(PARAM_OPEN, 0, limit)
+        c = window.rfind(m.PARAMETER_CLOSE, 0, limit)
+        if o >= 0:
+            self.last_open = max(self.last_open, self._base + o)
+        if c >= 0:
+            self.last_close = max(self.last_close, self._base + c)
+        if k >= 0:
+            self.think = self._base + k
             return
-        keep = len(self.needle) - 1
-        cut_at = max(0, len(window) - keep)
-        self._seen += cut_at
+        cut_at = max(0, len(window) - self._KEEP)
+        self._base += cut_at
         self._carry = window[cut_at:]
+
+    def end(self, thinking: bool | None) -> int:
+        if self.think < 0 or thinking is not None:
+            return self.think
+        return -1 if self.last_open > self.last_close else self.think
 
 
 class TextDecoder:
@@ -119,7 +134,7 @@ class StreamingGrader:
         self.tools = ToolSet.from_any(tools)
         self.thinking = thinking
         self._buf = HeadTail(max_chars)
-        self._think = FirstMatch(m.THINK_CLOSE)
+        self._think = ThinkTracker()
         self._decoder = TextDecoder()
 
     @property
@@ -141,7 +156,7 @@ class StreamingGrader:
         kept, gap, dropped = self._buf.kept()
         return grade_kept(
             kept,
-            self._think.at,
+            self._think.end(self.thinking),
             gap,
             dropped,
             grammar=self.grammar,
