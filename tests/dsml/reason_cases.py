@@ -11,7 +11,6 @@ markers in content, truncation and empty stops.
 from __future__ import annotations
 
 from tests.dsml.builders import (
-    B,
     CLOSE,
     CLOSE32,
     EOS,
@@ -19,6 +18,7 @@ from tests.dsml.builders import (
     OPEN,
     OPEN32,
     PARAM_CLOSE,
+    B,
     Case,
     block,
     call,
@@ -449,7 +449,7 @@ NEAR_MISSES: dict[str, list[Case]] = {
     ],
     "think_tag_leak": [
         Case("one </think>", "plan</think>Answer.", verdict="no_tool_call"),
-        Case("quoted in content", f"plan</think>Strip `</think>` first.", verdict="no_tool_call"),
+        Case("quoted in content", "plan</think>Strip `</think>` first.", verdict="no_tool_call"),
         Case(
             "in a code value",
             "x" + block(invoke("w", par("code", 'text.split("</think>")[-1]'))),

@@ -3,6 +3,7 @@ equals whole-text grading; arbitrary bytes and objects never make the grader rai
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -22,11 +23,24 @@ FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCh
 
 # Words per language (a value mixes one language with ASCII code-ish tokens, as real text does).
 VOCAB = {
-    "en": "the file config value parse error retry user path result update check".split(),
-    "zh": "配置 文件 读取 错误 用户 路径 结果 更新 检查 数据".split(),
-    "ru": "файл значение ошибка путь результат обновить проверить данные".split(),
-    "el": "αρχείο τιμή σφάλμα διαδρομή αποτέλεσμα".split(),
-    "ar": "ملف قيمة خطأ مسار نتيجة تحديث".split(),
+    "en": [
+        "the",
+        "file",
+        "config",
+        "value",
+        "parse",
+        "error",
+        "retry",
+        "user",
+        "path",
+        "result",
+        "update",
+        "check",
+    ],
+    "zh": ["配置", "文件", "读取", "错误", "用户", "路径", "结果", "更新", "检查", "数据"],
+    "ru": ["файл", "значение", "ошибка", "путь", "результат", "обновить", "проверить", "данные"],
+    "el": ["αρχείο", "τιμή", "σφάλμα", "διαδρομή", "αποτέλεσμα"],
+    "ar": ["ملف", "قيمة", "خطأ", "مسار", "نتيجة", "تحديث"],
     "code": ["x<=y", "{a:1}", "->", "a.b()", "'q'", '"s"', "`t`", "#", "$HOME", "&&", "[0]"],
 }
 NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.\-]{0,20}", fullmatch=True)
@@ -87,7 +101,8 @@ def test_generated_well_formed_blocks_grade_well_formed(
         self_closing=self_closing and grammar == "v4",
     )
     declared = grammar if self_closing else None
-    result = grade_text(text, grammar=declared, finish_reason="stop", thinking=reasoning is not None)
+    thinking = reasoning is not None
+    result = grade_text(text, grammar=declared, finish_reason="stop", thinking=thinking)
     assert result.verdict == "well_formed", result.findings
     assert [c.name for c in result.calls] == [n for n, _ in cs]
     for got, (_, args) in zip(result.calls, cs, strict=True):
@@ -155,7 +170,7 @@ def test_streaming_equals_whole_text(
     whole = grade_text(text, finish_reason=finish, thinking=thinking, **kwargs)
     points = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
     grader = StreamingGrader(thinking=thinking, **kwargs)
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         grader.feed(text[a:b])
     assert grader.finish(finish) == whole
 
@@ -169,7 +184,7 @@ def test_streaming_bytes_split_inside_characters(
     kwargs = {"max_chars": cap} if cap is not None else {}
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
     grader = StreamingGrader(**kwargs)
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         grader.feed(data[a:b])
     assert grader.finish("stop") == grade_text(text, finish_reason="stop", **kwargs)
 
@@ -183,7 +198,7 @@ def test_byte_soup_never_raises(data: bytes, cuts: list[int]) -> None:
     stream = StreamingGrader(max_chars=256)
     sse = StreamingResponseGrader(max_chars=256)
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         stream.feed(data[a:b])
         sse.feed(data[a:b])
     stream.finish("length")
@@ -204,8 +219,20 @@ JSON_ANY = st.recursive(
         st.lists(inner, max_size=4),
         st.dictionaries(
             st.sampled_from(
-                ["choices", "delta", "message", "content", "tool_calls", "function",
-                 "arguments", "name", "index", "finish_reason", "reasoning_content", "text"]
+                [
+                    "choices",
+                    "delta",
+                    "message",
+                    "content",
+                    "tool_calls",
+                    "function",
+                    "arguments",
+                    "name",
+                    "index",
+                    "finish_reason",
+                    "reasoning_content",
+                    "text",
+                ]
             ),
             inner,
             max_size=5,
@@ -220,6 +247,11 @@ JSON_ANY = st.recursive(
 def test_arbitrary_json_objects_never_raise(obj: object) -> None:
     result = grade_openai_response(obj, tools=[{"type": "function"}, "x", 3])
     assert result.verdict in (
-        "well_formed", "no_tool_call", "suspect", "truncated", "degenerate", "error"
+        "well_formed",
+        "no_tool_call",
+        "suspect",
+        "truncated",
+        "degenerate",
+        "error",
     )
     grade_openai_response(json.dumps(obj).encode())
