@@ -16,6 +16,7 @@ from exporter import __version__
 # name -> module under exporter.cli
 COMMANDS: dict[str, str] = {
     "plan": "exporter.cli.plan",
+    "scan": "exporter.cli.scan",
 }
 
 

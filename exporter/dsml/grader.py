@@ -16,7 +16,7 @@ from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, dec
 from exporter.dsml.schema import ToolSet
 from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
 from exporter.dsml.textcheck import check_text
-from exporter.dsml.tokens import Special, Tag, Think, scan
+from exporter.dsml.tokens import MAX_EVENTS, Special, Tag, Think, scan
 
 _GRAMMAR_ALIASES = {
     None: None,
@@ -290,8 +290,14 @@ def analyze_content(
         machine = Machine(
             text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
         )
-        parsed = machine.run(events, body_end)
+        capped = len(events) >= MAX_EVENTS
+        parsed = machine.run(events, body_end, capped=capped)
         machine = None
+        if capped:
+            last = events[-1].end
+            sink.add(
+                "oversized", last + base, last + base, channel, "tag limit: grammar stops here"
+            )
         inside[0] = False
     blocks.extend(parsed.blocks)
     if parsed.open_at_end:  # the text ended inside a block

@@ -62,6 +62,7 @@ class Assembled:
     reasoning_cut: tuple[int, int] | None = None
     content_cut: tuple[int, int] | None = None
     error: str | None = None
+    raw: bool = False  # a text completion: content is the raw completion (no server parsing)
 
 
 class Assembler:
@@ -84,6 +85,7 @@ class Assembler:
         self._decoder = TextDecoder()
         self._line = ""
         self._data: list[str] = []
+        self.raw = False  # a completions-API response: choices[].text is the raw completion
         self._sse_events = 0  # data events seen (SSE input only)
         self._sse_input = False
 
@@ -145,6 +147,7 @@ class Assembler:
         if isinstance(delta, Mapping):
             self._apply(delta, streamed=True)
         elif isinstance(choice.get("text"), str):  # completions API
+            self.raw = True
             self.content.append(choice["text"])
         self._finish_reason(choice)
 
@@ -157,6 +160,7 @@ class Assembler:
         if isinstance(message, Mapping):
             self._apply(message, streamed=False)
         elif isinstance(choice.get("text"), str):
+            self.raw = True
             self.content.append(choice["text"])
         self._finish_reason(choice)
 
@@ -246,6 +250,7 @@ class Assembler:
             (r_gap, r_drop) if r_gap is not None else None,
             (c_gap, c_drop) if c_gap is not None else None,
             self.error,
+            self.raw and not self.calls and not reasoning,
         )
 
 
@@ -323,17 +328,22 @@ def grade_assembled(
 ) -> Result:
     if asm.error is not None:
         return error_result(asm.error)
-    if thinking and not asm.reasoning and not asm.calls and asm.content_cut is None:
-        # no reasoning parser on the server: the content is the raw completion
+    if asm.raw or (thinking and not asm.reasoning and not asm.calls):
+        # a text completion, or no reasoning parser on the server: content is the raw output
+        mode = thinking if asm.raw else True
+        gap, dropped = asm.content_cut or (None, 0)
+        at = reasoning_end(asm.content, mode)
+        if gap is not None and at >= gap:
+            at += dropped  # grade_kept takes the offset in the uncut text
         return grade_kept(
             asm.content,
-            reasoning_end(asm.content, True),
-            None,
-            0,
+            at,
+            gap,
+            dropped,
             grammar=grammar,
             finish_reason=asm.finish_reason,
             tools=tools,
-            thinking=True,
+            thinking=mode,
         )
     sink = FindingSink()
     channels: list[ChannelSpan] = []

@@ -53,6 +53,10 @@ DELETE = b" \t\n\r\x0c" + bytes(range(0x80, 0xC0))
 
 
 def classify(utf8: bytes) -> bytes:
+    # U+3000-U+303F (CJK punctuation) shares its lead byte E3 with kana; renaming its two-byte
+    # prefix to that of the fullwidth forms (EF BC, punctuation) keeps kana as letters.
+    if b"\xe3\x80" in utf8:
+        utf8 = utf8.replace(b"\xe3\x80", b"\xef\xbc")
     return utf8.translate(TABLE, DELETE)
 
 

@@ -20,7 +20,9 @@ from exporter.dsml.schema import ToolSet
 
 
 class HeadTail:
-    """Keeps the first ``cap // 2`` and the last ``cap - cap // 2`` characters of a stream."""
+    """Keeps the first ``cap // 2`` and the last ``cap - cap // 2`` characters of a stream.
+
+    Holds at most ``cap`` characters plus one chunk smaller than the tail."""
 
     def __init__(self, cap: int) -> None:
         cap = max(0, int(cap))
@@ -44,10 +46,19 @@ class HeadTail:
             s = s[len(take) :]
             if not s:
                 return
+        if len(s) >= self.tail_cap:  # one big chunk replaces the whole tail
+            self._tail.clear()
+            s = s[len(s) - self.tail_cap :] if self.tail_cap else ""
+            self._tail_len = 0
         self._tail.append(s)
         self._tail_len += len(s)
         while self._tail and self._tail_len - len(self._tail[0]) >= self.tail_cap:
             self._tail_len -= len(self._tail.popleft())
+
+    @property
+    def held(self) -> int:
+        """Characters held right now (what the memory bound is about)."""
+        return self._head_len + self._tail_len
 
     def kept(self) -> tuple[str, int | None, int]:
         """(kept text, offset of the cut or None, characters dropped) as :func:`grader.cut`."""

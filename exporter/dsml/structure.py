@@ -122,9 +122,13 @@ class Machine:
         self.param: _Param | None = None
         self.seen_params: set[str] = set()
         self.after_reported = False
+        self.capped = False
 
     # --- driving -----------------------------------------------------------------------------
-    def run(self, events: list[Event], body_end: int) -> Parsed:
+    def run(self, events: list[Event], body_end: int, *, capped: bool = False) -> Parsed:
+        """Parse ``events``; ``capped``: the tokenizer stopped early, so the text does not end
+        where the events do (nothing is reported about the unseen rest)."""
+        self.capped = capped
         for ev in events:
             if ev.start >= body_end:
                 break
@@ -431,6 +435,8 @@ class Machine:
             self.report("text_after_block", start, end, "")
 
     def _finish(self, body_end: int) -> None:
+        if self.capped:
+            return
         if self.state == AFTER:
             tail = self.text[self.last : body_end]
             if tail.strip():

@@ -45,7 +45,6 @@ _MOJIBAKE_SCREEN = re.compile(rb"\xc3[\x82\x83\x90\x91\xa0-\xb0]|\xc4[\x89\x8a\x
 # --- symbol salad ---------------------------------------------------------------------------------
 _SALAD_ASCII = ",.;:!?"
 _SALAD_RUN = re.compile(rf"[^\w\s][^\w]{{{t.SALAD_MIN_RUN - 1},}}")
-_CJK_PUNCT = b"\xe3\x80"  # UTF-8 prefix of U+3000-U+303F (CJK punctuation), not screened above
 
 
 def check_text(text: str) -> list[Hit]:
@@ -63,7 +62,7 @@ def check_text(text: str) -> list[Hit]:
         if mix is not None:
             detail = f"{'+'.join(mix.groups)}, {mix.switches} switches"
             hits.append(("script_mix", mix.start, mix.end, detail))
-    hits.extend(_salad(text, utf8, screened))
+    hits.extend(_salad(text, screened))
     for loop in find_loops(text):
         hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
     return hits
@@ -110,8 +109,8 @@ def _mojibake(text: str, utf8: bytes) -> Iterator[Hit]:
             yield ("bpe_mojibake", a, b, repr(text[a:b]))
 
 
-def _salad(text: str, utf8: bytes, screened: bytes) -> Iterator[Hit]:
-    if PUNCT * t.SALAD_MIN_RUN not in screened and utf8.count(_CJK_PUNCT) < t.SALAD_LONG_NONASCII:
+def _salad(text: str, screened: bytes) -> Iterator[Hit]:
+    if PUNCT * t.SALAD_MIN_RUN not in screened:
         return
     for mt in _SALAD_RUN.finditer(text):
         run = mt.group()
