@@ -83,7 +83,7 @@ def test_script_mix_needs_three_groups_and_space_joined_switches() -> None:
 
 
 def test_script_screen_counts_groups() -> None:
-    assert groups_present(classify("abc".encode())) == 1
+    assert groups_present(classify(b"abc")) == 1
     assert groups_present(classify("abc данные 数据 데이터".encode())) == 4
 
 

@@ -61,7 +61,7 @@ def test_json_mode_one_object_per_line_in_order(jsonl: Path, capsys: pytest.Capt
 def test_summary_json_file(jsonl: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     target = tmp_path / "summary.json"
     assert main(["scan", str(jsonl), "--json", "--summary-json", str(target)]) == 0
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert err == ""
     summary = json.loads(target.read_text())
     assert summary["lines"] == 7

@@ -65,7 +65,7 @@ def test_oversized_stream_grades_head_and_tail() -> None:
 
 def test_think_tag_dropped_with_the_middle() -> None:
     text = "r" * 3000 + "</think>" + "c " * 3000 + "end."
-    kept, gap, dropped = cut(text, 1000)
+    _kept, gap, dropped = cut(text, 1000)
     assert gap == 500 and dropped == len(text) - 1000
     whole = grade_text(text, max_chars=1000, thinking=True)
     channels = [(c.channel, c.start, c.end) for c in whole.channels]
@@ -82,7 +82,7 @@ def test_memory_stays_bounded() -> None:
         assert buf.held <= 1000 + 30
     buf.append("x" * 1_000_000)
     assert buf.held <= 1000
-    kept, gap, dropped = buf.kept()
+    kept, gap, _dropped = buf.kept()
     assert len(kept) == 1000 and gap == 500
 
 
