@@ -49,6 +49,11 @@ def _class_of(byte: int) -> bytes:
 
 
 TABLE = b"".join(_class_of(i) for i in range(256))
+# For the script skeleton (one byte per character): group letters kept, a space stays a space,
+# anything else becomes ".".
+SCRIPT_TABLE = bytes(
+    c if bytes([c]) in GROUP_IDS else 0x20 if i == 0x20 else 0x2E for i, c in enumerate(TABLE)
+)
 DELETE = b" \t\n\r\x0c" + bytes(range(0x80, 0xC0))
 
 

@@ -10,11 +10,13 @@ paths call :func:`grader.grade_kept` on identical kept text, hence identical res
 from __future__ import annotations
 
 import codecs
+import copy
 from collections import deque
+from collections.abc import Callable
 
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
-from exporter.dsml.grader import PARAM_OPEN, grade_kept, normalize_grammar
+from exporter.dsml.grader import PARAM_OPEN, grade_kept, normalize_grammar, reasoning_end
 from exporter.dsml.result import Result
 from exporter.dsml.schema import ToolSet
 
@@ -22,9 +24,11 @@ from exporter.dsml.schema import ToolSet
 class HeadTail:
     """Keeps the first ``cap // 2`` and the last ``cap - cap // 2`` characters of a stream.
 
-    Holds at most ``cap`` characters plus one chunk smaller than the tail."""
+    Holds at most ``cap`` characters plus one chunk smaller than the tail. ``on_drop`` sees the
+    dropped middle, in stream order, as it leaves (what must be tracked there, is)."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, on_drop: Callable[[str], None] | None = None) -> None:
+        self._on_drop = on_drop
         cap = max(0, int(cap))
         self.cap = cap
         self.head_cap = cap // 2
@@ -47,13 +51,28 @@ class HeadTail:
             if not s:
                 return
         if len(s) >= self.tail_cap:  # one big chunk replaces the whole tail
+            keep = len(s) - self.tail_cap
+            if self._on_drop is not None:
+                self._on_drop("".join(self._tail) + s[:keep])
             self._tail.clear()
-            s = s[len(s) - self.tail_cap :] if self.tail_cap else ""
+            s = s[keep:]
             self._tail_len = 0
         self._tail.append(s)
         self._tail_len += len(s)
         while self._tail and self._tail_len - len(self._tail[0]) >= self.tail_cap:
-            self._tail_len -= len(self._tail.popleft())
+            gone = self._tail.popleft()
+            self._tail_len -= len(gone)
+            if self._on_drop is not None:
+                self._on_drop(gone)
+
+    @property
+    def head(self) -> str:
+        return "".join(self._head)
+
+    @property
+    def tail(self) -> str:
+        """Everything not in the head and not dropped yet (may exceed the tail cap by a chunk)."""
+        return "".join(self._tail)
 
     @property
     def held(self) -> int:
@@ -116,10 +135,15 @@ class TextDecoder:
 
     def __init__(self) -> None:
         self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pending = False
 
     def decode(self, chunk: str | bytes | bytearray) -> str:
         if isinstance(chunk, str):
-            return self._dec.decode(b"", final=True) + chunk
+            if self._pending:  # bytes of an unfinished character end as U+FFFD
+                self._pending = False
+                return self._dec.decode(b"", final=True) + chunk
+            return chunk
+        self._pending = True
         return self._dec.decode(bytes(chunk))
 
     def flush(self) -> str:
@@ -144,8 +168,9 @@ class StreamingGrader:
         self.grammar = normalize_grammar(grammar)
         self.tools = ToolSet.from_any(tools)
         self.thinking = thinking
-        self._buf = HeadTail(max_chars)
-        self._think = ThinkTracker()
+        self._buf = HeadTail(max_chars, self._dropped)
+        self._think = ThinkTracker()  # fed only when text is dropped (oversized streams)
+        self._head_fed = False
         self._decoder = TextDecoder()
 
     @property
@@ -153,21 +178,27 @@ class StreamingGrader:
         return self._buf.total
 
     def feed(self, chunk: str | bytes | bytearray) -> None:
-        text = self._decoder.decode(chunk)
-        self._push(text)
+        self._buf.append(self._decoder.decode(chunk))
 
-    def _push(self, text: str) -> None:
-        if text:
-            self._think.feed(text)
-            self._buf.append(text)
+    def _dropped(self, text: str) -> None:
+        if not self._head_fed:  # the head is complete before anything is dropped
+            self._think.feed(self._buf.head)
+            self._head_fed = True
+        self._think.feed(text)
 
     def result(self, finish_reason: str | None = None) -> Result:
         """Grade what has arrived so far (the stream may go on); bytes of a character not yet
         complete are left out until ``finish``."""
         kept, gap, dropped = self._buf.kept()
+        if gap is None:
+            think = reasoning_end(kept, self.thinking)
+        else:
+            tracker = copy.copy(self._think)
+            tracker.feed(self._buf.tail)
+            think = tracker.end(self.thinking)
         return grade_kept(
             kept,
-            self._think.end(self.thinking),
+            think,
             gap,
             dropped,
             grammar=self.grammar,
@@ -178,5 +209,5 @@ class StreamingGrader:
 
     def finish(self, finish_reason: str | None = None) -> Result:
         """Grade the complete stream."""
-        self._push(self._decoder.flush())
+        self._buf.append(self._decoder.flush())
         return self.result(finish_reason)

@@ -72,14 +72,14 @@ def test_salad_near_misses(text: str) -> None:
 
 
 def test_script_mix_needs_three_groups_and_space_joined_switches() -> None:
-    salad = " ".join(["data", "данные", "数据"] * 5)
-    assert find_script_mix(salad, classify(salad.encode())) is not None
-    two = " ".join(["data", "данные"] * 12)
-    assert find_script_mix(two, classify(two.encode())) is None
-    listed = ", ".join(["data", "данные", "数据"] * 5)
-    assert find_script_mix(listed, classify(listed.encode())) is None
-    sentences = ". ".join(["data данные", "数据 data"] * 6)
-    assert find_script_mix(sentences, classify(sentences.encode())) is None
+    def mix(text: str) -> object:
+        return find_script_mix(text, text.encode(), classify(text.encode()))
+
+    assert mix(" ".join(["data", "данные", "数据"] * 5)) is not None
+    assert mix(" ".join(["data", "данные"] * 12)) is None
+    assert mix(", ".join(["data", "данные", "数据"] * 5)) is None
+    assert mix(". ".join(["data данные", "数据 data"] * 6)) is None
+    assert mix(" ".join(["пусть", "x", "и", "α", "такие", "что", "y"] * 4)) is None
 
 
 def test_script_screen_counts_groups() -> None:
