@@ -148,7 +148,7 @@ def grade_kept(
     channels: list[ChannelSpan] = []
     if r_end is not None:
         channels.append(ChannelSpan("reasoning", 0, r_end))
-        analyze_reasoning(sink, kept[:r_end], 0, _rel_gap(gap, 0, r_end))
+        analyze_reasoning(sink, kept[:r_end], 0)
     content = kept[c_start:]
     channels.append(ChannelSpan("content", c_start, len(kept)))
     part = analyze_content(
@@ -232,7 +232,7 @@ class ContentPart:
     visible_empty: bool
 
 
-def analyze_reasoning(sink: FindingSink, text: str, base: int, gap: int | None = None) -> None:
+def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
     """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call."""
     quoting = Quoting(text)
     for ev in scan(text):
@@ -322,10 +322,10 @@ def _end_reasons(
     sink: FindingSink, part: ContentPart, finish_reason: str | None, n: int, *, empty: bool
 ) -> None:
     parsed = part.parsed
-    if finish_reason == "length":
-        if parsed.open_at_end:
+    if finish_reason == "length":  # every truncated verdict carries one of these two
+        if parsed.open_at_end or parsed.blocks:
             sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
-        elif not parsed.calls and not parsed.blocks:
+        else:
             sink.add("length_no_call", n, n, "content", "finish_reason length")
     elif finish_reason in _STOPS and empty and not parsed.dsml_seen:
         sink.add("empty_stop", n, n, "content", f"finish_reason {finish_reason}")

@@ -351,8 +351,7 @@ def grade_assembled(
     pos = 0
     if asm.reasoning:
         channels.append(ChannelSpan("reasoning", 0, len(asm.reasoning)))
-        r_gap = asm.reasoning_cut[0] if asm.reasoning_cut else None
-        analyze_reasoning(sink, asm.reasoning, 0, r_gap)
+        analyze_reasoning(sink, asm.reasoning, 0)
         if asm.reasoning_cut:
             cuts.append(asm.reasoning_cut)
         pos = len(asm.reasoning)
@@ -391,10 +390,10 @@ def grade_assembled(
     for at, dropped in cuts:
         sink.add("oversized", at, at, "input", f"{dropped} characters dropped here")
     n = pos
-    if length:
-        if part.parsed.open_at_end or asm.calls:
+    if length:  # every truncated verdict carries one of these two
+        if part.parsed.open_at_end or part.parsed.blocks or asm.calls:
             sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
-        elif not calls:
+        else:
             sink.add("length_no_call", n, n, "content", "finish_reason length")
     elif (
         asm.finish_reason in _STOPS

@@ -168,6 +168,8 @@ def test_streaming_equals_whole_text(
 ) -> None:
     kwargs = {"max_chars": cap} if cap is not None else {}
     whole = grade_text(text, finish_reason=finish, thinking=thinking, **kwargs)
+    if whole.verdict == "truncated":
+        assert {"length_in_block", "length_no_call"} & set(whole.reasons)
     points = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
     grader = StreamingGrader(thinking=thinking, **kwargs)
     for a, b in itertools.pairwise(points):
