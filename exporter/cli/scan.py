@@ -147,6 +147,16 @@ def grade_line(obj: Any, args: argparse.Namespace) -> Result:
     return result
 
 
+def _dumps(obj: dict[str, Any]) -> str:
+    """One JSON line; readable UTF-8 unless the text holds lone surrogates (then escaped)."""
+    line = json.dumps(obj, ensure_ascii=False, default=str)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(obj, default=str)
+    return line
+
+
 def error_json(message: str) -> dict[str, Any]:
     return {"verdict": "error", "reasons": ["bad_input"], "error": message}
 
@@ -180,8 +190,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             summary.add(result)
             if args.json:
-                out = {"line": number, **result.to_json()}
-                print(json.dumps(out, ensure_ascii=False, default=str))
+                print(_dumps({"line": number, **result.to_json()}))
             _keep_worst(worst, number, result, args.examples)
     except OSError as exc:
         print(f"dsv4-sidecar scan: read failed: {exc}", file=sys.stderr)
@@ -286,6 +295,8 @@ def _visible(text: str) -> str:
             out.append(_VISIBLE[ch])
         elif code < 0x20 or 0x7F <= code <= 0x9F:
             out.append(f"\\x{code:02x}")
+        elif 0xD800 <= code <= 0xDFFF:  # a lone surrogate cannot be written to a terminal
+            out.append(f"\\u{code:04x}")
         else:
             out.append(ch)
     return "".join(out)

@@ -66,7 +66,9 @@ class ToolSet:
                 if isinstance(name, str):
                     specs.append(ToolSpec(name, schema if isinstance(schema, Mapping) else None))
             return cls(specs)
-        if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+        if isinstance(tools, str):
+            return cls([ToolSpec(tools)])  # one tool name
+        if isinstance(tools, bytes) or not isinstance(tools, Iterable):
             return cls()
         for item in tools:
             spec = _spec_of(item)

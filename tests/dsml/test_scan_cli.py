@@ -23,6 +23,7 @@ LINES = [
     json.dumps({"text": ["not", "a", "string"]}),
     json.dumps({"text": GOOD, "grammar": "v9"}),
     json.dumps({"text": "x\u001b]0;pwned\u0007 " + BAD}),
+    '{"text": "lone \\ud800 surrogate \\u0000 here"}',
 ]
 
 
@@ -37,7 +38,7 @@ def test_json_mode_one_object_per_line_in_order(jsonl: Path, capsys: pytest.Capt
     assert main(["scan", str(jsonl), "--json"]) == 0
     out, err = capsys.readouterr()
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [r["line"] for r in rows] == [1, 2, 4, 5, 6, 7, 8]
+    assert [r["line"] for r in rows] == [1, 2, 4, 5, 6, 7, 8, 9]
     assert [r["verdict"] for r in rows] == [
         "well_formed",
         "degenerate",
@@ -45,6 +46,7 @@ def test_json_mode_one_object_per_line_in_order(jsonl: Path, capsys: pytest.Capt
         "no_tool_call",
         "error",
         "error",
+        "degenerate",
         "degenerate",
     ]
     assert rows[0]["calls"] == [{"name": "read_file", "arguments": {"path": "a.py"}}]
@@ -64,7 +66,7 @@ def test_summary_json_file(jsonl: Path, tmp_path: Path, capsys: pytest.CaptureFi
     _out, err = capsys.readouterr()
     assert err == ""
     summary = json.loads(target.read_text())
-    assert summary["lines"] == 7
+    assert summary["lines"] == 8
     assert set(summary["verdicts"]) == set(VERDICTS)
     assert summary["verdicts"]["error"]["count"] == 3
     lo, hi = summary["verdicts"]["degenerate"]["ci95"]
