@@ -26,7 +26,7 @@ from exporter.dsml.grader import (
     reasoning_end,
 )
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall
-from exporter.dsml.schema import ToolSet, schema_errors
+from exporter.dsml.schema import ToolSet
 from exporter.dsml.streaming import HeadTail, TextDecoder
 from exporter.dsml.structure import name_problem, strict_json
 from exporter.dsml.textcheck import check_text, control_in
@@ -460,7 +460,7 @@ def _check_call(
             add("args_empty_required", start, end, ", ".join(spec.required[:5]))
             usable = False
         else:
-            for err in schema_errors(args, spec.schema):
+            for err in spec.validate(args):
                 add("schema_mismatch", name_end, end, err)
     return args if usable else None
 

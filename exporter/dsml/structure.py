@@ -17,7 +17,7 @@ from typing import Any
 from exporter.dsml import markers as m
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ToolCall
-from exporter.dsml.schema import ToolSet, schema_errors
+from exporter.dsml.schema import ToolSet
 from exporter.dsml.tokens import Bare, Event, Special, Tag, Think
 
 Report = Callable[[str, int, int, str], None]  # (reason, start, end, detail), channel offsets
@@ -368,7 +368,7 @@ class Machine:
             self.report("args_empty_required", inv.start, end, ", ".join(spec.required[:5]))
             inv.valid = False
             return
-        for err in schema_errors(inv.args, spec.schema):
+        for err in spec.validate(inv.args):
             self.report("schema_mismatch", inv.start, end, err)
 
     def _open_param(self, tag: Tag) -> None:
