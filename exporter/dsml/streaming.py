@@ -20,6 +20,8 @@ from exporter.dsml.grader import PARAM_OPEN, grade_kept, normalize_grammar, reas
 from exporter.dsml.result import Result
 from exporter.dsml.schema import ToolSet
 
+BATCH = 8192  # characters (or bytes) batched by the streaming grader before decoding
+
 
 class HeadTail:
     """Keeps the first ``cap // 2`` and the last ``cap - cap // 2`` characters of a stream.
@@ -42,14 +44,17 @@ class HeadTail:
     def append(self, s: str) -> None:
         if not s:
             return
-        self.total += len(s)
+        n = len(s)
+        self.total += n
         if self._head_len < self.head_cap:
-            take = s[: self.head_cap - self._head_len]
-            self._head.append(take)
-            self._head_len += len(take)
-            s = s[len(take) :]
-            if not s:
+            room = self.head_cap - self._head_len
+            if n <= room:  # the common case while the head fills: no slicing
+                self._head.append(s)
+                self._head_len += n
                 return
+            self._head.append(s[:room])
+            self._head_len += room
+            s = s[room:]
         if len(s) >= self.tail_cap:  # one big chunk replaces the whole tail
             keep = len(s) - self.tail_cap
             if self._on_drop is not None:
@@ -144,7 +149,7 @@ class TextDecoder:
                 return self._dec.decode(b"", final=True) + chunk
             return chunk
         self._pending = True
-        return self._dec.decode(bytes(chunk))
+        return self._dec.decode(chunk)
 
     def flush(self) -> str:
         return self._dec.decode(b"", final=True)
@@ -154,7 +159,8 @@ class StreamingGrader:
     """Grade a raw completion fed in chunks (str or bytes, any split).
 
     ``finish(finish_reason)`` returns what :func:`grade_text` returns for the concatenation with
-    ``max_chars`` set to this grader's cap. Memory stays within about ``max_chars`` characters.
+    ``max_chars`` set to this grader's cap. Memory stays within ``max_chars`` characters plus
+    one batch (``BATCH``) and one chunk.
     """
 
     def __init__(
@@ -172,13 +178,31 @@ class StreamingGrader:
         self._think = ThinkTracker()  # fed only when text is dropped (oversized streams)
         self._head_fed = False
         self._decoder = TextDecoder()
+        self._batch: list = []  # pieces of one type (str or bytes) not yet decoded
+        self._batched = 0
 
     @property
     def chars_seen(self) -> int:
         return self._buf.total
 
     def feed(self, chunk: str | bytes | bytearray) -> None:
-        self._buf.append(self._decoder.decode(chunk))
+        """Take a piece of the stream. Pieces are batched (up to ``BATCH`` characters or bytes)
+        before decoding and buffering, so a tap feeding tiny deltas pays little per call."""
+        if self._batch and type(chunk) is not type(self._batch[0]):
+            self._flush()
+        self._batch.append(chunk)
+        self._batched += len(chunk)
+        if self._batched >= BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._batch:
+            return
+        first = self._batch[0]
+        joined = "".join(self._batch) if isinstance(first, str) else b"".join(self._batch)
+        self._batch.clear()
+        self._batched = 0
+        self._buf.append(self._decoder.decode(joined))
 
     def _dropped(self, text: str) -> None:
         if not self._head_fed:  # the head is complete before anything is dropped
@@ -189,6 +213,7 @@ class StreamingGrader:
     def result(self, finish_reason: str | None = None) -> Result:
         """Grade what has arrived so far (the stream may go on); bytes of a character not yet
         complete are left out until ``finish``."""
+        self._flush()
         kept, gap, dropped = self._buf.kept()
         if gap is None:
             think = reasoning_end(kept, self.thinking)
@@ -209,5 +234,6 @@ class StreamingGrader:
 
     def finish(self, finish_reason: str | None = None) -> Result:
         """Grade the complete stream."""
+        self._flush()
         self._buf.append(self._decoder.flush())
         return self.result(finish_reason)
