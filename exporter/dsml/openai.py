@@ -323,6 +323,38 @@ def grade_openai_response(
     return grade_assembled(asm, grammar=gram, tools=ToolSet.from_any(tools), thinking=thinking)
 
 
+def grade_tool_calls(
+    tool_calls: object,
+    *,
+    tools: object = None,
+    content: str = "",
+    reasoning: str = "",
+    finish_reason: str | None = "tool_calls",
+) -> Result:
+    """Grade parsed tool calls alone (when only those were logged): unknown tool, arguments not
+    a JSON object, schema mismatches, ``{}`` for a tool with required parameters, leaks.
+
+    ``tool_calls``: OpenAI tool-call objects (``{"function": {"name", "arguments"}}``), plain
+    ``{"name", "arguments"}`` dicts, or ``(name, arguments)`` pairs; arguments as a JSON string
+    or an already decoded object."""
+    calls: list[dict[str, Any]] = []
+    if isinstance(tool_calls, list | tuple):
+        for call in tool_calls:
+            if isinstance(call, tuple | list) and len(call) == 2:
+                name, args = call
+            elif isinstance(call, Mapping):
+                fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+                name, args = fn.get("name"), fn.get("arguments")
+            else:
+                return error_result("a tool call must be an object or a (name, arguments) pair")
+            calls.append({"type": "function", "function": {"name": name, "arguments": args}})
+    else:
+        return error_result("tool_calls must be a list")
+    message = {"content": content, "reasoning_content": reasoning, "tool_calls": calls}
+    response = {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}]}
+    return grade_openai_response(response, tools=tools)
+
+
 def grade_assembled(
     asm: Assembled, *, grammar: str | None, tools: ToolSet | None, thinking: bool | None = None
 ) -> Result:

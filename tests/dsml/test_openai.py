@@ -214,3 +214,20 @@ def test_assembler_ignores_other_choices_and_usage_chunks() -> None:
 
 def test_unknown_grammar_is_an_error_result_not_an_exception() -> None:
     assert grade_openai_response(openai_message("hi"), grammar="v9").verdict == "error"
+
+
+def test_grade_tool_calls_alone() -> None:
+    from exporter.dsml import grade_tool_calls
+
+    ok = grade_tool_calls(
+        [("read_file", {"path": "a"}), {"name": "ls", "arguments": "{}"}], tools=TOOLS
+    )
+    assert ok.verdict == "well_formed"
+    assert [c.name for c in ok.calls] == ["read_file", "ls"]
+    bad = grade_tool_calls(
+        [{"function": {"name": "read_file", "arguments": "{}"}}, ("rm", "{}"), ("ls", "not json")],
+        tools=TOOLS,
+    )
+    assert {"args_empty_required", "tool_unknown", "json_invalid"} <= set(bad.reasons)
+    assert grade_tool_calls("nope").verdict == "error"
+    assert grade_tool_calls([42]).verdict == "error"
