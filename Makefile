@@ -2,10 +2,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-PY_DIRS := exporter tests bench alerts dashboards
+PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv deb-test deb-bench test lint fmt demo bench docs alerts dashboards clean
+.PHONY: help venv deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -15,6 +15,7 @@ help:
 	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules)"
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
+	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,8 +27,11 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
+# tests/deploy validates the compose files with a compose implementation: Docker's plugin when
+# present, else Debian's docker-compose (pure Python, no daemon needed for `config`).
 deb-test:
 	@scripts/ensure-debian-packages.sh prometheus
+	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
 deb-bench:
 	@scripts/ensure-debian-packages.sh prometheus nginx
 
@@ -51,10 +55,16 @@ alerts: venv
 dashboards: venv
 	$(PY) -m dashboards.generate
 
+# Kubernetes objects wrapping alerts/*.yaml and dashboards/*.json; run after `make alerts` or
+# `make dashboards`. tests/deploy fails when the committed output is stale.
+k8s: venv
+	$(PY) docker/k8s/generate.py
+
 test: venv deb-test lint
 	$(PY) -m exporter.metrics.docgen --check docs/metrics.md
 	$(PY) -m alerts.generate --check
 	$(PY) -m dashboards.generate --check
+	$(PY) docker/k8s/generate.py --check
 	$(PY) -m exporter.config_docs --check docs/configuration.md
 	$(PY) -m exporter.oncall.triage.rules_doc --check docs/oncall.md
 	$(PY) -m pytest -q

@@ -107,6 +107,16 @@ class SidecarSettings(BaseSettings):
     )
     ingest_max_bytes: int = Field(8 << 20, ge=1024, description="Max body of POST /api/v1/samples.")
     grading_queue: int = Field(1000, ge=1, description="Samples waiting for the grader, max.")
+    # Pass-through tap
+    tap_port: int | None = Field(
+        None, ge=0, le=65535, description="Listen port of the pass-through tap (off when unset)."
+    )
+    tap_host: str | None = Field(None, description="Tap listen address (default: host).")
+    tap_sample_rate: float = Field(
+        0.1, ge=0, le=1, description="Fraction of tap responses graded (by request hash)."
+    )
+    tap_sample_seed: int = Field(0, description="Key of the tap's sampling hash.")
+    tap_queue: int = Field(256, ge=1, description="Tap samples waiting for hand-off, max.")
     # Probe
     probe_dir: Path | None = Field(None, description="Directory of probe snapshot files.")
     probe_stale_after: float = Field(5.0, gt=0, description="Probe file older than this is down.")

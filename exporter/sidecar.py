@@ -22,7 +22,7 @@ from exporter.config import SidecarSettings
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
 from exporter.samplers.canary import CanaryProber
-from exporter.samplers.grading import GradingPipeline
+from exporter.samplers.grading import GradingPipeline, Sample
 from exporter.samplers.prompts import load_prompts
 from exporter.samplers.redact import DEFAULT_PATTERNS, Redactor
 from exporter.samplers.store import SampleStore
@@ -86,6 +86,19 @@ class Sidecar:
         self.pipeline = GradingPipeline(
             store, settings.grading_queue, on_change=self.exposition.bump
         )
+        self.tap: Any = None
+        if settings.tap_port is not None:
+            from exporter.samplers.tap import Tap, TapConfig
+
+            self.tap = Tap(
+                TapConfig(
+                    upstream=settings.sglang_url,
+                    sample_rate=settings.tap_sample_rate,
+                    sample_seed=settings.tap_sample_seed,
+                    queue_size=settings.tap_queue,
+                ),
+                on_sample=self._tap_sample,
+            )
         self.canary: CanaryProber | None = None
         if settings.canary:
             self.canary = CanaryProber(
@@ -124,6 +137,23 @@ class Sidecar:
             count=s.fake_gpu_count or 8, spec=spec, workload=workload, faults=s.fake_faults
         )
 
+    def _tap_sample(self, s: Any) -> None:
+        """Hand a sampled tap exchange to the grader (decoding happens in its thread).
+        Only complete 200 answers are graded: a cut-short stream is not a corrupt one."""
+        if s.status != 200 or not s.complete:
+            return
+        self.pipeline.submit(
+            Sample(
+                source="tap",
+                concurrency=s.concurrency,
+                request_id=s.request_id,
+                request_body=s.request_body,
+                response_body=s.response_body,
+                path=s.path,
+                streaming=s.streaming,
+            )
+        )
+
     def sglang_running(self) -> int | None:
         """Concurrency right now as SGLang reports it (sglang:num_running_reqs)."""
         live = self.sglang.live
@@ -146,6 +176,10 @@ class Sidecar:
         self._stop.clear()
         self.exposition.start()
         self.pipeline.start()
+        if self.tap is not None:
+            host = self.settings.tap_host or self.settings.host
+            await self.tap.start(host, self.settings.tap_port)
+            log.info("tap listening on %s:%s -> %s", host, self.tap.port, self.settings.sglang_url)
         for src in self.pollers:
             self._tasks.append(asyncio.create_task(self._guard(src), name=src.health.name))
 
@@ -166,6 +200,8 @@ class Sidecar:
 
     async def stop(self) -> None:
         self._stop.set()
+        if self.tap is not None:
+            await self.tap.stop()
         for t in self._tasks:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(t, timeout=3)
@@ -202,3 +238,5 @@ class _Collector:
         for src in sc.sources.values():
             yield from src.collect()
         yield from sc.pipeline.collect()
+        if sc.tap is not None:
+            yield from sc.tap.collect()

@@ -1,4 +1,5 @@
-"""Small, dependency-free statistics for rates of bad outputs.
+"""Small, dependency-free statistics for rates of bad outputs, shared by `scan`, `repro`
+and `triage`: pure functions.
 
 The on-call tools compare degenerate rates between concurrency levels and between A/B arms.
 Rates near 0 with a few hundred samples are the normal case, so the interval has to behave at
@@ -36,6 +37,8 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     With n = 0 nothing is known: (0.0, 1.0).
     """
     _check(k, n, "wilson_interval")
+    if not z > 0:
+        raise ValueError(f"z must be positive, got {z}")
     if n == 0:
         return 0.0, 1.0
     p = k / n

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "serve": "exporter.cli.serve",
     "simulate": "exporter.cli.simulate",
     "demo": "exporter.cli.demo",
+    "scan": "exporter.cli.scan",
     "repro": "exporter.cli.repro",
     "triage": "exporter.cli.triage",
 }

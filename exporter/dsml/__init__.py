@@ -5,6 +5,7 @@ A pure library (text in, verdict out; no I/O, no logging). Entry points:
 - :func:`grade_text` — a raw completion (``/generate`` text, or what a tap reassembled).
 - :func:`grade_openai_response` — a chat completion object, a list of SSE chunk objects, or
   raw SSE bytes; :func:`reassemble` gives the channels without grading.
+- :func:`grade_tool_calls` — parsed tool calls alone.
 - :class:`StreamingGrader` / :class:`StreamingResponseGrader` — the same, fed chunk by chunk.
 - :data:`VERDICTS` and :data:`REASONS` — the closed label sets for metrics (pre-create at 0).
 
@@ -31,6 +32,7 @@ from exporter.dsml.openai import (
     Assembler,
     StreamingResponseGrader,
     grade_openai_response,
+    grade_tool_calls,
     reassemble,
 )
 from exporter.dsml.result import ChannelSpan, Finding, Result, ToolCall, decide_verdict
@@ -64,6 +66,7 @@ __all__ = [
     "decide_verdict",
     "grade_openai_response",
     "grade_text",
+    "grade_tool_calls",
     "reassemble",
     "render_block",
     "render_completion",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from exporter.dsml import markers as m
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ToolCall
-from exporter.dsml.schema import ToolSet, schema_errors
+from exporter.dsml.schema import ToolSet
 from exporter.dsml.structure import Parsed, name_problem, strict_json
 from exporter.dsml.tokens import has_events
 
@@ -118,4 +118,4 @@ def _call_ok(name: str, args: dict[str, object], tools: ToolSet) -> bool:
     spec = tools.get(name)
     if spec is None or (not args and spec.required):
         return False
-    return not schema_errors(args, spec.schema)
+    return not spec.validate(args)

@@ -16,7 +16,7 @@ from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, dec
 from exporter.dsml.schema import ToolSet
 from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
 from exporter.dsml.textcheck import check_text
-from exporter.dsml.tokens import Special, Tag, Think, scan
+from exporter.dsml.tokens import MAX_EVENTS, Special, Tag, Think, scan
 
 _GRAMMAR_ALIASES = {
     None: None,
@@ -47,6 +47,23 @@ def cut(text: str, max_chars: int | None) -> tuple[str, int | None, int]:
     tail = max(0, max_chars) - head
     kept = text[:head] + (text[len(text) - tail :] if tail else "")
     return kept, head, len(text) - head - tail
+
+
+PARAM_OPEN = f"<{m.MARKER}{m.PARAMETER}"
+
+
+def reasoning_end(text: str, thinking: bool | None) -> int:
+    """Offset of the ``</think>`` that ends reasoning in the uncut text (-1: none).
+
+    It is the first ``</think>``, except that with ``thinking`` unknown one that falls inside
+    a DSML parameter value (after a parameter opener with no closer since) is a literal in a
+    tool call (code that strips think tags), not the end of reasoning. :class:`ThinkTracker`
+    computes the same on a stream."""
+    at = text.find(m.THINK_CLOSE)
+    if at < 0 or thinking is not None:
+        return at
+    inside = text.rfind(PARAM_OPEN, 0, at) > text.rfind(m.PARAMETER_CLOSE, 0, at)
+    return -1 if inside else at
 
 
 def split_think(think_at: int, thinking: bool | None, n: int) -> tuple[int | None, int]:
@@ -94,7 +111,7 @@ def grade_text(
         text = bytes(text).decode("utf-8", "replace")
     if not isinstance(text, str):
         return error_result(f"text must be str, not {type(text).__name__}")
-    think_at = text.find(m.THINK_CLOSE)
+    think_at = reasoning_end(text, thinking)
     kept, gap, dropped = cut(text, max_chars)
     return grade_kept(
         kept,
@@ -122,7 +139,7 @@ def grade_kept(
     """Grade text already cut to size; ``think_at`` is the first ``</think>`` of the uncut text.
 
     Shared by :func:`grade_text` and the streaming grader, which is what makes their results
-    identical."""
+    identical. ``think_at`` comes from :func:`reasoning_end`."""
     sink = FindingSink()
     at, present = think_in_kept(think_at, gap, dropped)
     r_end, c_start = split_think(at, thinking, len(kept))
@@ -131,7 +148,7 @@ def grade_kept(
     channels: list[ChannelSpan] = []
     if r_end is not None:
         channels.append(ChannelSpan("reasoning", 0, r_end))
-        analyze_reasoning(sink, kept[:r_end], 0, _rel_gap(gap, 0, r_end))
+        analyze_reasoning(sink, kept[:r_end], 0)
     content = kept[c_start:]
     channels.append(ChannelSpan("content", c_start, len(kept)))
     part = analyze_content(
@@ -198,13 +215,24 @@ def _shift(call: ToolCall, base: int) -> ToolCall:
     return ToolCall(call.name, call.arguments, call.start + base, call.end + base)
 
 
+def body_end_of(text: str) -> tuple[int, bool]:
+    """Where the content ends before a final EOS token (allowed there), and whether that EOS
+    had ASCII bars."""
+    tail = text.rstrip()
+    if tail.endswith(m.EOS):
+        return len(tail) - len(m.EOS), False
+    if tail.endswith(_ASCII_EOS):
+        return len(tail) - len(_ASCII_EOS), True
+    return len(text), False
+
+
 @dataclass
 class ContentPart:
     parsed: Parsed
     visible_empty: bool
 
 
-def analyze_reasoning(sink: FindingSink, text: str, base: int, gap: int | None = None) -> None:
+def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
     """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call."""
     quoting = Quoting(text)
     for ev in scan(text):
@@ -233,13 +261,11 @@ def analyze_content(
     channel: str = "content",
 ) -> ContentPart:
     """Run the grammar and the heuristics over a content channel (offsets shifted by ``base``)."""
-    body_end = len(text)
-    tail = text.rstrip()
-    if tail.endswith(m.EOS):
-        body_end = len(tail) - len(m.EOS)
-    elif tail.endswith(_ASCII_EOS):
-        body_end = len(tail) - len(_ASCII_EOS)
-        sink.add("marker_ascii_pipe", body_end + base, len(tail) + base, channel, "EOS")
+    body_end, ascii_eos = body_end_of(text)
+    if ascii_eos:
+        sink.add(
+            "marker_ascii_pipe", body_end + base, body_end + len(_ASCII_EOS) + base, channel, "EOS"
+        )
     blocks: list[tuple[int, int]] = []
     inside = [False]  # the grammar pass is inside a block right now
     machine: Machine | None = None
@@ -264,8 +290,14 @@ def analyze_content(
         machine = Machine(
             text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
         )
-        parsed = machine.run(events, body_end)
+        capped = len(events) >= MAX_EVENTS
+        parsed = machine.run(events, body_end, capped=capped)
         machine = None
+        if capped:
+            last = events[-1].end
+            sink.add(
+                "oversized", last + base, last + base, channel, "tag limit: grammar stops here"
+            )
         inside[0] = False
     blocks.extend(parsed.blocks)
     if parsed.open_at_end:  # the text ended inside a block
@@ -290,10 +322,10 @@ def _end_reasons(
     sink: FindingSink, part: ContentPart, finish_reason: str | None, n: int, *, empty: bool
 ) -> None:
     parsed = part.parsed
-    if finish_reason == "length":
-        if parsed.open_at_end:
+    if finish_reason == "length":  # every truncated verdict carries one of these two
+        if parsed.open_at_end or parsed.blocks:
             sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
-        elif not parsed.calls and not parsed.blocks:
+        else:
             sink.add("length_no_call", n, n, "content", "finish_reason length")
     elif finish_reason in _STOPS and empty and not parsed.dsml_seen:
         sink.add("empty_stop", n, n, "content", f"finish_reason {finish_reason}")

@@ -52,11 +52,16 @@ def find_loops(text: str, limit: int = 3) -> list[Loop]:
     found: list[Loop] = []
     find, startswith = text.find, text.startswith
     probe_len, stride, tries_max = t.LOOP_PROBE, t.LOOP_STRIDE, t.LOOP_TRIES
-    reach = t.LOOP_MAX_PERIOD + probe_len
-    i = 0
+    near = t.LOOP_LONG_UNIT + probe_len
+    far = t.LOOP_MAX_PERIOD + probe_len
+    every = t.LOOP_FAR_EVERY
+    i = k = 0
     while i + probe_len <= n:
         probe = text[i : i + probe_len]
-        hi = i + reach
+        # long units (256+ characters) repeat 4+ times, so 1 KiB+: looking for them from every
+        # few anchors is enough, and keeps the common search short
+        hi = i + (far if k % every == 0 else near)
+        k += 1
         j = find(probe, i + 1, hi)
         next_i = i + stride
         tries = 0

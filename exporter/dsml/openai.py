@@ -23,9 +23,10 @@ from exporter.dsml.grader import (
     finish,
     grade_kept,
     normalize_grammar,
+    reasoning_end,
 )
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall
-from exporter.dsml.schema import ToolSet, schema_errors
+from exporter.dsml.schema import ToolSet
 from exporter.dsml.streaming import HeadTail, TextDecoder
 from exporter.dsml.structure import name_problem, strict_json
 from exporter.dsml.textcheck import check_text, control_in
@@ -61,6 +62,7 @@ class Assembled:
     reasoning_cut: tuple[int, int] | None = None
     content_cut: tuple[int, int] | None = None
     error: str | None = None
+    raw: bool = False  # a text completion: content is the raw completion (no server parsing)
 
 
 class Assembler:
@@ -83,6 +85,7 @@ class Assembler:
         self._decoder = TextDecoder()
         self._line = ""
         self._data: list[str] = []
+        self.raw = False  # a completions-API response: choices[].text is the raw completion
         self._sse_events = 0  # data events seen (SSE input only)
         self._sse_input = False
 
@@ -144,6 +147,7 @@ class Assembler:
         if isinstance(delta, Mapping):
             self._apply(delta, streamed=True)
         elif isinstance(choice.get("text"), str):  # completions API
+            self.raw = True
             self.content.append(choice["text"])
         self._finish_reason(choice)
 
@@ -156,6 +160,7 @@ class Assembler:
         if isinstance(message, Mapping):
             self._apply(message, streamed=False)
         elif isinstance(choice.get("text"), str):
+            self.raw = True
             self.content.append(choice["text"])
         self._finish_reason(choice)
 
@@ -245,6 +250,7 @@ class Assembler:
             (r_gap, r_drop) if r_gap is not None else None,
             (c_gap, c_drop) if c_gap is not None else None,
             self.error,
+            self.raw and not self.calls and not reasoning,
         )
 
 
@@ -317,22 +323,59 @@ def grade_openai_response(
     return grade_assembled(asm, grammar=gram, tools=ToolSet.from_any(tools), thinking=thinking)
 
 
+def grade_tool_calls(
+    tool_calls: object,
+    *,
+    tools: object = None,
+    content: str = "",
+    reasoning: str = "",
+    finish_reason: str | None = "tool_calls",
+) -> Result:
+    """Grade parsed tool calls alone (when only those were logged): unknown tool, arguments not
+    a JSON object, schema mismatches, ``{}`` for a tool with required parameters, leaks.
+
+    ``tool_calls``: OpenAI tool-call objects (``{"function": {"name", "arguments"}}``), plain
+    ``{"name", "arguments"}`` dicts, or ``(name, arguments)`` pairs; arguments as a JSON string
+    or an already decoded object."""
+    calls: list[dict[str, Any]] = []
+    if isinstance(tool_calls, list | tuple):
+        for call in tool_calls:
+            if isinstance(call, tuple | list) and len(call) == 2:
+                name, args = call
+            elif isinstance(call, Mapping):
+                fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+                name, args = fn.get("name"), fn.get("arguments")
+            else:
+                return error_result("a tool call must be an object or a (name, arguments) pair")
+            calls.append({"type": "function", "function": {"name": name, "arguments": args}})
+    else:
+        return error_result("tool_calls must be a list")
+    message = {"content": content, "reasoning_content": reasoning, "tool_calls": calls}
+    response = {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}]}
+    return grade_openai_response(response, tools=tools)
+
+
 def grade_assembled(
     asm: Assembled, *, grammar: str | None, tools: ToolSet | None, thinking: bool | None = None
 ) -> Result:
     if asm.error is not None:
         return error_result(asm.error)
-    if thinking and not asm.reasoning and not asm.calls and asm.content_cut is None:
-        # no reasoning parser on the server: the content is the raw completion
+    if asm.raw or (thinking and not asm.reasoning and not asm.calls):
+        # a text completion, or no reasoning parser on the server: content is the raw output
+        mode = thinking if asm.raw else True
+        gap, dropped = asm.content_cut or (None, 0)
+        at = reasoning_end(asm.content, mode)
+        if gap is not None and at >= gap:
+            at += dropped  # grade_kept takes the offset in the uncut text
         return grade_kept(
             asm.content,
-            asm.content.find("</think>"),
-            None,
-            0,
+            at,
+            gap,
+            dropped,
             grammar=grammar,
             finish_reason=asm.finish_reason,
             tools=tools,
-            thinking=True,
+            thinking=mode,
         )
     sink = FindingSink()
     channels: list[ChannelSpan] = []
@@ -340,8 +383,7 @@ def grade_assembled(
     pos = 0
     if asm.reasoning:
         channels.append(ChannelSpan("reasoning", 0, len(asm.reasoning)))
-        r_gap = asm.reasoning_cut[0] if asm.reasoning_cut else None
-        analyze_reasoning(sink, asm.reasoning, 0, r_gap)
+        analyze_reasoning(sink, asm.reasoning, 0)
         if asm.reasoning_cut:
             cuts.append(asm.reasoning_cut)
         pos = len(asm.reasoning)
@@ -380,10 +422,10 @@ def grade_assembled(
     for at, dropped in cuts:
         sink.add("oversized", at, at, "input", f"{dropped} characters dropped here")
     n = pos
-    if length:
-        if part.parsed.open_at_end or asm.calls:
+    if length:  # every truncated verdict carries one of these two
+        if part.parsed.open_at_end or part.parsed.blocks or asm.calls:
             sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
-        elif not calls:
+        else:
             sink.add("length_no_call", n, n, "content", "finish_reason length")
     elif (
         asm.finish_reason in _STOPS
@@ -450,7 +492,7 @@ def _check_call(
             add("args_empty_required", start, end, ", ".join(spec.required[:5]))
             usable = False
         else:
-            for err in schema_errors(args, spec.schema):
+            for err in spec.validate(args):
                 add("schema_mismatch", name_end, end, err)
     return args if usable else None
 

@@ -7,8 +7,8 @@ accepted, so an exotic schema can cause a missed mismatch but never a false one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 MAX_DEPTH = 32  # deeper values are not checked (and cannot make validation recurse forever)
@@ -21,6 +21,10 @@ class ToolSpec:
 
     name: str
     schema: Mapping[str, Any] | None = None
+    validate: Callable[[Any], list[str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "validate", compile_schema(self.schema))
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -66,7 +70,9 @@ class ToolSet:
                 if isinstance(name, str):
                     specs.append(ToolSpec(name, schema if isinstance(schema, Mapping) else None))
             return cls(specs)
-        if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+        if isinstance(tools, str):
+            return cls([ToolSpec(tools)])  # one tool name
+        if isinstance(tools, bytes) or not isinstance(tools, Iterable):
             return cls()
         for item in tools:
             spec = _spec_of(item)
@@ -90,10 +96,112 @@ def _spec_of(item: object) -> ToolSpec | None:
 
 def schema_errors(value: Any, schema: Mapping[str, Any] | None) -> list[str]:
     """Up to ``MAX_ERRORS`` human-readable mismatches of ``value`` against ``schema``."""
+    return compile_schema(schema)(value)
+
+
+Check = Callable[[Any, str, list[str]], None]
+
+
+def compile_schema(schema: object) -> Callable[[Any], list[str]]:
+    """A validator for ``schema``, built once: the schema's keywords are read here, not for every
+    value checked (a :class:`ToolSpec` compiles its schema when created)."""
+    check = _compile(schema, 0)
+
+    def validate(value: Any) -> list[str]:
+        errors: list[str] = []
+        check(value, "$", errors)
+        return errors[:MAX_ERRORS]
+
+    return validate
+
+
+def _accept(value: Any, path: str, errors: list[str]) -> None:
+    return None
+
+
+def _types(schema: Mapping[str, Any]) -> list[str]:
+    typ = schema.get("type")
+    if isinstance(typ, str):
+        return [typ]
+    return [x for x in typ if isinstance(x, str)] if isinstance(typ, list) else []
+
+
+def _subs(schema: Mapping[str, Any], key: str, depth: int) -> list[Check]:
+    options = schema.get(key)
+    if not isinstance(options, list):
+        return []
+    return [_compile(o, depth + 1) for o in options if isinstance(o, Mapping)]
+
+
+def _compile(schema: object, depth: int) -> Check:
+    if not isinstance(schema, Mapping) or depth > MAX_DEPTH:
+        return _accept
+    nullable = schema.get("nullable") is True
+    types = _types(schema)
+    enum = schema.get("enum") if isinstance(schema.get("enum"), list) else None
+    has_const, const = "const" in schema, schema.get("const")
+    alternatives = [(k, subs) for k in ("anyOf", "oneOf") if (subs := _subs(schema, k, depth))]
+    all_of = _subs(schema, "allOf", depth)
+    raw_props = schema.get("properties")
+    raw_props = raw_props if isinstance(raw_props, Mapping) else {}
+    props = {k: _compile(v, depth + 1) for k, v in raw_props.items() if isinstance(v, Mapping)}
+    known = set(raw_props)
+    raw_required = schema.get("required")
+    required = (
+        [k for k in raw_required if isinstance(k, str)] if isinstance(raw_required, list) else []
+    )
+    raw_extra = schema.get("additionalProperties", True)
+    closed = raw_extra is False and bool(props)
+    extra = _compile(raw_extra, depth + 1) if isinstance(raw_extra, Mapping) else None
+    items = (
+        _compile(schema["items"], depth + 1) if isinstance(schema.get("items"), Mapping) else None
+    )
+    useful = types or enum or has_const or alternatives or all_of or props or required
+    if not (useful or closed or extra or items):
+        return _accept
+
+    def check(value: Any, path: str, errors: list[str]) -> None:
+        if len(errors) >= MAX_ERRORS or (value is None and nullable):
+            return
+        if types and not any(_type_ok(value, x) for x in types):
+            errors.append(f"{path}: expected {'|'.join(types)}, got {_json_type(value)}")
+            return
+        if enum and not any(_same(value, e) for e in enum):
+            errors.append(f"{path}: not one of the enum values")
+        if has_const and not _same(value, const):
+            errors.append(f"{path}: not the const value")
+        for key, subs in alternatives:
+            if subs and not any(_passes(sub, value, path) for sub in subs):
+                errors.append(f"{path}: matches none of {key}")
+        for sub in all_of:
+            sub(value, path, errors)
+        if isinstance(value, dict):
+            for key in required:
+                if key not in value:
+                    errors.append(f"{path}: missing required {key!r}")
+            for key, item in value.items():
+                sub = props.get(key)
+                if sub is not None:
+                    sub(item, f"{path}.{key}", errors)
+                elif closed and key not in known:
+                    errors.append(f"{path}: unexpected property {key!r}")
+                elif extra is not None and key not in known:
+                    extra(item, f"{path}.{key}", errors)
+                if len(errors) >= MAX_ERRORS:
+                    return
+        elif isinstance(value, list) and items is not None:
+            for i, item in enumerate(value):
+                items(item, f"{path}[{i}]", errors)
+                if len(errors) >= MAX_ERRORS:
+                    return
+
+    return check
+
+
+def _passes(check: Check, value: Any, path: str) -> bool:
     errors: list[str] = []
-    if isinstance(schema, Mapping):
-        _check(value, schema, "$", 0, errors)
-    return errors[:MAX_ERRORS]
+    check(value, path, errors)
+    return not errors
 
 
 def _type_ok(value: Any, typ: str) -> bool:
@@ -114,78 +222,6 @@ def _type_ok(value: Any, typ: str) -> bool:
     if typ == "object":
         return isinstance(value, dict)
     return True  # unknown type keyword: accept
-
-
-def _check(value: Any, schema: Mapping[str, Any], path: str, depth: int, errors: list[str]) -> None:
-    if depth > MAX_DEPTH or len(errors) >= MAX_ERRORS:
-        return
-    if value is None and schema.get("nullable") is True:
-        return
-    typ = schema.get("type")
-    types = (
-        [typ]
-        if isinstance(typ, str)
-        else [x for x in typ if isinstance(x, str)]
-        if isinstance(typ, list)
-        else []
-    )
-    if types and not any(_type_ok(value, x) for x in types):
-        errors.append(f"{path}: expected {'|'.join(types)}, got {_json_type(value)}")
-        return
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum and not any(_same(value, e) for e in enum):
-        errors.append(f"{path}: not one of the enum values")
-    if "const" in schema and not _same(value, schema["const"]):
-        errors.append(f"{path}: not the const value")
-    for key in ("anyOf", "oneOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            subs = [o for o in options if isinstance(o, Mapping)]
-            if subs and not any(not schema_errors_at(value, o, path, depth) for o in subs):
-                errors.append(f"{path}: matches none of {key}")
-    all_of = schema.get("allOf")
-    if isinstance(all_of, list):
-        for sub in all_of:
-            if isinstance(sub, Mapping):
-                _check(value, sub, path, depth + 1, errors)
-    if isinstance(value, dict):
-        _check_object(value, schema, path, depth, errors)
-    elif isinstance(value, list):
-        items = schema.get("items")
-        if isinstance(items, Mapping):
-            for i, item in enumerate(value):
-                _check(item, items, f"{path}[{i}]", depth + 1, errors)
-                if len(errors) >= MAX_ERRORS:
-                    return
-
-
-def _check_object(
-    value: dict[str, Any], schema: Mapping[str, Any], path: str, depth: int, errors: list[str]
-) -> None:
-    props = schema.get("properties")
-    props = props if isinstance(props, Mapping) else {}
-    required = schema.get("required")
-    if isinstance(required, list):
-        for key in required:
-            if isinstance(key, str) and key not in value:
-                errors.append(f"{path}: missing required {key!r}")
-    extra = schema.get("additionalProperties", True)
-    for key, item in value.items():
-        sub = props.get(key)
-        if isinstance(sub, Mapping):
-            _check(item, sub, f"{path}.{key}", depth + 1, errors)
-        elif extra is False and props:
-            errors.append(f"{path}: unexpected property {key!r}")
-        elif isinstance(extra, Mapping):
-            _check(item, extra, f"{path}.{key}", depth + 1, errors)
-        if len(errors) >= MAX_ERRORS:
-            return
-
-
-def schema_errors_at(value: Any, schema: Mapping[str, Any], path: str, depth: int) -> list[str]:
-    errors: list[str] = []
-    _check(value, schema, path, depth + 1, errors)
-    return errors
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -49,10 +49,19 @@ def _class_of(byte: int) -> bytes:
 
 
 TABLE = b"".join(_class_of(i) for i in range(256))
+# For the script skeleton (one byte per character): group letters kept, a space stays a space,
+# anything else becomes ".".
+SCRIPT_TABLE = bytes(
+    c if bytes([c]) in GROUP_IDS else 0x20 if i == 0x20 else 0x2E for i, c in enumerate(TABLE)
+)
 DELETE = b" \t\n\r\x0c" + bytes(range(0x80, 0xC0))
 
 
 def classify(utf8: bytes) -> bytes:
+    # U+3000-U+303F (CJK punctuation) shares its lead byte E3 with kana; renaming its two-byte
+    # prefix to that of the fullwidth forms (EF BC, punctuation) keeps kana as letters.
+    if b"\xe3\x80" in utf8:
+        utf8 = utf8.replace(b"\xe3\x80", b"\xef\xbc")
     return utf8.translate(TABLE, DELETE)
 
 

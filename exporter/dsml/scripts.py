@@ -1,38 +1,37 @@
 """Cross-script word salad: words of three or more scripts switching inside one sentence.
 
-Bilingual text is normal (Chinese or Russian with English terms, Japanese kana with kanji),
-and so are translation lists, where scripts are separated by punctuation. Salad from a damaged
-decoder glues words of unrelated scripts together with only spaces between them. The cheap
-screen (a bytes ``translate`` of UTF-8 lead bytes) decides whether three script groups occur at
-all; only then are single-script letter runs walked in a sliding window.
+Bilingual text is normal (Chinese or Russian with English terms, Japanese kana with kanji), and
+so are translation lists, where scripts are separated by punctuation, and paragraphs that
+switch language from one sentence to the next. Salad from a damaged decoder glues words of
+unrelated scripts together with only spaces between them.
+
+Cost: walking words in Python costs about a microsecond per word, too much for every
+multilingual answer. Instead the UTF-8 bytes are translated into a *skeleton* with exactly one
+byte per character (continuation bytes deleted): a script-group letter for letters, a space for
+spaces, ``.`` for anything else. Switch points (``X *Y``, groups X != Y) are then found by one
+bytes regex, and only those points, few in normal text, are looked at in Python.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter, deque
 from dataclasses import dataclass
 
 from exporter.dsml import thresholds as t
-from exporter.dsml.screen import groups_present
+from exporter.dsml.screen import GROUP_IDS, SCRIPT_TABLE, groups_present
 
-# Letter ranges per script group (the exact pass). CJK joins Han, kana and bopomofo: Japanese
-# mixes them in every sentence. Latin excludes the multiplication and division signs.
-GROUP_RANGES: dict[str, str] = {
-    "latin": "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff",
-    "greek": "\u0370-\u03ff\u1f00-\u1fff",
-    "cyrillic": "\u0400-\u052f",
-    "armenian": "\u0531-\u058f",
-    "hebrew": "\u0590-\u05ff",
-    "arabic": "\u0600-\u06ff\u0750-\u077f\u08a0-\u08ff\ufb50-\ufdff\ufe70-\ufeff",
-    "indic": "\u0900-\u0dff",
-    "thai": "\u0e00-\u0eff",
-    "georgian": "\u10a0-\u10ff",
-    "hangul": "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af",
-    "cjk": "\u3040-\u30ff\u3100-\u312f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff",
-}
-_RUNS = re.compile("|".join(f"(?P<{g}>[{r}]+)" for g, r in GROUP_RANGES.items()))
-_SPACES = " \u3000\u00a0"  # what may join two words for a switch to count
+GROUP_NAMES = dict(
+    zip(
+        GROUP_IDS,
+        ("latin", "greek", "cyrillic", "armenian", "hebrew", "arabic", "indic", "cjk", "hangul"),
+        strict=True,
+    )
+)
+_G = GROUP_IDS.decode()
+# the last letter of a word, followed (after only spaces) by a letter of another group
+_SWITCH = re.compile(f"([{_G}])(?= *((?!\\1)[{_G}]))".encode())
+_SENTENCE_END = re.compile("[.!?\n\u3002\uff01\uff1f\u0964\u06d4\u061f]")
+_CJK = GROUP_IDS[GROUP_IDS.index(b"J") : GROUP_IDS.index(b"J") + 1][0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,35 +42,47 @@ class ScriptMix:
     switches: int
 
 
-def find_script_mix(text: str, screened: bytes) -> ScriptMix | None:
-    """The first window of ``SCRIPT_WINDOW`` words with 3+ groups and 8+ space-joined switches.
+def skeleton(utf8: bytes) -> bytes:
+    """One byte per character of the text the UTF-8 came from (see module docstring)."""
+    if b"\xe3\x80" in utf8:  # CJK punctuation is not a letter (see screen.classify)
+        utf8 = utf8.replace(b"\xe3\x80", b"\xef\xbc")
+    return utf8.translate(SCRIPT_TABLE, bytes(range(0x80, 0xC0)))
 
-    ``screened`` is :func:`screen.classify` of the text's UTF-8."""
+
+def find_script_mix(text: str, utf8: bytes, screened: bytes) -> ScriptMix | None:
+    """The first run of ``SCRIPT_MIN_SWITCHES`` switches between words (not one-letter words,
+    except CJK) joined only by spaces, within ``SCRIPT_SPAN`` characters and one sentence,
+    involving ``SCRIPT_MIN_GROUPS`` or more script groups."""
     if text.isascii() or groups_present(screened) < t.SCRIPT_MIN_GROUPS:
         return None
-    window: deque[tuple[str, int, int, bool]] = deque()  # (group, start, end, switched)
-    counts: Counter[str] = Counter()
-    switches = 0
-    prev_group, prev_end = "", -1
-    for seen, mt in enumerate(_RUNS.finditer(text)):
-        if seen >= t.SCRIPT_MAX_WORDS:
+    skel = skeleton(utf8)
+    if len(skel) != len(text):  # not valid UTF-8 one-to-one (cannot happen for str input)
+        return None
+    points: list[tuple[int, int, int]] = []  # (offset, group before, group after)
+    need = t.SCRIPT_MIN_SWITCHES
+    for seen, mt in enumerate(_SWITCH.finditer(skel)):
+        if seen >= t.SCRIPT_MAX_SWITCHES:
             break
-        group = mt.lastgroup or ""
-        start, end = mt.span()
-        if end - start < 2 and group != "cjk":
-            continue  # one-letter words: math variables, initials
-        gap = text[prev_end:start] if prev_end >= 0 else "x"
-        switched = group != prev_group and not gap.strip(_SPACES)
-        window.append((group, start, end, switched))
-        counts[group] += 1
-        switches += switched
-        if len(window) > t.SCRIPT_WINDOW:
-            old = window.popleft()
-            counts[old[0]] -= 1
-            if not counts[old[0]]:
-                del counts[old[0]]
-            switches -= old[3]
-        if len(counts) >= t.SCRIPT_MIN_GROUPS and switches >= t.SCRIPT_MIN_SWITCHES:
-            return ScriptMix(window[0][1], end, tuple(sorted(counts)), switches)
-        prev_group, prev_end = group, end
+        pos, nxt = mt.start(), mt.start(2)
+        before, after = skel[pos], skel[nxt]
+        if not _word(skel, pos, before, -1) or not _word(skel, nxt, after, 1):
+            continue  # one-letter words (math variables, initials) do not count
+        points.append((pos, before, after))
+        if len(points) >= need:
+            first, last = points[-need], points[-1]
+            if last[0] - first[0] <= t.SCRIPT_SPAN:
+                groups = {g for p in points[-need:] for g in p[1:]}
+                if len(groups) >= t.SCRIPT_MIN_GROUPS and not _SENTENCE_END.search(
+                    text, first[0], last[0] + 1
+                ):
+                    names = tuple(sorted(GROUP_NAMES[g] for g in groups))
+                    return ScriptMix(first[0], last[0] + 1, names, need)
     return None
+
+
+def _word(skel: bytes, pos: int, group: int, step: int) -> bool:
+    """The word at ``pos`` has two letters of ``group`` going in ``step`` direction (CJK: one)."""
+    if group == _CJK:
+        return True
+    other = pos + step
+    return 0 <= other < len(skel) and skel[other] == group

@@ -17,7 +17,7 @@ from typing import Any
 from exporter.dsml import markers as m
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ToolCall
-from exporter.dsml.schema import ToolSet, schema_errors
+from exporter.dsml.schema import ToolSet
 from exporter.dsml.tokens import Bare, Event, Special, Tag, Think
 
 Report = Callable[[str, int, int, str], None]  # (reason, start, end, detail), channel offsets
@@ -122,9 +122,13 @@ class Machine:
         self.param: _Param | None = None
         self.seen_params: set[str] = set()
         self.after_reported = False
+        self.capped = False
 
     # --- driving -----------------------------------------------------------------------------
-    def run(self, events: list[Event], body_end: int) -> Parsed:
+    def run(self, events: list[Event], body_end: int, *, capped: bool = False) -> Parsed:
+        """Parse ``events``; ``capped``: the tokenizer stopped early, so the text does not end
+        where the events do (nothing is reported about the unseen rest)."""
+        self.capped = capped
         for ev in events:
             if ev.start >= body_end:
                 break
@@ -364,7 +368,7 @@ class Machine:
             self.report("args_empty_required", inv.start, end, ", ".join(spec.required[:5]))
             inv.valid = False
             return
-        for err in schema_errors(inv.args, spec.schema):
+        for err in spec.validate(inv.args):
             self.report("schema_mismatch", inv.start, end, err)
 
     def _open_param(self, tag: Tag) -> None:
@@ -431,6 +435,8 @@ class Machine:
             self.report("text_after_block", start, end, "")
 
     def _finish(self, body_end: int) -> None:
+        if self.capped:
+            return
         if self.state == AFTER:
             tail = self.text[self.last : body_end]
             if tail.strip():

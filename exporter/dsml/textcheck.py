@@ -39,13 +39,16 @@ _MOJIBAKE = re.compile(
     # byte-level space/newline/tab glued into ASCII text: "theĠmodel", "endĊ", "ĠĠ"
     r"|[a-z0-9.,;:!?)\]}'\"][\u0120\u010a\u0109](?=[A-Za-z0-9])|\u0120\u0120|\u010a\u010a"
 )
-# Lead bytes of the above in UTF-8 (Â Ã Ð Ñ à-ï ð Ġ Ċ ĉ): no such byte pair, no leak possible.
-_MOJIBAKE_SCREEN = re.compile(rb"\xc3[\x82\x83\x90\x91\xa0-\xb0]|\xc4[\x89\x8a\xa0]")
+# The same in UTF-8 bytes: a lead (Â Ã Ð Ñ à-ï ð) followed by the first byte of a continuation
+# look-alike (C2, C4-C6, CB, E2 80/82/84), or Ġ Ċ ĉ. Accented text ("é", "à") alone never matches.
+_MOJIBAKE_SCREEN = re.compile(
+    rb"\xc3[\x82\x83\x90\x91\xa0-\xb0](?:[\xc2\xc4\xc5\xc6\xcb]|\xe2[\x80\x82\x84])"
+    rb"|\xc4[\x89\x8a\xa0]"
+)
 
 # --- symbol salad ---------------------------------------------------------------------------------
 _SALAD_ASCII = ",.;:!?"
 _SALAD_RUN = re.compile(rf"[^\w\s][^\w]{{{t.SALAD_MIN_RUN - 1},}}")
-_CJK_PUNCT = b"\xe3\x80"  # UTF-8 prefix of U+3000-U+303F (CJK punctuation), not screened above
 
 
 def check_text(text: str) -> list[Hit]:
@@ -59,11 +62,11 @@ def check_text(text: str) -> list[Hit]:
     if not text.isascii():
         hits.extend(_replacement(text))
         hits.extend(_mojibake(text, utf8))
-        mix = find_script_mix(text, screened)
+        mix = find_script_mix(text, utf8, screened)
         if mix is not None:
             detail = f"{'+'.join(mix.groups)}, {mix.switches} switches"
             hits.append(("script_mix", mix.start, mix.end, detail))
-    hits.extend(_salad(text, utf8, screened))
+    hits.extend(_salad(text, screened))
     for loop in find_loops(text):
         hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
     return hits
@@ -110,8 +113,8 @@ def _mojibake(text: str, utf8: bytes) -> Iterator[Hit]:
             yield ("bpe_mojibake", a, b, repr(text[a:b]))
 
 
-def _salad(text: str, utf8: bytes, screened: bytes) -> Iterator[Hit]:
-    if PUNCT * t.SALAD_MIN_RUN not in screened and utf8.count(_CJK_PUNCT) < t.SALAD_LONG_NONASCII:
+def _salad(text: str, screened: bytes) -> Iterator[Hit]:
+    if PUNCT * t.SALAD_MIN_RUN not in screened:
         return
     for mt in _SALAD_RUN.finditer(text):
         run = mt.group()

@@ -17,6 +17,9 @@ LOOP_PROBE = 12
 """Probe length: long enough that a recurrence within one period is rare in prose."""
 LOOP_MAX_PERIOD = 1024
 """Longest unit looked for (a repeated paragraph); longer repeats are not loops we can see."""
+LOOP_FAR_EVERY = 4
+"""Periods over LOOP_LONG_UNIT are searched from every 4th anchor only (a loop of such units is
+at least 4 x 256 characters long, so an anchor every 512 characters still lands in it)."""
 LOOP_TRIES = 3
 """Recurrences of one probe tried as candidate periods before moving to the next anchor."""
 LOOP_MIN_LETTERS = 3
@@ -49,18 +52,17 @@ SALAD_LONG_NONASCII = 32
 uses at most a pair (——, ……)."""
 
 # --- script_mix: words of several scripts switching inside a sentence --------------------------
-SCRIPT_WINDOW = 24
-"""Words (single-script letter runs) per sliding window."""
 SCRIPT_MIN_GROUPS = 3
-"""Distinct script groups in the window: bilingual text (Chinese or Russian with English
+"""Distinct script groups among the switches: bilingual text (Chinese or Russian with English
 terms, Japanese kana with kanji) has two; salad has three or more."""
 SCRIPT_MIN_SWITCHES = 8
-"""Script changes between neighbouring words joined only by spaces (or nothing) within the
-window. Translation lists and glossaries separate scripts with punctuation (":", "-", "|",
-quotes, newlines), so they do not count."""
-SCRIPT_MAX_WORDS = 50_000
-"""Word budget per channel for this (only) per-word heuristic, so a 10 MB input stays fast;
-the screen that decides whether three groups occur at all reads the whole channel."""
+"""Consecutive script switches between words joined only by spaces (or nothing). Translation
+lists and glossaries separate scripts with punctuation (":", "-", "|", quotes, newlines), and
+one-letter words (math variables, initials) do not count, so neither produces switches."""
+SCRIPT_SPAN = 160
+"""...within this many characters (about 24 words) and with no sentence end in between."""
+SCRIPT_MAX_SWITCHES = 100_000
+"""Switch points examined per channel (each costs Python time), so a 10 MB input stays fast."""
 
 # --- character-level leaks ----------------------------------------------------------------------
 MOJIBAKE_MIN_HITS = 2

@@ -529,3 +529,79 @@ CANARY_LATENCY = _m(
     "canary",
     buckets=(0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
 )
+
+# --- tap -----------------------------------------------------------------------------------
+# The pass-through tap (exporter/samplers/tap): label values are fixed sets defined in
+# exporter/samplers/tap/stats.py and zero-initialised at start, so a dead path still shows.
+TAP_REQUESTS = _m(
+    "dsv4_tap_requests_total",
+    "counter",
+    "Requests the tap finished, by `code`: `1xx`..`5xx` = status class forwarded from SGLang "
+    "(also when the body was later cut short); `400_bad_request` = malformed client request "
+    "answered by the tap; `502_upstream_unreachable` = connecting to SGLang failed; "
+    "`502_upstream_failed` = SGLang closed or broke the connection before a response head; "
+    "`client_closed` = the client left before any response head.",
+    ("code",),
+    "tap",
+)
+TAP_ABORTED = _m(
+    "dsv4_tap_aborted_total",
+    "counter",
+    "Requests that ended without a complete response, by `reason`: `upstream_reset` (SGLang "
+    "closed mid-body; the client got the bytes so far, then a closed connection) or "
+    "`client_disconnect` (client left; the upstream request was cancelled at once).",
+    ("reason",),
+    "tap",
+)
+TAP_INFLIGHT = _m(
+    "dsv4_tap_inflight_requests",
+    "gauge",
+    "Requests inside the tap now (head received, response not finished); the value each "
+    "sample records as its concurrency.",
+    (),
+    "tap",
+)
+TAP_ADDED_LATENCY = _m(
+    "dsv4_tap_added_latency_seconds",
+    "histogram",
+    "Latency the tap adds per proxied request, measured in-process: (start of the client read "
+    "completing the request head -> head written to SGLang, including any connect) + (start of "
+    "the SGLang read completing the response head -> head written to the client). Excludes "
+    "kernel and event-loop queueing before the tap's callbacks run and per-chunk forwarding "
+    "(see docs/tap.md); responses the tap generates itself are not observed.",
+    (),
+    "tap",
+    (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1.0),
+)
+TAP_SAMPLED = _m(
+    "dsv4_tap_sampled_total",
+    "counter",
+    "Responses selected by the sampler (deterministic request hash) and handed to the grading "
+    "queue; selected responses that were dropped are in dsv4_tap_samples_dropped_total.",
+    (),
+    "tap",
+)
+TAP_SAMPLES_DROPPED = _m(
+    "dsv4_tap_samples_dropped_total",
+    "counter",
+    "Selected responses not handed to grading, by `reason`: `queue_full` (consumer behind) or "
+    "`too_large` (request + response over the tap's max_sample_bytes).",
+    ("reason",),
+    "tap",
+)
+TAP_SAMPLING_ERRORS = _m(
+    "dsv4_tap_sampling_errors_total",
+    "counter",
+    "Errors in the sampling side path, by `stage`: `capture` (building a sample) or `consumer` "
+    "(the grading callback raised). Never affects a response.",
+    ("stage",),
+    "tap",
+)
+TAP_UPSTREAM_CONNECTIONS = _m(
+    "dsv4_tap_upstream_connections_total",
+    "counter",
+    "Connections the tap opened to SGLang; growing much faster than requests means the "
+    "keep-alive pool is not reused.",
+    (),
+    "tap",
+)

@@ -1,11 +1,11 @@
 """Graded samples as JSON Lines: what `repro --out` writes and `triage --scan` reads.
 
-One line is an OpenAI chat completion object (streamed answers are reassembled into one)
-plus the keys the offline grader needs (``tools``, ``grammar``) and our metadata (``arm``,
-``url``, ``level``, ``concurrency``, ``verdict``, ``reasons``). Raw-text lines
-``{"text": ..., "grammar": "v4", "finish_reason": ..., "tools": [...]}`` and
-``{"response": {...}}`` wrappers are read too, so files from gateways, the sidecar's ingest
-format and `scan` inputs all work. Text is redacted before it is written: these files get
+One line is ``{"response": <OpenAI chat completion>, "tools": [...], "grammar": "v4"}``
+(streamed answers reassembled into one completion) plus our metadata (``arm``, ``url``,
+``level``, ``concurrency``, ``verdict``, ``reasons``): the shape `dsv4-sidecar scan` grades
+with the request's tools, and the sidecar's ingest API accepts as it is. Raw-text lines
+``{"text": ..., "grammar": "v4", "finish_reason": ..., "tools": [...]}`` and bare
+completion objects are read too. Text is redacted before it is written: these files get
 attached to tickets.
 """
 
@@ -105,8 +105,12 @@ class SampleWriter:
         obj = completion_object(response)
         if obj is None:
             return False
-        line = redact_completion(obj, self.redactor)
-        line.update({"tools": tools or [], "grammar": grammar, **meta})
+        line = {
+            "response": redact_completion(obj, self.redactor),
+            "tools": tools or [],
+            "grammar": grammar,
+            **meta,
+        }
         self._fh.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
         self._fh.flush()
         self.lines += 1

@@ -10,11 +10,12 @@ propagates. Degenerate and suspect samples go to the triage store.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -44,10 +45,46 @@ class Sample:
     finish_reason: str | None = None
     tools: list[Any] | None = None
     on_graded: Callable[[Any], None] | None = field(default=None, repr=False)
+    # Raw bytes from the tap, decoded in the grading thread rather than on the proxy's loop.
+    request_body: bytes | None = field(default=None, repr=False)
+    response_body: bytes | None = field(default=None, repr=False)
+    path: str | None = None
+    streaming: bool = False
+
+
+def _decode_tap(sample: Sample) -> Sample:
+    """Turn a tap exchange into something the grader reads: the request's tools, and the
+    response as an OpenAI object, raw SSE bytes, or /generate's raw text."""
+    tools = None
+    try:
+        request = json.loads(sample.request_body or b"{}")
+        if isinstance(request, dict) and isinstance(request.get("tools"), list):
+            tools = request["tools"]
+    except ValueError:
+        pass  # a client's malformed request is not the model's output
+    body = sample.response_body or b""
+    if sample.streaming:
+        return replace(sample, response=body, tools=tools, response_body=None)
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return replace(
+            sample, text=body.decode("utf-8", "replace"), response_body=None, tools=tools
+        )
+    if isinstance(decoded, dict) and "text" in decoded and "choices" not in decoded:
+        meta = decoded.get("meta_info") if isinstance(decoded.get("meta_info"), dict) else {}
+        finish = meta.get("finish_reason")
+        finish = finish.get("type") if isinstance(finish, dict) else finish
+        return replace(
+            sample, text=str(decoded["text"]), finish_reason=finish, tools=tools, response_body=None
+        )
+    return replace(sample, response=decoded, tools=tools, response_body=None)
 
 
 def grade(sample: Sample) -> Any:
     """Grade a sample with the DSML grader (raises only on a grader bug)."""
+    if sample.response_body is not None:
+        sample = _decode_tap(sample)
     if sample.response is not None:
         return grade_openai_response(sample.response, tools=sample.tools, grammar=sample.grammar)
     return grade_text(

@@ -4,6 +4,8 @@ With HiCache on, every simulated request loads its prefix back layer by layer: o
 c4 layer, one index-K read and one main-KV read per c4 layer. Main-KV reads are always gated;
 index-K reads are gated only when the simulated deployment has the wait (by default fp8),
 and ungated reads get a transfer gap that grows with concurrency (more loads in flight).
+Sampled verification is on (1 read in 16 checksummed, as DSV4_PROBE_VERIFY would): an
+ungated read whose layer was still loading compares unequal about half of the time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from exporter.probe.snapshot import ProbeCounters, write_snapshot
 
 log = logging.getLogger(__name__)
 
+VERIFY_SAMPLE_RATE = 1 / 16
 HOOKS = (
     "layer_done_counter",
     "wait_layer_transfer",
@@ -44,7 +47,9 @@ class SimProbe:
 
     @staticmethod
     def _fresh() -> ProbeCounters:
-        c = ProbeCounters(gap_source="device_events")
+        c = ProbeCounters(
+            gap_source="device_events", verify_enabled=True, verify_sample_rate=VERIFY_SAMPLE_RATE
+        )
         c.hooks = dict.fromkeys(HOOKS, True)
         return c
 
@@ -59,6 +64,8 @@ class SimProbe:
                 if not self.gated:
                     # the layer's copy is still in flight when the read is enqueued
                     c.gap.observe(self._rng.expovariate(1.0) * 40e-6 * max(1, concurrency))
+                if self._rng.random() < VERIFY_SAMPLE_RATE:
+                    c.count_check(mismatch=not self.gated and self._rng.random() < 0.5)
 
     def write(self) -> None:
         self.seq += 1

@@ -133,14 +133,14 @@ def test_sample_file_shapes_and_redaction(tmp_path):
     assert "ops@example.com" not in text and "sk-abc" not in text and "[REDACTED]" in text
     first, second = (json.loads(x) for x in text.splitlines())
     assert first["arm"] == "a" and first["concurrency"] == 3 and first["tools"] == TOOLS
-    assert second["choices"][0]["message"]["content"].startswith("hi ")
+    assert second["response"]["choices"][0]["message"]["content"].startswith("hi ")
     assert completion_object(chunks)["choices"][0]["finish_reason"] == "stop"
     # every shape scan reads, plus junk
     damaged = good.replace("tool_calls>", "toolcalls>", 1)
     with (tmp_path / "mixed.jsonl").open("w") as fh:
         fh.write(json.dumps({"text": good, "grammar": "v4", "tools": TOOLS}) + "\n")
         fh.write(json.dumps({"text": damaged, "concurrency": 64}) + "\n")
-        fh.write(json.dumps({"response": completion}) + "\n")
+        fh.write(json.dumps(completion) + "\n")
         fh.write("{not json\n\n")
         fh.write(json.dumps({"neither": 1}) + "\n")
     graded = list(read_graded(tmp_path / "mixed.jsonl"))

@@ -34,7 +34,7 @@ def _truth(url: str) -> tuple[int, int]:
     )
 
 
-def test_ab_corrupting_vs_clean_matches_ground_truth(tmp_path):
+def test_ab_corrupting_vs_clean_matches_ground_truth(tmp_path, capsys):
     with _sim("fp8", "on", 1) as clean, _sim("bf16", "on", 2) as racy:
         snapshots: list[list[tuple[int, int]]] = []
         runner = ReproRunner(
@@ -79,9 +79,14 @@ def test_ab_corrupting_vs_clean_matches_ground_truth(tmp_path):
     assert sum(1 for x in lines if x["verdict"] == "degenerate") == truth_bad
     for line in lines[::7]:
         assert grade_line(line).verdict == line["verdict"]
-        assert {"arm", "concurrency", "level", "tools", "grammar", "choices"} <= set(line)
+        assert {"arm", "concurrency", "level", "tools", "grammar", "response"} <= set(line)
     regraded = [g for g in read_graded(tmp_path / "samples.jsonl") if g is not None]
     assert sum(g.verdict == "degenerate" for g in regraded) == truth_bad
+    # `dsv4-sidecar scan` reads the file as it is and agrees with every verdict
+    capsys.readouterr()
+    assert main(["scan", str(tmp_path / "samples.jsonl"), "--json", "--grammar", "v4"]) == 0
+    scanned = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["verdict"] for x in scanned] == [x["verdict"] for x in lines]
 
 
 def test_ab_two_clean_arms_not_significant(tmp_path, capsys):
@@ -120,7 +125,7 @@ def test_single_arm_stream_duration_and_out(tmp_path, capsys):
     lines = (tmp_path / "run" / "samples.jsonl").read_text().splitlines()
     assert len(lines) == level["requests"]
     first = json.loads(lines[0])
-    assert first["object"] == "chat.completion"  # SSE chunks were reassembled
+    assert first["response"]["object"] == "chat.completion"  # SSE chunks were reassembled
     assert grade_line(first).verdict == first["verdict"]
 
 

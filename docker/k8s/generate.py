@@ -1,0 +1,221 @@
+"""Generate the Kubernetes monitoring objects from the repository's alerts and dashboards.
+
+    python docker/k8s/generate.py            # rewrite docker/k8s/generated/ (`make k8s`)
+    python docker/k8s/generate.py --check    # exit 1 when the committed output is stale
+
+- ``generated/prometheusrule.yaml``: one PrometheusRule (monitoring.coreos.com/v1) whose
+  ``spec.groups`` are every rule group of the top-level ``alerts/*.yaml`` / ``*.yml`` files, in
+  file order. ``alerts/tests/`` (promtool unit tests) is not read.
+- ``generated/dashboards.yaml``: one ConfigMap per ``dashboards/*.json``, labelled
+  ``grafana_dashboard: "1"`` so Grafana's dashboard sidecar (kube-prometheus-stack) loads it.
+
+With no rule files the PrometheusRule has no groups, and with no dashboards the file is an empty
+``v1/List``: both still apply cleanly, and their headers say why they are empty.
+
+Why generated and committed: kustomize cannot read files outside its directory tree, nor wrap a
+plain rule file into a CRD; Helm could, but would need every ``{{ $labels }}`` of the alert
+templates escaped. A committed rendering keeps ``kubectl apply -k`` dependency-free and lets CI
+fail when it lags the sources (tests/deploy/test_k8s.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT_DIR = Path(__file__).resolve().parent / "generated"
+RULES_OUT = "prometheusrule.yaml"
+DASHBOARDS_OUT = "dashboards.yaml"
+
+PART_OF = {"app.kubernetes.io/part-of": "dsv4-sidecar"}
+# The label kube-prometheus-stack's Grafana sidecar watches, and the annotation it can map to a
+# folder (`sidecar.dashboards.folderAnnotation: grafana_folder`).
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+DASHBOARD_FOLDER = {"grafana_folder": "DSV4 sidecar"}
+# Hard limit of a ConfigMap's data (etcd object size).
+CONFIGMAP_MAX_BYTES = 1 << 20
+
+
+class GenerateError(ValueError):
+    """Input the generator refuses, phrased for whoever edits alerts/ or dashboards/."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (PromQL, dashboard JSON) so diffs stay reviewable,
+    and sequences indented under their key like the hand-written manifests (.yamllint.yaml)."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar(
+        "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
+    )
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _dump(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=1 << 16, allow_unicode=True)
+
+
+def _sources(files: list[Path], root: Path) -> list[str]:
+    return ["# Sources:"] + [f"#   {p.relative_to(root)}" for p in files]
+
+
+def rule_files(root: Path) -> list[Path]:
+    """Top-level rule files of alerts/ (not alerts/tests/), sorted for a stable output."""
+    alerts = root / "alerts"
+    if not alerts.is_dir():
+        return []
+    return sorted(p for p in alerts.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml"))
+
+
+def dashboard_files(root: Path) -> list[Path]:
+    dashboards = root / "dashboards"
+    return sorted(dashboards.glob("*.json")) if dashboards.is_dir() else []
+
+
+def _groups(path: Path, root: Path) -> list[dict[str, Any]]:
+    rel = path.relative_to(root)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise GenerateError(f"{rel}: not valid YAML: {exc}") from exc
+    # Prometheus loads every alerts/*.yaml as a rule file (docker/prometheus/prometheus.yml), so
+    # anything else in that directory is an error there too: refuse it here, naming the file.
+    if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
+        raise GenerateError(f"{rel}: not a Prometheus rule file (no top-level `groups:` list)")
+    for group in doc["groups"]:
+        if not isinstance(group, dict) or not group.get("name"):
+            raise GenerateError(f"{rel}: every group needs a `name`")
+        if not isinstance(group.get("rules"), list):
+            raise GenerateError(f"{rel}: group {group['name']!r} has no `rules:` list")
+    return doc["groups"]
+
+
+def render_prometheus_rule(root: Path = ROOT) -> str:
+    files = rule_files(root)
+    groups: list[dict[str, Any]] = []
+    seen: dict[str, Path] = {}
+    for path in files:
+        for group in _groups(path, root):
+            name = group["name"]
+            if name in seen:
+                raise GenerateError(
+                    f"rule group {name!r} is in both {seen[name].relative_to(root)} and "
+                    f"{path.relative_to(root)}; group names must be unique in a PrometheusRule"
+                )
+            seen[name] = path
+            groups.append(group)
+    header = ["# Generated by docker/k8s/generate.py (`make k8s`); do not edit by hand."]
+    header += _sources(files, root) if files else ["# No rule files in alerts/ yet: no groups."]
+    doc = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "dsv4-sidecar-rules",
+            "labels": {"app.kubernetes.io/name": "dsv4-sidecar", **PART_OF},
+        },
+        "spec": {"groups": groups},
+    }
+    return "\n".join(header) + "\n" + _dump(doc)
+
+
+def configmap_name(stem: str) -> str:
+    """A DNS-1123 name from a dashboard file stem."""
+    slug = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
+    if not slug:
+        raise GenerateError(f"dashboard file stem {stem!r} gives no usable ConfigMap name")
+    return f"dsv4-dashboard-{slug}"[:253].rstrip("-")
+
+
+def render_dashboards(root: Path = ROOT) -> str:
+    files = dashboard_files(root)
+    docs: list[dict[str, Any]] = []
+    names: dict[str, Path] = {}
+    for path in files:
+        rel = path.relative_to(root)
+        text = path.read_text(encoding="utf-8")
+        try:
+            dashboard = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise GenerateError(f"{rel}: not valid JSON: {exc}") from exc
+        if not isinstance(dashboard, dict) or not dashboard.get("uid"):
+            raise GenerateError(f"{rel}: not a Grafana dashboard (no `uid`)")
+        if len(text.encode("utf-8")) >= CONFIGMAP_MAX_BYTES:
+            raise GenerateError(f"{rel}: over 1 MiB, too large for a ConfigMap")
+        name = configmap_name(path.stem)
+        if name in names:
+            raise GenerateError(f"{rel} and {names[name].relative_to(root)} map to {name}")
+        names[name] = path
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": name,
+                    "labels": {**DASHBOARD_LABEL, **PART_OF},
+                    "annotations": dict(DASHBOARD_FOLDER),
+                },
+                # The file's exact text, so Grafana gets byte-for-byte the committed dashboard.
+                "data": {path.name: text},
+            }
+        )
+    header = "# Generated by docker/k8s/generate.py (`make k8s`); do not edit by hand.\n"
+    if not docs:
+        return (
+            header
+            + "# No dashboards/*.json yet: an empty List.\n"
+            + _dump({"apiVersion": "v1", "kind": "List", "items": []})
+        )
+    sources = "".join(line + "\n" for line in _sources(files, root))
+    return header + sources + "---\n".join(_dump(d) for d in docs)
+
+
+def render_all(root: Path = ROOT) -> dict[str, str]:
+    """File name (under generated/) -> text."""
+    return {RULES_OUT: render_prometheus_rule(root), DASHBOARDS_OUT: render_dashboards(root)}
+
+
+def stale(rendered: dict[str, str], out_dir: Path = OUT_DIR) -> list[str]:
+    """Generated files that are missing or differ from a fresh rendering."""
+    return sorted(
+        name
+        for name, text in rendered.items()
+        if not (out_dir / name).is_file() or (out_dir / name).read_text(encoding="utf-8") != text
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="exit 1 if the committed output is stale")
+    args = ap.parse_args(argv)
+    try:
+        rendered = render_all()
+    except GenerateError as exc:
+        print(f"docker/k8s/generate.py: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        bad = stale(rendered)
+        if bad:
+            print(f"stale docker/k8s/generated/: {', '.join(bad)}: run `make k8s`", file=sys.stderr)
+            return 1
+        return 0
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    for name, text in rendered.items():
+        (OUT_DIR / name).write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

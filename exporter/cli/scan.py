@@ -1,0 +1,337 @@
+"""`dsv4-sidecar scan`: offline triage of tool-call outputs (JSON Lines in, verdicts out).
+
+Each line is ``{"text": ..., "grammar": "v4"|"v3.2", "finish_reason": ..., "tools": [...],
+"thinking": bool}`` (only ``text`` required; ``tools`` may be names or OpenAI tool objects),
+an OpenAI chat completion (or list of stream chunks), or ``{"response": <one of those>,
+"tools": [...]}``. A line that cannot be read is reported as verdict ``error`` and the scan
+goes on; blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from exporter.dsml import (
+    DEFAULT_MAX_CHARS,
+    REASON_SPECS,
+    VERDICTS,
+    Result,
+    grade_openai_response,
+    grade_text,
+)
+from exporter.stats import wilson_interval
+
+RANK = {"degenerate": 0, "error": 1, "truncated": 2, "suspect": 3}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "scan",
+        help="grade tool-call outputs from a JSON Lines file: verdicts, reasons, worst examples",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="JSON Lines file, or - for stdin")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per input line on stdout, in order; the summary goes to stderr",
+    )
+    p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON to FILE")
+    p.add_argument(
+        "--grammar",
+        choices=("auto", "v4", "v3.2"),
+        default="auto",
+        help="grammar for lines that do not say (default: from the block's name)",
+    )
+    p.add_argument(
+        "--thinking",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="thinking mode for lines that do not say (auto: split at the first </think>)",
+    )
+    p.add_argument("--examples", type=int, default=5, help="worst examples to show (default 5)")
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=DEFAULT_MAX_CHARS,
+        help="grade head and tail of longer outputs (default %(default)s characters)",
+    )
+    p.set_defaults(run=run)
+
+
+@dataclass
+class Summary:
+    """Counts over a scan; every verdict listed, reasons by the number of lines showing them."""
+
+    lines: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def add(self, result: Result) -> None:
+        self.lines += 1
+        self.verdicts[result.verdict] += 1
+        self.reasons.update(set(result.reasons))
+
+    def _row(self, k: int) -> dict[str, Any]:
+        lo, hi = wilson_interval(k, self.lines)
+        rate = k / self.lines if self.lines else 0.0
+        return {"count": k, "rate": rate, "ci95": [lo, hi]}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "verdicts": {v: self._row(self.verdicts[v]) for v in VERDICTS},
+            "reasons": {
+                r: {
+                    **self._row(n),
+                    "family": REASON_SPECS[r].family,
+                    "severity": REASON_SPECS[r].severity,
+                }
+                for r, n in sorted(self.reasons.items(), key=lambda x: (-x[1], x[0]))
+            },
+        }
+
+
+class InputError(Exception):
+    """A line that is not a gradable object."""
+
+
+def grade_line(obj: Any, args: argparse.Namespace) -> Result:
+    """Grade one decoded line; InputError when its shape or fields are wrong."""
+    thinking_default = {"auto": None, "on": True, "off": False}[args.thinking]
+    grammar_default = None if args.grammar == "auto" else args.grammar
+    if isinstance(obj, dict) and "text" in obj and "choices" not in obj:
+        text = obj["text"]
+        if not isinstance(text, str):
+            raise InputError('"text" must be a string')
+        finish = obj.get("finish_reason")
+        if finish is not None and not isinstance(finish, str):
+            raise InputError('"finish_reason" must be a string or null')
+        thinking = obj.get("thinking", thinking_default)
+        if thinking is not None and not isinstance(thinking, bool):
+            raise InputError('"thinking" must be true, false or null')
+        try:
+            return grade_text(
+                text,
+                grammar=obj.get("grammar") or grammar_default,
+                finish_reason=finish,
+                tools=obj.get("tools"),
+                thinking=thinking,
+                max_chars=args.max_chars,
+            )
+        except ValueError as exc:  # an unknown grammar name
+            raise InputError(str(exc)) from None
+    tools = None
+    if isinstance(obj, dict) and "response" in obj:
+        tools = obj.get("tools")
+        obj = obj["response"]
+    if not (isinstance(obj, list) or (isinstance(obj, dict) and "choices" in obj)):
+        raise InputError('expected {"text": ...}, a chat completion, or a list of chunks')
+    result = grade_openai_response(
+        obj,
+        grammar=grammar_default,
+        tools=tools,
+        thinking=thinking_default,
+        max_chars=args.max_chars,
+    )
+    if result.error is not None:
+        raise InputError(result.error)
+    return result
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    """One JSON line; readable UTF-8 unless the text holds lone surrogates (then escaped)."""
+    line = json.dumps(obj, ensure_ascii=False, default=str)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(obj, default=str)
+    return line
+
+
+def error_json(message: str) -> dict[str, Any]:
+    return {"verdict": "error", "reasons": ["bad_input"], "error": message}
+
+
+def _lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+    for number, raw in enumerate(stream, start=1):
+        line = raw.decode("utf-8", "replace").strip()
+        if line:
+            yield number, line
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        stream: IO[bytes] = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as exc:
+        print(f"dsv4-sidecar scan: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    summary = Summary()
+    worst: list[tuple[tuple[int, int, int, int], int, Result]] = []
+    try:
+        for number, line in _lines(stream):
+            try:
+                result = grade_line(json.loads(line), args)
+            except (ValueError, InputError, RecursionError) as exc:
+                message = f"line {number}: {exc}"
+                summary.lines += 1
+                summary.verdicts["error"] += 1
+                summary.reasons["bad_input"] += 1
+                if args.json:
+                    print(json.dumps({"line": number, **error_json(message)}), flush=False)
+                continue
+            summary.add(result)
+            if args.json:
+                print(_dumps({"line": number, **result.to_json()}))
+            _keep_worst(worst, number, result, args.examples)
+    except OSError as exc:
+        print(f"dsv4-sidecar scan: read failed: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    if args.summary_json:
+        try:
+            with open(args.summary_json, "w", encoding="utf-8") as fh:
+                json.dump(summary.to_json(), fh, indent=2)
+        except OSError as exc:
+            print(f"dsv4-sidecar scan: cannot write summary: {exc}", file=sys.stderr)
+            return 2
+    if args.json:
+        if not args.summary_json:
+            _print_summary(summary, [], file=sys.stderr)
+        return 0
+    _print_summary(summary, sorted(worst, reverse=True), file=sys.stdout)
+    return 0
+
+
+def _keep_worst(
+    heap: list[tuple[tuple[int, int, int, int], int, Result]], number: int, result: Result, n: int
+) -> None:
+    """Keep the ``n`` worst results (bounded memory: results hold their text)."""
+    if n <= 0 or result.verdict not in RANK:
+        return
+    hard = sum(1 for r in result.reasons if REASON_SPECS[r].severity == "hard")
+    soft = sum(1 for r in result.reasons if REASON_SPECS[r].severity == "soft")
+    score = (-RANK[result.verdict], hard, soft, -number)
+    item = (score, number, result)
+    if len(heap) < n:
+        heapq.heappush(heap, item)
+    elif score > heap[0][0]:
+        heapq.heapreplace(heap, item)
+
+
+def _print_summary(
+    summary: Summary,
+    worst: list[tuple[tuple[int, int, int, int], int, Result]],
+    *,
+    file: IO[str],
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=file, highlight=False)
+    n = summary.lines
+    table = Table(title=f"{n} outputs graded", title_justify="left")
+    for col, justify in (
+        ("verdict", "left"),
+        ("count", "right"),
+        ("rate", "right"),
+        ("95% CI (Wilson)", "right"),
+    ):
+        table.add_column(col, justify=justify, no_wrap=True)
+    for verdict in VERDICTS:
+        k = summary.verdicts[verdict]
+        lo, hi = wilson_interval(k, n)
+        style = "bold red" if verdict == "degenerate" and k else None
+        table.add_row(verdict, str(k), _pct(k, n), f"{lo:.1%} – {hi:.1%}", style=style)
+    console.print(table)
+    if summary.reasons:
+        reasons = Table(title="reasons (lines showing each)", title_justify="left")
+        for col in ("reason", "family", "severity", "count", "rate", "95% CI (Wilson)"):
+            reasons.add_column(
+                col, no_wrap=True, justify="right" if col in ("count", "rate") else "left"
+            )
+        for code, k in sorted(summary.reasons.items(), key=lambda x: (-x[1], x[0])):
+            spec = REASON_SPECS[code]
+            lo, hi = wilson_interval(k, n)
+            reasons.add_row(
+                code, spec.family, spec.severity, str(k), _pct(k, n), f"{lo:.1%} – {hi:.1%}"
+            )
+        console.print(reasons)
+    for _, number, result in worst:
+        console.print(
+            f"\n[bold]line {number}[/bold]: {result.verdict} — {', '.join(result.reasons)}"
+        )
+        shown = 0
+        for finding in result.findings:
+            if REASON_SPECS[finding.reason].severity == "info" or shown >= 4:
+                continue
+            shown += 1
+            console.print(_snippet(result, finding))
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{k / n:.1%}" if n else "–"
+
+
+_VISIBLE = {"\n": "⏎", "\t": "⇥", "\r": "␍"}
+
+
+def _visible(text: str) -> str:
+    """Control characters as escapes, so a sample cannot drive the terminal."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _VISIBLE:
+            out.append(_VISIBLE[ch])
+        elif code < 0x20 or 0x7F <= code <= 0x9F:
+            out.append(f"\\x{code:02x}")
+        elif 0xD800 <= code <= 0xDFFF:  # a lone surrogate cannot be written to a terminal
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _snippet(result: Result, finding: Any, context: int = 60) -> Any:
+    """The text around a finding, with every finding's span in it highlighted."""
+    from rich.text import Text
+
+    text = result.text
+    start = max(0, finding.start - context)
+    end = min(len(text), max(finding.end, finding.start) + context)
+    if finding.end - finding.start > 4 * context:  # a long span: show its two ends
+        end = finding.start + 2 * context
+    marks = [
+        (max(f.start, start), min(f.end, end))
+        for f in result.findings
+        if f.end >= start and f.start <= end and REASON_SPECS[f.reason].severity != "info"
+    ]
+    line = Text(f"  [{finding.reason} @{finding.start} {finding.channel}] ", style="dim")
+    if start > 0:
+        line.append("…", style="dim")
+    pos = start
+    for a, b in sorted(marks):
+        if a > pos:
+            line.append(_visible(text[pos:a]))
+        if b > max(a, pos):
+            line.append(_visible(text[max(a, pos) : b]), style="bold white on red")
+        elif a == b and a >= pos:
+            line.append("▮", style="bold red")
+        pos = max(pos, b)
+    if end > pos:
+        line.append(_visible(text[pos:end]))
+    if end < len(text):
+        line.append("…", style="dim")
+    if finding.detail:
+        line.append(f"  ({finding.detail})", style="dim")
+    return line

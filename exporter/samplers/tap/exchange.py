@@ -1,0 +1,535 @@
+"""One request through the tap: forward its head and body to SGLang, stream the response back.
+
+The byte path is callback-driven (no task per request when a pooled connection is free): the
+upstream connection's ``data_received`` feeds an llhttp response parser whose callbacks append
+framed pieces to ``out``; after each read the pieces go to the client in one write. Sampling
+only keeps references to pieces on the side (``Capture``) and builds the sample after the last
+byte was written; any exception there is counted and swallowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from httptools import HttpParserError, HttpResponseParser
+
+from exporter.samplers.tap import http
+from exporter.samplers.tap.sampling import Capture, build_sample
+from exporter.samplers.tap.stats import status_code_label
+from exporter.samplers.tap.upstream import UpstreamConnection
+
+if TYPE_CHECKING:
+    from exporter.samplers.tap.client import ClientConnection
+    from exporter.samplers.tap.core import TapCore
+
+log = logging.getLogger(__name__)
+
+# Request bodies up to this size are kept until SGLang's first response byte, so a request sent
+# on a pooled connection that SGLang had just closed can be replayed once on a fresh one.
+REPLAY_LIMIT = 1 << 20
+_perf = time.perf_counter
+_NO_BODY_STATUS = frozenset({204, 304})
+
+
+class Exchange:
+    """Request/response pass for one client request; see the module docstring."""
+
+    __slots__ = (
+        "body",
+        "body_size",
+        "capture",
+        "client",
+        "client_chunked",
+        "close_after",
+        "close_delimited",
+        "concurrency",
+        "connecting",
+        "content_type",
+        "core",
+        "expect_continue",
+        "finished",
+        "got_bytes",
+        "head",
+        "head_sent",
+        "interim",
+        "is_head",
+        "method",
+        "out",
+        "parser",
+        "reason",
+        "req_chunked",
+        "req_done",
+        "request_id",
+        "resp_done",
+        "resp_headers",
+        "retried",
+        "reused",
+        "started_at",
+        "started_perf",
+        "status",
+        "t_head_in",
+        "t_request",
+        "up",
+        "up_keep_alive",
+        "up_out",
+        "url",
+        "write",
+    )
+
+    def __init__(
+        self,
+        core: TapCore,
+        client: ClientConnection,
+        method: bytes,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        *,
+        keep_alive: bool,
+        t_in: float,
+    ) -> None:
+        self.core = core
+        self.client = client
+        # the client's transport.write, bound once: the per-chunk path calls nothing else
+        self.write = client.transport.write  # type: ignore[union-attr]
+        self.method = method
+        self.url = url
+        self.is_head = method == b"HEAD"
+        self.started_perf = t_in
+        self.started_at = time.time()
+        fwd, chunked, request_id, self.expect_continue = _request_headers(headers)
+        self.req_chunked = chunked
+        self.request_id = request_id
+        self.head = http.request_head(method, url, fwd, chunked)
+        self.close_after = not keep_alive
+        self.up: UpstreamConnection | None = None
+        self.parser: HttpResponseParser | None = None
+        self.connecting: asyncio.Task[None] | None = None
+        self.body: list[bytes] | None = []
+        self.body_size = 0
+        self.req_done = False
+        self.retried = False
+        self.reused = False
+        self.got_bytes = False
+        self.status = 0
+        self.reason = b""
+        self.resp_headers: list[tuple[bytes, bytes]] = []
+        self.content_type = b""
+        self.interim = False
+        self.head_sent = False
+        self.client_chunked = False
+        self.close_delimited = False
+        self.resp_done = False
+        self.up_keep_alive = False
+        self.finished = False
+        self.out: list[bytes] = []
+        self.up_out: list[bytes] = []
+        self.t_request = 0.0
+        self.t_head_in = 0.0
+        stats = core.stats
+        stats.inflight += 1
+        self.concurrency = stats.inflight
+        self.capture: Capture | None = None
+        sampler = core.sampler
+        if sampler.is_candidate(method, url):
+            try:
+                self.capture = Capture(sampler.hasher(url), core.config.max_sample_bytes)
+            except Exception:
+                self._capture_failed()
+
+    # --- request side (called by the client connection) ------------------------------------
+
+    def start(self) -> None:
+        """Forward on a pooled connection now, or connect first (the only awaited step)."""
+        up = self.core.pool.take()
+        if up is not None:
+            self._attach(up, reused=True)
+        else:
+            self.connecting = asyncio.get_running_loop().create_task(self._connect())
+
+    def request_body(self, piece: bytes) -> None:
+        capture = self.capture
+        if capture is not None:
+            try:
+                capture.add_request(piece)
+            except Exception:
+                self._capture_failed()
+        if self.finished:
+            return
+        up = self.up
+        if up is not None:
+            self._send_up(http.chunk(piece) if self.req_chunked else piece)
+            body = self.body
+            if body is not None:
+                self.body_size += len(piece)
+                if self.body_size > REPLAY_LIMIT:
+                    self.body = None
+                else:
+                    body.append(piece)
+        elif self.body is not None:  # still connecting: hold the piece until attached
+            self.body.append(piece)
+            self.body_size += len(piece)
+            if self.body_size > REPLAY_LIMIT:
+                self.client.pause_reading()
+
+    def request_complete(self) -> None:
+        self.req_done = True
+        capture = self.capture
+        if capture is not None:
+            try:
+                capture.chosen = self.core.sampler.chosen(capture.hasher)
+                if not capture.chosen:
+                    self.capture = None
+            except Exception:
+                self._capture_failed()
+        if not self.finished and self.req_chunked and self.up is not None:
+            self._send_up(http.CHUNK_END)
+
+    def client_lost(self) -> None:
+        """The client went away: drop SGLang's connection at once so generation stops."""
+        if self.finished:
+            return
+        up, self.up = self.up, None
+        if up is not None:
+            up.abort()
+        self.core.stats.aborted["client_disconnect"] += 1
+        code = status_code_label(self.status) if self.head_sent else "client_closed"
+        self._finish(code, complete=False)
+
+    def pause_client_reading(self) -> None:
+        self.client.pause_reading()
+
+    def resume_client_reading(self) -> None:
+        self.client.resume_reading()
+
+    # --- upstream side ----------------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        try:
+            up = await self.core.pool.connect()
+        except Exception as exc:  # refused, timed out, DNS...: the client gets a 502, never a hang
+            self.connecting = None
+            log.debug("upstream unreachable: %s", type(exc).__name__)
+            if not self.finished:
+                self._send_error(
+                    502, "upstream unreachable", "upstream_unreachable", "502_upstream_unreachable"
+                )
+            return
+        self.connecting = None
+        if self.finished:
+            up.close()
+            return
+        self._attach(up, reused=False)
+
+    def _attach(self, up: UpstreamConnection, *, reused: bool) -> None:
+        self.up = up
+        self.reused = reused
+        up.exchange = self
+        self.parser = HttpResponseParser(self)
+        transport = up.transport
+        if up.closed or transport is None or transport.is_closing():
+            up.exchange = None
+            self.upstream_lost(up)
+            return
+        pending = self.up_out
+        pending.append(self.head)
+        body = self.body
+        if body:
+            pending.extend(map(http.chunk, body) if self.req_chunked else body)
+            self.client.resume_reading()
+        if self.req_done and self.req_chunked:
+            pending.append(http.CHUNK_END)
+        if not self.client.reading:  # attached from a task: nothing else will flush
+            self.flush_up()
+
+    def _send_up(self, data: bytes) -> None:
+        self.up_out.append(data)
+        if not self.client.reading:
+            self.flush_up()
+
+    def flush_up(self) -> None:
+        """Write what is queued for SGLang in one call. While the client connection is parsing
+        a read, pieces queue up and it flushes once at the end, so a request whose head and
+        body came in one read reaches SGLang in one write."""
+        pending = self.up_out
+        if not pending:
+            return
+        up = self.up
+        if up is not None and up.transport is not None:
+            up.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            if not self.t_request:
+                self.t_request = _perf() - self.started_perf
+        pending.clear()
+
+    def upstream_data(self, data: bytes) -> None:
+        if self.head_sent:  # the hot path: body bytes of a response under way
+            try:
+                self.parser.feed_data(data)  # type: ignore[union-attr]
+            except HttpParserError as exc:
+                log.debug("bad response from upstream: %s", type(exc).__name__)
+                self._upstream_broken()
+                return
+            out = self.out
+            if out:
+                self.write(out[0] if len(out) == 1 else b"".join(out))
+                out.clear()
+            if self.resp_done:
+                self._complete()
+            return
+        self.t_head_in = _perf()
+        self.got_bytes = True
+        self.body = None
+        try:
+            self.parser.feed_data(data)  # type: ignore[union-attr]
+        except HttpParserError as exc:
+            log.debug("bad response from upstream: %s", type(exc).__name__)
+            self._upstream_broken()
+            return
+        self._flush()
+        if self.resp_done:
+            self._complete()
+
+    def upstream_lost(self, up: UpstreamConnection) -> None:
+        """SGLang's connection closed while this exchange owned it."""
+        if self.finished or up is not self.up:
+            return
+        self.up = None
+        if self.head_sent and self.close_delimited:  # EOF is this response's end
+            self.resp_done = True
+            if self.client_chunked:
+                self.out.append(http.CHUNK_END)
+            self._flush()
+            self._finish(status_code_label(self.status), complete=True)
+        elif self.head_sent:
+            self._truncated()
+        elif self.reused and not self.got_bytes and not self.retried and self.body is not None:
+            # A pooled connection SGLang closed while idle: replay once on a fresh one.
+            self.retried = True
+            self.parser = None
+            self.connecting = asyncio.get_running_loop().create_task(self._connect())
+        else:
+            self._send_error(
+                502,
+                "upstream closed the connection before responding",
+                "upstream_failed",
+                "502_upstream_failed",
+            )
+
+    # llhttp callbacks (response parser) -------------------------------------------------------
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.head_sent:  # after the head these are chunked trailers: dropped
+            self.resp_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        assert parser is not None
+        status = parser.get_status_code()
+        headers, has_length, chunked, ctype, request_id = _response_headers(self.resp_headers)
+        if status < 200:  # 100 Continue / 103 Early Hints: forward, then read the final head
+            self.interim = True
+            if not self.close_after:
+                self.out.append(http.response_head(status, self.reason, headers, False, False))
+            self.reason = b""
+            self.resp_headers = []
+            return
+        self.status = status
+        self.content_type = ctype
+        if request_id is not None and self.request_id is None:
+            self.request_id = request_id
+        no_body = self.is_head or status in _NO_BODY_STATUS
+        if not no_body and not has_length:
+            self.close_delimited = not chunked
+            if self.close_after:  # HTTP/1.0 or closing client: the close ends the body
+                self.client_chunked = False
+            else:
+                self.client_chunked = True
+        if not self.req_done:  # answered before the request body ended: cannot reuse
+            self.close_after = True
+        self.up_keep_alive = parser.should_keep_alive() and not self.is_head
+        self.out.append(
+            http.response_head(status, self.reason, headers, self.client_chunked, self.close_after)
+        )
+        self.head_sent = True
+        if self.is_head:  # llhttp would wait for a body a HEAD response never has
+            self.resp_done = True
+
+    def on_body(self, piece: bytes) -> None:
+        if self.client_chunked:
+            self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece))
+        else:
+            self.out.append(piece)
+        capture = self.capture
+        if capture is not None:
+            try:
+                capture.add_response(piece)
+            except Exception:
+                self._capture_failed()
+
+    def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            return
+        self.resp_done = True
+        if self.client_chunked:
+            self.out.append(http.CHUNK_END)
+
+    # --- endings ----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        out = self.out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self.write(data)
+        if self.head_sent and self.t_head_in:
+            self.core.stats.added_latency.observe(self.t_request + _perf() - self.t_head_in)
+            self.t_head_in = 0.0
+
+    def _complete(self) -> None:
+        up, self.up = self.up, None
+        if up is not None:
+            if self.up_keep_alive and self.req_done:
+                self.core.pool.release(up)
+            else:
+                up.close()
+        self._finish(status_code_label(self.status), complete=True)
+
+    def _truncated(self) -> None:
+        """SGLang broke off mid-body: the client keeps what it got; its connection is closed
+        (no terminating chunk, so the truncation stays visible, as nginx does)."""
+        self._flush()
+        self.core.stats.aborted["upstream_reset"] += 1
+        self.close_after = True
+        self._finish(status_code_label(self.status), complete=False)
+
+    def _upstream_broken(self) -> None:
+        up, self.up = self.up, None
+        if up is not None:
+            up.abort()
+        self.out.clear()
+        if self.head_sent:
+            self._truncated()
+        else:
+            self._send_error(
+                502, "upstream sent an invalid response", "upstream_failed", "502_upstream_failed"
+            )
+
+    def _send_error(self, status: int, message: str, kind: str, code: str) -> None:
+        if not self.req_done:
+            self.close_after = True
+        self.write(http.error_response(status, "Bad Gateway", message, kind, self.close_after))
+        self._finish(code, complete=False)
+
+    def _finish(self, code: str, *, complete: bool) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        # the parser holds bound methods of this exchange: drop the cycle so that refcounting
+        # frees both now instead of leaving them to the cyclic GC (whose pauses stall streams)
+        self.parser = None
+        stats = self.core.stats
+        stats.inflight -= 1
+        stats.requests[code] += 1
+        task = self.connecting
+        if task is not None:
+            self.connecting = None
+            task.cancel()
+        capture, self.capture = self.capture, None
+        if capture is not None and capture.chosen and self.status:
+            self._hand_off(capture, complete)
+        self.client.exchange_done(self)
+
+    def _hand_off(self, capture: Capture, complete: bool) -> None:
+        stats = self.core.stats
+        try:
+            if capture.overflow:
+                stats.dropped["too_large"] += 1
+                return
+            sample = build_sample(
+                capture,
+                status=self.status,
+                content_type=self.content_type,
+                request_id_header=self.request_id,
+                concurrency=self.concurrency,
+                method=self.method,
+                path=self.url,
+                complete=complete,
+                started_at=self.started_at,
+                started_perf=self.started_perf,
+            )
+            self.core.sink.offer(sample)
+        except Exception:
+            self._capture_failed()
+
+    def _capture_failed(self) -> None:
+        """Sampling broke for this exchange: stop capturing; the response carries on."""
+        self.capture = None
+        self.core.stats.errors["capture"] += 1
+
+
+def _request_headers(
+    raw: list[tuple[bytes, bytes]],
+) -> tuple[list[tuple[bytes, bytes]], bool, bytes | None, bool]:
+    """End-to-end request headers, chunked body?, any X-Request-Id, Expect: 100-continue?"""
+    out: list[tuple[bytes, bytes]] = []
+    tokens: set[bytes] = set()
+    chunked = expect_continue = False
+    request_id = None
+    for name, value in raw:
+        lname = name.lower()
+        if lname in http.HOP_BY_HOP:
+            if lname == b"connection":
+                tokens |= http.connection_tokens(value)
+            elif lname == b"transfer-encoding":
+                chunked = True
+            continue
+        if lname == b"expect":  # the client connection answers 100-continue itself
+            expect_continue = value.strip().lower() == b"100-continue"
+            continue
+        if lname == b"x-request-id":
+            request_id = value
+        out.append((name, value))
+    if chunked:  # llhttp framed the body by chunks; a Content-Length would be wrong
+        tokens.add(b"content-length")
+    if tokens:
+        out = http.drop_named(out, tokens)
+    return out, chunked, request_id, expect_continue
+
+
+def _response_headers(
+    raw: list[tuple[bytes, bytes]],
+) -> tuple[list[tuple[bytes, bytes]], bool, bool, bytes, bytes | None]:
+    """End-to-end response headers, has Content-Length, was chunked, content type, request id."""
+    out: list[tuple[bytes, bytes]] = []
+    tokens: set[bytes] = set()
+    has_length = chunked = False
+    ctype = b""
+    request_id = None
+    for name, value in raw:
+        lname = name.lower()
+        if lname in http.HOP_BY_HOP:
+            if lname == b"connection":
+                tokens |= http.connection_tokens(value)
+            elif lname == b"transfer-encoding":
+                chunked = True
+            continue
+        if lname == b"content-length":
+            has_length = True
+        elif lname == b"content-type":
+            ctype = value
+        elif lname == b"x-request-id":
+            request_id = value
+        out.append((name, value))
+    if chunked and has_length:
+        has_length = False
+        tokens.add(b"content-length")
+    if tokens:
+        out = http.drop_named(out, tokens)
+    return out, has_length, chunked, ctype, request_id

@@ -1,0 +1,221 @@
+"""Which responses go to grading, what a sample carries, and the bounded hand-off.
+
+Everything here runs after the response's bytes were written, or on the side of the byte
+path; an exception in it is counted (``dsv4_tap_sampling_errors_total``) and swallowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from exporter.samplers.tap.stats import TapStats
+
+log = logging.getLogger(__name__)
+
+SampleCallback = Callable[["Sample"], "Awaitable[None] | None"]
+
+# The first "id" in a response body: chat completions carry "chatcmpl-...", /generate carries
+# meta_info.id. Bounded length and character set: it is an identifier, not free text.
+_ID_IN_BODY = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9._:\-]{1,128})"')
+_ID_SCAN_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One sampled exchange, as the client saw it (bodies de-chunked, never any headers).
+
+    ``streaming`` is true for ``text/event-stream`` responses (the body is then the raw SSE
+    bytes). ``concurrency`` is the tap's in-flight count when this request arrived, itself
+    included. ``complete`` is false when the response was cut short (SGLang reset, client
+    left): a grader should not judge a truncated answer as corrupt.
+    """
+
+    request_body: bytes
+    response_body: bytes
+    status: int
+    content_type: str
+    streaming: bool
+    concurrency: int
+    request_id: str | None
+    method: str
+    path: str
+    complete: bool
+    started_at: float
+    duration_seconds: float
+
+
+class Sampler:
+    """Deterministic selection: keyed BLAKE2b of path and body, compared with the rate."""
+
+    __slots__ = ("_key", "_paths", "_threshold", "rate")
+
+    def __init__(self, rate: float, seed: int, paths: tuple[str, ...]) -> None:
+        self.rate = rate
+        self._threshold = int(rate * (1 << 64))
+        self._key = seed.to_bytes(8, "little", signed=True)
+        self._paths = tuple(p.encode() for p in paths)
+
+    def is_candidate(self, method: bytes, path: bytes) -> bool:
+        return self.rate > 0.0 and method == b"POST" and path.startswith(self._paths)
+
+    def hasher(self, path: bytes) -> hashlib.blake2b:
+        h = hashlib.blake2b(digest_size=8, key=self._key)
+        h.update(path)
+        h.update(b"\0")
+        return h
+
+    def chosen(self, hasher: hashlib.blake2b) -> bool:
+        return int.from_bytes(hasher.digest(), "little") < self._threshold
+
+    def decide(self, path: bytes, body: bytes) -> bool:
+        """The decision for a whole request (what the tap computes incrementally)."""
+        h = self.hasher(path)
+        h.update(body)
+        return self.chosen(h)
+
+
+class Capture:
+    """Keeps one candidate exchange's body pieces (references, no copies) until it ends."""
+
+    __slots__ = ("chosen", "hasher", "limit", "overflow", "request", "response", "size")
+
+    def __init__(self, hasher: hashlib.blake2b, limit: int) -> None:
+        self.hasher = hasher
+        self.request: list[bytes] = []
+        self.response: list[bytes] = []
+        self.size = 0
+        self.limit = limit
+        self.chosen: bool | None = None  # unknown until the request body is complete
+        self.overflow = False
+
+    def add_request(self, piece: bytes) -> None:
+        self.hasher.update(piece)
+        self._keep(self.request, piece)
+
+    def add_response(self, piece: bytes) -> None:
+        if self.chosen is not False:
+            self._keep(self.response, piece)
+
+    def _keep(self, pieces: list[bytes], piece: bytes) -> None:
+        if self.overflow:
+            return
+        self.size += len(piece)
+        if self.size > self.limit:
+            self.overflow = True
+            self.request.clear()
+            self.response.clear()
+        else:
+            pieces.append(piece)
+
+
+def find_request_id(header_value: bytes | None, body_head: bytes) -> str | None:
+    """Request id from an ``X-Request-Id`` header, else the first ``"id"`` in the body."""
+    if header_value:
+        return header_value[:128].decode("latin-1")
+    m = _ID_IN_BODY.search(body_head[:_ID_SCAN_BYTES])
+    return m.group(1).decode("ascii") if m else None
+
+
+class SampleSink:
+    """Bounded queue between the byte path and the consumer.
+
+    ``offer`` never blocks: when the queue is full the sample is dropped and counted. With a
+    callback, one dispatcher task feeds it: coroutine functions are awaited on the loop (a slow
+    one only fills the queue), plain functions run on one worker thread (so a blocking one
+    cannot stall the loop). A callback that raises is counted and the next sample is served.
+    Without a callback the consumer reads ``queue`` itself.
+    """
+
+    def __init__(self, maxsize: int, stats: TapStats, on_sample: SampleCallback | None) -> None:
+        self.queue: asyncio.Queue[Sample] = asyncio.Queue(maxsize)
+        self._stats = stats
+        self._on_sample = on_sample
+        self._task: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    def offer(self, sample: Sample) -> None:
+        try:
+            self.queue.put_nowait(sample)
+        except asyncio.QueueFull:
+            self._stats.dropped["queue_full"] += 1
+        else:
+            self._stats.sampled += 1
+
+    def start(self) -> None:
+        if self._on_sample is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._dispatch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    async def _dispatch(self) -> None:
+        callback = self._on_sample
+        assert callback is not None
+        is_async = inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+            getattr(callback, "__call__", None)  # noqa: B004 - async callable objects
+        )
+        loop = asyncio.get_running_loop()
+        while True:
+            sample = await self.queue.get()
+            try:
+                if is_async:
+                    await callback(sample)  # type: ignore[misc]
+                else:
+                    if self._executor is None:
+                        self._executor = ThreadPoolExecutor(1, thread_name_prefix="tap-sample")
+                    result = await loop.run_in_executor(self._executor, callback, sample)
+                    if inspect.isawaitable(result):
+                        await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the consumer's bug must never reach the tap
+                self._stats.errors["consumer"] += 1
+                log.debug("sample consumer raised %s", type(exc).__name__)
+
+
+def build_sample(
+    capture: Capture,
+    *,
+    status: int,
+    content_type: bytes,
+    request_id_header: bytes | None,
+    concurrency: int,
+    method: bytes,
+    path: bytes,
+    complete: bool,
+    started_at: float,
+    started_perf: float,
+) -> Sample:
+    """Join the captured pieces into a :class:`Sample` (runs after the response was sent)."""
+    response = b"".join(capture.response)
+    ctype = content_type.decode("latin-1").strip()
+    return Sample(
+        request_body=b"".join(capture.request),
+        response_body=response,
+        status=status,
+        content_type=ctype,
+        streaming=ctype.lower().startswith("text/event-stream"),
+        concurrency=concurrency,
+        request_id=find_request_id(request_id_header, response),
+        method=method.decode("latin-1"),
+        path=path.decode("latin-1"),
+        complete=complete,
+        started_at=started_at,
+        duration_seconds=time.perf_counter() - started_perf,
+    )

@@ -1,0 +1,169 @@
+"""Keep-alive connections to SGLang and the pool that hands them out.
+
+Checkout is a ``deque.pop`` (constant time, most recently used first, so the connection least
+likely to have been closed by SGLang's keep-alive timer is reused). A connection SGLang closes
+while idle is only marked closed and skipped later; a sweep every second drops closed and
+expired ones, so nothing scans the pool per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from exporter.samplers.tap.stats import TapStats
+
+if TYPE_CHECKING:
+    from exporter.samplers.tap.exchange import Exchange
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One TCP connection to SGLang; forwards everything it reads to its current exchange."""
+
+    __slots__ = ("closed", "exchange", "idle_since", "transport", "uses")
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.exchange: Exchange | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.uses = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop transports are not asyncio.Transport subclasses: no isinstance check
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is None:  # bytes nobody asked for: the connection is not reusable
+            self.close()
+            return
+        exchange.upstream_data(data)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        exchange = self.exchange
+        if exchange is not None:
+            self.exchange = None
+            exchange.upstream_lost(self)
+
+    def pause_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.pause_client_reading()
+
+    def resume_writing(self) -> None:
+        if self.exchange is not None:
+            self.exchange.resume_client_reading()
+
+    def close(self) -> None:
+        """Graceful close (pending writes flushed); used for idle or finished connections."""
+        self.closed = True
+        self.exchange = None
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Immediate close (RST): SGLang sees the disconnect at once and cancels generation."""
+        self.closed = True
+        self.exchange = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections to one SGLang endpoint, most recently used first."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        stats: TapStats,
+        *,
+        connect_timeout: float,
+        idle_timeout: float,
+        max_idle: int,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._stats = stats
+        self._connect_timeout = connect_timeout
+        self._idle_timeout = idle_timeout
+        self._max_idle = max_idle
+        self._idle: deque[UpstreamConnection] = deque()
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._schedule_sweep()
+
+    def take(self) -> UpstreamConnection | None:
+        """An idle, live connection, or None (then the caller connects)."""
+        idle = self._idle
+        if not idle:
+            return None
+        deadline = time.monotonic() - self._idle_timeout
+        while idle:
+            conn = idle.pop()
+            transport = conn.transport
+            if conn.closed or transport is None or transport.is_closing():
+                continue
+            if conn.idle_since < deadline:
+                conn.close()
+                continue
+            return conn
+        return None
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Return a connection whose exchange finished cleanly."""
+        conn.exchange = None
+        if conn.closed or len(self._idle) >= self._max_idle:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        self._idle.append(conn)
+
+    async def connect(self) -> UpstreamConnection:
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(UpstreamConnection, self.host, self.port),
+            self._connect_timeout,
+        )
+        self._stats.upstream_connections += 1
+        return conn
+
+    @property
+    def idle_count(self) -> int:
+        return sum(1 for c in self._idle if not c.closed)
+
+    def _schedule_sweep(self) -> None:
+        self._sweeper = asyncio.get_running_loop().call_later(1.0, self._sweep)
+
+    def _sweep(self) -> None:
+        deadline = time.monotonic() - self._idle_timeout
+        keep: deque[UpstreamConnection] = deque()
+        for conn in self._idle:
+            if conn.closed:
+                continue
+            if conn.idle_since < deadline:
+                conn.close()
+            else:
+                keep.append(conn)
+        self._idle = keep
+        self._schedule_sweep()
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        while self._idle:
+            self._idle.pop().close()

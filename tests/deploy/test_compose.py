@@ -1,0 +1,228 @@
+"""docker/compose.yaml (simulated SGLang) and docker/compose.real-sglang.yaml: the compose-spec
+JSON schema bundled with check-jsonschema, a real compose implementation's `config` (Docker's
+compose plugin, else Debian's docker-compose), and the properties the stacks rely on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import (
+    COMPOSE_FILES,
+    DOCKER,
+    METRICS_PORT,
+    PROBE_DIR,
+    REPO,
+    SGLANG_PORT,
+    SIDECAR_UID,
+    TAP_PORT,
+    compose,
+    run,
+    venv_tool,
+)
+
+SIM = DOCKER / "compose.yaml"
+REAL = DOCKER / "compose.real-sglang.yaml"
+# The real variant requires the model's config.json path (a `${VAR:?}` interpolation).
+REAL_ENV = {"DSV4_MODEL_CONFIG": "/models/DeepSeek-V4-Flash/config.json"}
+
+
+# --- schema ----------------------------------------------------------------------------------
+
+
+def test_compose_files_match_the_compose_spec_schema():
+    res = run(
+        [
+            venv_tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.compose-spec",
+            *map(str, COMPOSE_FILES),
+        ]
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_schema_check_rejects_an_unknown_key(tmp_path):
+    """Negative control: the bundled schema is strict about service keys."""
+    bad = tmp_path / "compose.yaml"
+    bad.write_text("services:\n  a:\n    image: x:1\n    read_onyl: true\n", encoding="utf-8")
+    res = run([venv_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(bad)])
+    assert res.returncode != 0 and "read_onyl" in res.stdout + res.stderr
+
+
+# --- a compose implementation's own validation -----------------------------------------------
+
+
+def _compose_cli() -> tuple[str, list[str]]:
+    docker = shutil.which("docker")
+    if docker:
+        probe = subprocess.run(
+            [docker, "compose", "version"], capture_output=True, timeout=30, check=False
+        )
+        if probe.returncode == 0:
+            return "v2", [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    if legacy:
+        return "v1", [legacy]
+    hint = "`make deb-test` installs Debian's docker-compose when the compose plugin is absent"
+    if os.environ.get("CI"):
+        pytest.fail(f"no compose implementation ({hint})")
+    pytest.skip(f"no compose implementation; {hint}")
+
+
+def _v1_tree(tmp_path: Path) -> Path:
+    """Compose v1 predates the top-level `name:`; give it a mirror of the repository (symlinks)
+    whose docker/compose*.yaml lack that one line, so every relative path resolves as in the
+    repository."""
+    root = tmp_path / "repo"
+    (root / "docker").mkdir(parents=True)
+    for entry in REPO.iterdir():
+        if entry.name != "docker":
+            (root / entry.name).symlink_to(entry)
+    for entry in DOCKER.iterdir():
+        target = root / "docker" / entry.name
+        if entry.name.startswith("compose") and entry.suffix == ".yaml":
+            lines = entry.read_text(encoding="utf-8").splitlines(keepends=True)
+            target.write_text("".join(ln for ln in lines if not ln.startswith("name:")))
+        else:
+            target.symlink_to(entry)
+    return root / "docker"
+
+
+@pytest.fixture(scope="module")
+def compose_config(tmp_path_factory):
+    """Run `<compose> -f FILE config` the way a user would; returns a function of (file, env)
+    giving the CompletedProcess."""
+    kind, cli = _compose_cli()
+    workdir = _v1_tree(tmp_path_factory.mktemp("v1")) if kind == "v1" else DOCKER
+
+    def config(path: Path, extra_env: dict[str, str] | None = None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4_", "SGLANG_"))}
+        env.update(extra_env or {})
+        return run([*cli, "-f", path.name, "config"], cwd=workdir, env=env)
+
+    return config
+
+
+@pytest.mark.parametrize(("path", "env"), [(SIM, {}), (REAL, REAL_ENV)], ids=["sim", "real"])
+def test_compose_implementation_accepts_the_files(compose_config, path, env):
+    res = compose_config(path, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    services = yaml.safe_load(res.stdout)["services"]
+    assert {"sidecar", "prometheus", "grafana"} <= set(services)
+    # compose.real-sglang.yaml extends Prometheus and Grafana from compose.yaml: the resolved
+    # services carry the base's mounts.
+    assert any(
+        "/etc/prometheus/prometheus.yml" in str(v) for v in services["prometheus"]["volumes"]
+    )
+    assert any("/etc/grafana/provisioning" in str(v) for v in services["grafana"]["volumes"])
+
+
+def test_real_variant_demands_the_model_config(compose_config):
+    res = compose_config(REAL)
+    assert res.returncode != 0
+    assert "DSV4_MODEL_CONFIG" in res.stdout + res.stderr
+
+
+# --- what the stacks rely on ---------------------------------------------------------------
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    env = dict(service.get("environment") or {})
+    for name in [service["env_file"]] if isinstance(service.get("env_file"), str) else []:
+        for line in (DOCKER / name).read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                env.setdefault(key.strip(), value.strip())
+    return {k: str(v) for k, v in env.items()}
+
+
+def _ours(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Services that run the sidecar image (the sidecar, and the simulator)."""
+    return {n: s for n, s in doc["services"].items() if str(s.get("image", "")).startswith("dsv4-")}
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_our_containers_are_locked_down(path):
+    ours = _ours(compose(path))
+    assert "sidecar" in ours
+    for name, svc in ours.items():
+        assert svc["user"] == f"{SIDECAR_UID}:{SIDECAR_UID}", name
+        assert svc["read_only"] is True, name
+        assert "/tmp" in svc["tmpfs"], f"{name}: the image's only writable path"
+        assert svc["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in svc["security_opt"], name
+        assert svc["healthcheck"]["test"][0] == "CMD", name
+        assert svc["build"] == {"context": "..", "dockerfile": "docker/Dockerfile"}, name
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_no_service_is_privileged_or_exposed_beyond_loopback(path):
+    for name, svc in compose(path)["services"].items():
+        assert not svc.get("privileged"), name
+        assert svc.get("network_mode") != "host" and svc.get("pid") != "host", name
+        uid = str(svc.get("user", "")).split(":")[0]
+        if "extends" not in svc:
+            assert uid and uid not in ("0", "root"), f"{name} runs as a non-root user"
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name}: {port} (no auth in this stack)"
+
+
+def test_sim_stack_wiring():
+    services = compose(SIM)["services"]
+    sim, sidecar = services["sglang-sim"], services["sidecar"]
+    cmd = sim["command"]
+    assert cmd[0] == "simulate"
+    flags = dict(zip(cmd[1::2], cmd[2::2], strict=True))
+    assert flags["--host"] == "0.0.0.0" and flags["--port"] == str(SGLANG_PORT)
+    # The deployment the sidecar is built to catch: bf16 index-K, HiCache, legacy configurator.
+    assert flags["--index-k-dtype"] == "bf16"
+    assert flags["--hicache"] == "on" and flags["--configurator"] == "legacy"
+    env = _env(sidecar)
+    assert env["DSV4_SIDECAR_SGLANG_URL"] == f"http://sglang-sim:{SGLANG_PORT}"
+    assert env["DSV4_SIDECAR_GPU_BACKEND"] == "fake"
+    assert env["DSV4_SIDECAR_TAP_PORT"] == str(TAP_PORT)
+    # The switch a real pod shares with SGLang agrees with the simulated deployment.
+    assert env["SGLANG_DSV4_BF16_INDEX_K"] == "1"
+    assert sidecar["command"] == ["serve"]
+    assert sidecar["depends_on"]["sglang-sim"]["condition"] == "service_healthy"
+    assert sidecar["ports"] == [
+        f"127.0.0.1:{METRICS_PORT}:{METRICS_PORT}",
+        f"127.0.0.1:{TAP_PORT}:{TAP_PORT}",
+    ]
+    assert "/health" in " ".join(sim["healthcheck"]["test"])
+    assert "/healthz" in " ".join(sidecar["healthcheck"]["test"])
+
+
+def test_real_stack_wiring():
+    services = compose(REAL)["services"]
+    assert "sglang-sim" not in services
+    sidecar = services["sidecar"]
+    env = _env(sidecar)
+    assert env["DSV4_SIDECAR_GPU_BACKEND"] == "nvml"
+    assert env["DSV4_SIDECAR_SGLANG_URL"].startswith("${SGLANG_URL:-http")
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert env["DSV4_SIDECAR_PROBE_DIR"] == PROBE_DIR
+    (gpus,) = sidecar["deploy"]["resources"]["reservations"]["devices"]
+    assert gpus["driver"] == "nvidia" and "utility" in gpus["capabilities"]
+    mounts = sidecar["volumes"]
+    model = next(m for m in mounts if isinstance(m, dict))
+    assert model["target"] == env["DSV4_SIDECAR_MODEL_CONFIG_PATH"] and model["read_only"]
+    assert f"{PROBE_DIR}:ro" in " ".join(m for m in mounts if isinstance(m, str))
+    for name in ("prometheus", "grafana"):
+        assert services[name]["extends"] == {"file": "compose.yaml", "service": name}
+
+
+def test_env_file_exists_and_only_holds_sglang_switches():
+    for path in COMPOSE_FILES:
+        for name, svc in compose(path)["services"].items():
+            if "env_file" in svc:
+                assert (DOCKER / svc["env_file"]).is_file(), name
+    env = _env({"env_file": "deployment.env"})
+    assert env and all(k.startswith("SGLANG_") for k in env), env

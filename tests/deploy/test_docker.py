@@ -1,0 +1,314 @@
+"""docker/Dockerfile (the sidecar image), docker/Dockerfile.sglang-probe and .dockerignore,
+checked statically: hadolint, then the properties the deployment relies on. No image is built
+(no registry access here); the wheel build itself is covered by tests/probe/test_packaging.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import (
+    DOCKER,
+    METRICS_PORT,
+    PROBE_DIR,
+    REPO,
+    SIDECAR_UID,
+    TAP_PORT,
+    run,
+    venv_tool,
+)
+
+SIDECAR_DOCKERFILE = DOCKER / "Dockerfile"
+PROBE_DOCKERFILE = DOCKER / "Dockerfile.sglang-probe"
+HADOLINT_CONFIG = REPO / ".hadolint.yaml"
+
+
+def parse(path: Path) -> list[list[tuple[str, str]]]:
+    """Stages of a Dockerfile, each a list of (INSTRUCTION, arguments) with continuation lines
+    joined and comments dropped. Instructions before the first FROM (global ARGs) form stage 0."""
+    stages: list[list[tuple[str, str]]] = [[]]
+    logical = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not logical and (not line or line.startswith("#")):
+            continue
+        if logical and line.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if line.endswith("\\"):
+            logical += line[:-1] + " "
+            continue
+        logical += line
+        instr, _, args = logical.partition(" ")
+        instr = instr.upper()
+        if instr == "FROM":
+            stages.append([])
+        stages[-1].append((instr, args.strip()))
+        logical = ""
+    return stages
+
+
+def instructions(stage: list[tuple[str, str]], name: str) -> list[str]:
+    return [args for instr, args in stage if instr == name]
+
+
+def exec_form(args: str) -> list[str]:
+    value = json.loads(args)
+    assert isinstance(value, list), f"not exec form: {args}"
+    return value
+
+
+# --- hadolint -----------------------------------------------------------------------------
+
+
+def test_hadolint_passes_both_dockerfiles():
+    hadolint = venv_tool("hadolint")
+    res = run(
+        [
+            hadolint,
+            "--config",
+            str(HADOLINT_CONFIG),
+            str(SIDECAR_DOCKERFILE),
+            str(PROBE_DOCKERFILE),
+        ],
+        cwd=REPO,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_hadolint_config_fails_on_everything_and_every_ignore_has_a_reason():
+    cfg = yaml.safe_load(HADOLINT_CONFIG.read_text(encoding="utf-8"))
+    assert cfg["failure-threshold"] == "info"
+    ignored = cfg.get("ignored") or []
+    lines = HADOLINT_CONFIG.read_text(encoding="utf-8").splitlines()
+    for rule in ignored:
+        # An ignore is listed as "- DLxxxx  # why" (not inside the explanatory comment).
+        entry = [ln for ln in lines if re.match(rf"\s*-\s*{rule}\b", ln)]
+        assert entry and "#" in entry[0], f"{rule} is ignored without a reason comment"
+
+
+def test_hadolint_really_runs_with_this_config(tmp_path):
+    """Negative control: the same invocation rejects an untagged base and a root user."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text('FROM python\nUSER root\nCMD ["python"]\n', encoding="utf-8")
+    res = run([venv_tool("hadolint"), "--config", str(HADOLINT_CONFIG), str(bad)], cwd=REPO)
+    assert res.returncode != 0
+    assert "DL3006" in res.stdout and "DL3002" in res.stdout
+
+
+# --- the sidecar image ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sidecar_stages():
+    stages = parse(SIDECAR_DOCKERFILE)
+    assert len(stages) >= 3, "multi-stage: a build stage and a final stage"
+    return stages
+
+
+def test_bases_are_pinned_slim_python_and_identical(sidecar_stages):
+    bases = [instructions(s, "FROM")[0].split()[0] for s in sidecar_stages[1:]]
+    for base in bases:
+        assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", base), base
+    # The venv copied into the final stage links to the build stage's interpreter path.
+    assert len(set(bases)) == 1, bases
+
+
+def test_final_stage_copies_a_venv_and_runs_nothing(sidecar_stages):
+    build_name = instructions(sidecar_stages[1], "FROM")[0].split()[-1]
+    final = sidecar_stages[-1]
+    copies = instructions(final, "COPY")
+    assert any(c.startswith(f"--from={build_name} /opt/dsv4-sidecar") for c in copies), copies
+    assert not instructions(final, "RUN"), "nothing is installed in the final stage"
+    build_runs = " ".join(instructions(sidecar_stages[1], "RUN"))
+    assert "pip wheel" in build_runs and "python -m venv /opt/dsv4-sidecar" in build_runs
+
+
+def test_final_stage_user_is_numeric_non_root(sidecar_stages):
+    users = instructions(sidecar_stages[-1], "USER")
+    assert users, "USER is set in the final stage"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit() and int(uid) == SIDECAR_UID
+    assert gid.isdigit() and int(gid) != 0
+
+
+def test_runtime_contract(sidecar_stages):
+    final = sidecar_stages[-1]
+    env = " ".join(instructions(final, "ENV"))
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+    assert "NVIDIA_DRIVER_CAPABILITIES=utility" in env
+    assert "NVIDIA_VISIBLE_DEVICES" not in env, "which GPUs are visible is the deployment's call"
+    assert exec_form(instructions(final, "ENTRYPOINT")[-1]) == ["dsv4-sidecar"]
+    assert exec_form(instructions(final, "CMD")[-1]) == ["serve"]
+    exposed = {p for e in instructions(final, "EXPOSE") for p in e.split()}
+    assert {str(METRICS_PORT), str(TAP_PORT)} <= exposed
+    assert any("/tmp" in v for v in instructions(final, "VOLUME")), "the one writable place"
+    labels = " ".join(instructions(final, "LABEL"))
+    for key in ("title", "description", "version", "revision", "licenses", "source"):
+        assert f"org.opencontainers.image.{key}=" in labels
+
+
+def test_no_torch_in_the_sidecar_image(sidecar_stages):
+    text = SIDECAR_DOCKERFILE.read_text(encoding="utf-8")
+    assert "[probe]" not in text and not re.search(r"pip install[^\n]*torch", text)
+    # The installed distribution's metadata is pyproject's, resolved: runtime requirements are
+    # those without an `extra ==` marker.
+    runtime = [r for r in metadata.requires("dsv4-sidecar") or [] if "extra ==" not in r]
+    assert runtime and not [r for r in runtime if r.lower().startswith("torch")], runtime
+    scripts = {e.name: e.value for e in metadata.entry_points(group="console_scripts")}
+    assert scripts["dsv4-sidecar"] == "exporter.cli:main"
+
+
+def _healthcheck_code(stage: list[tuple[str, str]]) -> str:
+    (hc,) = instructions(stage, "HEALTHCHECK")
+    opts, _, cmd = hc.partition("CMD ")
+    assert "--interval=" in opts and "--timeout=" in opts
+    argv = exec_form(cmd)
+    assert argv[:2] == ["python", "-c"], "no curl in slim: the interpreter probes"
+    return argv[2]
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_healthcheck_probes_healthz_on_the_configured_port(sidecar_stages):
+    """Run the HEALTHCHECK's own code against a stand-in /healthz: 0 when it answers, non-zero
+    when nothing listens (so Docker marks the container unhealthy)."""
+    code = _healthcheck_code(sidecar_stages[-1])
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ok = subprocess.run(
+            [sys.executable, "-c", code],
+            env={"DSV4_SIDECAR_PORT": str(port)},
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    down = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"DSV4_SIDECAR_PORT": str(port)},
+        capture_output=True,
+        timeout=20,
+        check=False,
+    )
+    assert down.returncode != 0
+
+
+# --- the SGLang + probe image ---------------------------------------------------------------
+
+
+def test_probe_image_pins_sglang_and_switches_the_probe_on():
+    stages = parse(PROBE_DOCKERFILE)
+    (arg,) = [a for a in instructions(stages[0], "ARG") if a.startswith("SGLANG_IMAGE=")]
+    image = arg.split("=", 1)[1]
+    assert re.fullmatch(r"lmsysorg/sglang:v\d+\.\d+\.\d+[\w.-]*(@sha256:[0-9a-f]{64})?", image)
+    final = stages[-1]
+    assert instructions(final, "FROM") == ["${SGLANG_IMAGE}"]
+    env = shlex.split(" ".join(instructions(final, "ENV")))
+    assert "DSV4_PROBE=1" in env and f"DSV4_PROBE_DIR={PROBE_DIR}" in env
+    runs = " ".join(instructions(final, "RUN"))
+    # The wheel, without re-resolving SGLang's pinned environment; the hook is verified.
+    assert re.search(r"pip install [^&]*--no-deps [^&]*dsv4_sidecar-\*\.whl", runs), runs
+    assert "dsv4_sidecar_probe.pth" in runs
+    assert "pip wheel" in " ".join(instructions(stages[1], "RUN"))
+
+
+# --- .dockerignore ---------------------------------------------------------------------------
+
+
+def _dockerignore_rules() -> list[tuple[bool, re.Pattern[str]]]:
+    """(exclude?, regex) per .dockerignore line, in Docker's semantics: `*` and `?` stay within
+    a path segment, `**` spans segments, `!` re-includes, the last matching rule wins, and a rule
+    matching a directory covers what is below it."""
+    rules = []
+    for raw in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        exclude = not line.startswith("!")
+        pattern = line.lstrip("!").strip("/")
+        rx = ""
+        i = 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                rx, i = rx + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                rx, i = rx + ".*", i + 2
+            elif pattern[i] == "*":
+                rx, i = rx + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                rx, i = rx + "[^/]", i + 1
+            else:
+                rx, i = rx + re.escape(pattern[i]), i + 1
+        rules.append((exclude, re.compile(rx + r"(?:/.*)?")))
+    return rules
+
+
+def dockerignored(path: str, rules=None) -> bool:
+    rules = rules if rules is not None else _dockerignore_rules()
+    ignored = False
+    for exclude, rx in rules:
+        if rx.fullmatch(path):
+            ignored = exclude
+    return ignored
+
+
+def test_dockerignore_admits_what_the_wheel_build_needs():
+    rules = _dockerignore_rules()
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    readme = re.search(r'^readme\s*=\s*"([^"]+)"', pyproject, re.M)
+    assert readme, "pyproject.toml names its readme"
+    needed = [
+        "pyproject.toml",
+        readme.group(1),
+        "exporter/__init__.py",
+        "exporter/cli/__init__.py",
+        "exporter/probe/dsv4_sidecar_probe.pth",
+    ]
+    if (REPO / "setup.py").exists():
+        needed.append("setup.py")
+    for path in needed:
+        assert (REPO / path).exists(), path
+        assert not dockerignored(path, rules), f"{path} is needed in the build context"
+
+
+def test_dockerignore_keeps_everything_else_out():
+    rules = _dockerignore_rules()
+    for path in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "tests/conftest.py",
+        "docker/Dockerfile",
+        "bench/__init__.py",
+        "alerts/dsv4-sidecar.rules.yaml",
+        "run/out.json",
+        "exporter/__pycache__/app.cpython-312.pyc",
+        "exporter/cli/x.pyc",
+    ):
+        assert dockerignored(path, rules), f"{path} should stay out of the build context"
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
+    ).stdout.split()
+    sent = {p.split("/")[0] for p in tracked if not dockerignored(p, rules)}
+    assert sent <= {"pyproject.toml", "setup.py", "README.md", "LICENSE", "exporter"}, sent

@@ -1,0 +1,562 @@
+"""For every reason code: inputs that must trigger it, and near misses that must not.
+
+Built from the grammar in the reference (not from any parser's test suite). The phenotypes the
+reference lists under load appear as triggers: damaged wrappers (``toolcalls``, ``toolcall``,
+a spaced ``SugarPanel``, doubled bars, ASCII pipes, a V3.2 block from a V4 model), unbalanced
+and orphan tags, bare ``<parameter``, bad flags, duplicates, empty names, invalid JSON, special
+tokens in values, U+FFFD, byte-level leaks, control characters, loops, salads, think and role
+markers in content, truncation and empty stops.
+"""
+
+from __future__ import annotations
+
+from tests.dsml.builders import (
+    CLOSE,
+    CLOSE32,
+    EOS,
+    INVOKE_CLOSE,
+    OPEN,
+    OPEN32,
+    PARAM_CLOSE,
+    B,
+    Case,
+    block,
+    call,
+    completion,
+    inv,
+    invoke,
+    openai_message,
+    par,
+    tool,
+)
+
+READ = invoke("read_file", par("path", "src/app.py"))
+LS = invoke("list_dir", par("path", "."), par("depth", "2", string=False))
+GOOD = "I'll look at the file first." + block(READ)
+GOOD2 = "Reading two things." + block(READ, LS)
+TOOLS = [
+    tool("read_file", ("path",), path="string", limit="integer"),
+    tool("list_dir", (), path="string", depth="integer"),
+]
+FENCE = "```"
+LONG = " ".join(f"word{i}" for i in range(400)) + "."
+
+TRIGGERS: dict[str, list[Case]] = {
+    "marker_ascii_pipe": [
+        Case("nfkc block", GOOD.replace(B, "|"), verdict="suspect"),
+        Case("ascii eos", GOOD + "<|end\u2581of\u2581sentence|>", verdict="suspect"),
+    ],
+    "marker_doubled_bar": [
+        Case("doubled opener", GOOD.replace(OPEN, f"<{B}{B}DSML{B}{B}tool_calls>")),
+    ],
+    "marker_spaced": [
+        Case(
+            "spaced invoke in v4",
+            GOOD.replace(f"<{B}DSML{B}invoke", f"<{B}DSML{B} invoke"),
+            kwargs={"grammar": "v4"},
+            verdict="degenerate",
+        ),
+        Case("SugarPanel", f"Sure.\n\n<{B}DSML{B} SugarPanel>\n" + READ, kwargs={"grammar": "v4"}),
+    ],
+    "marker_damaged": [
+        Case("no angle", GOOD.replace(f"<{B}DSML{B}invoke", f"{B}DSML{B}invoke")),
+        Case("missing bar", GOOD.replace(OPEN, f"<{B}DSML tool_calls>")),
+    ],
+    "marker_missing": [
+        Case(
+            "bare tags in prose",
+            'Calling it now: <invoke name="read_file">\n'
+            '<parameter name="path" string="true">a.py</parameter>\n</invoke>',
+            verdict="suspect",
+        ),
+    ],
+    "tag_unknown": [
+        Case("toolcalls", GOOD.replace(OPEN, f"<{B}DSML{B}toolcalls>")),
+        Case("toolcall Read", f"OK.\n\n<{B}DSML{B}toolcall>Read the file"),
+        Case("empty tag name", f"x <{B}DSML{B}> y"),
+    ],
+    "grammar_unsupported": [
+        Case(
+            "v4.1 spaced dialect",
+            f'Checking.\n\n<{B}DSML{B} calls>\n<{B}DSML{B} invoke name="ls">\n'
+            f"</{B}DSML{B} invoke>\n</{B}DSML{B} calls>",
+            verdict="suspect",
+        ),
+    ],
+    "version_mismatch": [
+        Case(
+            "v3.2 block from v4",
+            GOOD.replace(OPEN, OPEN32).replace(CLOSE, CLOSE32),
+            kwargs={"grammar": "v4"},
+            verdict="suspect",
+        ),
+        Case(
+            "self-closing in v3.2",
+            completion("x", call("ls"), grammar="v3.2", self_closing=True),
+            verdict="suspect",
+        ),
+    ],
+    "bare_invoke": [
+        Case("invoke without block", "Let me look.\n\n" + READ),
+        Case("param in block", "x" + block(par("path", "a"))),
+    ],
+    "nested_tag": [
+        Case("invoke in invoke", "x" + block(inv("a") + "\n" + READ + "\n" + INVOKE_CLOSE)),
+        Case(
+            "param opened in value",
+            "x" + block(invoke("w", f"{par('a', '1')[: -len(PARAM_CLOSE)]}{par('b', '2')}")),
+        ),
+    ],
+    "unbalanced": [
+        Case("block never closed", GOOD[: -len(CLOSE)], kwargs={"finish_reason": "stop"}),
+        Case(
+            "value closed by invoke",
+            "x" + block(f"{inv('w')}\n{par('a', 'v')[: -len(PARAM_CLOSE)]}{INVOKE_CLOSE}"),
+        ),
+        Case("ends inside a tag", GOOD[:40], kwargs={"finish_reason": "stop"}),
+        Case("mismatched block closer", GOOD.replace(CLOSE, CLOSE32), kwargs={"grammar": "v4"}),
+    ],
+    "orphan_closer": [
+        Case("closer in prose", f"Done.{INVOKE_CLOSE} All good."),
+        Case("block closer alone", f"Done.\n{CLOSE}"),
+    ],
+    "stray_text": [
+        Case("prose between invokes", "x" + block(READ + "\nAnd now the second one:", LS)),
+    ],
+    "empty_block": [Case("no invokes", f"Nothing.\n\n{OPEN}\n{CLOSE}")],
+    "text_after_block": [
+        Case("chatter after", GOOD + "\n\nLet me know if you need more."),
+        Case("EOS then text", GOOD + EOS + "more"),
+    ],
+    "multiple_blocks": [Case("two blocks", GOOD + block(LS))],
+    "whitespace_layout": [
+        Case("blank line between invokes", "x" + block(READ + "\n", LS), verdict="suspect"),
+        Case("indented tags", "x" + block(READ, sep="\n  "), verdict="suspect"),
+    ],
+    "attr_malformed": [
+        Case("single quotes", GOOD.replace('name="read_file"', "name='read_file'")),
+        Case(
+            "swapped order",
+            GOOD.replace('name="path" string="true"', 'string="true" name="path"'),
+        ),
+        Case("extra attribute", GOOD.replace('name="read_file"', 'name="read_file" id="1"')),
+    ],
+    "string_flag_missing": [Case("no flag", GOOD.replace(' string="true"', ""))],
+    "string_flag_invalid": [Case("yes", GOOD.replace('string="true"', 'string="yes"'))],
+    "param_duplicate": [
+        Case("path twice", "x" + block(invoke("read_file", par("path", "a"), par("path", "b")))),
+    ],
+    "name_invalid": [
+        Case("empty tool name", "x" + block(invoke("", par("path", "a")))),
+        Case("space in name", "x" + block(invoke("read file", par("path", "a")))),
+        Case("no name attr", GOOD.replace(' name="read_file"', "")),
+    ],
+    "tool_unknown": [
+        Case("not offered", completion("x", call("delete_all")), kwargs={"tools": TOOLS}),
+        Case(
+            "openai unknown",
+            response=openai_message("", tool_calls=[("rm_rf", {"path": "/"})]),
+            kwargs={"tools": TOOLS},
+        ),
+    ],
+    "json_invalid": [
+        Case("unquoted key", "x" + block(invoke("w", par("cfg", "{path: 1}", string=False)))),
+        Case("NaN", "x" + block(invoke("w", par("x", "NaN", string=False)))),
+        Case("trailing comma", "x" + block(invoke("w", par("x", "[1, 2,]", string=False)))),
+        Case(
+            "openai args not json",
+            response=openai_message("", tool_calls=[("read_file", '{"path": "a.py"')]),
+        ),
+        Case("openai args a list", response=openai_message("", tool_calls=[("ls", "[1]")])),
+    ],
+    "args_empty_required": [
+        Case("no params", completion("x", call("read_file")), kwargs={"tools": TOOLS}),
+        Case(
+            "openai {}",
+            response=openai_message("", tool_calls=[("read_file", "{}")]),
+            kwargs={"tools": TOOLS},
+        ),
+    ],
+    "schema_mismatch": [
+        Case(
+            "string for integer",
+            completion("x", call("read_file", path="a.py", limit="10")),
+            kwargs={"tools": TOOLS},
+            verdict="suspect",
+        ),
+        Case(
+            "openai wrong type",
+            response=openai_message("", tool_calls=[("read_file", {"path": 3})]),
+            kwargs={"tools": TOOLS},
+            verdict="suspect",
+        ),
+    ],
+    "dsml_in_reasoning": [
+        Case("block in reasoning", "I will call" + block(READ) + "</think>Done."),
+        Case(
+            "openai reasoning",
+            response=openai_message("Done.", reasoning="Plan:" + block(READ)),
+        ),
+    ],
+    "think_tag_leak": [
+        Case("second </think>", "plan</think>Answer.</think> more"),
+        Case("<think> in content", "Answer <think> again", kwargs={"thinking": False}),
+        Case("</think> without thinking", "a</think>b", kwargs={"thinking": False}),
+    ],
+    "special_token_leak": [
+        Case("role marker", f"Sure.<{B}User{B}>What next?"),
+        Case("eos mid text", f"Sure.{EOS} And more."),
+        Case("token in value", "x" + block(invoke("w", par("a", f"x<{B}Assistant{B}>y")))),
+        Case("fim token", f"code <{B}fim\u2581hole{B}> here"),
+    ],
+    "unparsed_block": [
+        Case("block in content", response=openai_message(GOOD), verdict="suspect"),
+    ],
+    "ngram_loop": [
+        Case("sentence loop", "Okay. " + "I will call the tool now. " * 12),
+        Case("word loop", "the " * 40),
+        Case("tag loop", f"x\n\n{OPEN}\n" + f'<{B}DSML{B}invoke name="' * 30),
+        Case("cjk loop", "我们" + "的的" * 70),
+        Case("loop in a value", "x" + block(invoke("w", par("a", "retry the request; " * 10)))),
+    ],
+    "symbol_salad": [
+        Case("em-dash salad", "The result is " + "— , — . … ; ! ? " * 6 + "done"),
+        Case("cjk punctuation flood", "结果是" + "。" * 40),
+        Case("ascii punctuation mix", "ok " + ".,;:!?" * 6),
+    ],
+    "script_mix": [
+        Case(
+            "word salad",
+            "The model returns данных 的 values كل ของ result в 数据 و result для "
+            "ข้อมูล the данных 模型 في and การ для 数据 output",
+        ),
+    ],
+    "replacement_char": [Case("fffd", "caf\ufffd is open", verdict="suspect")],
+    "bpe_mojibake": [
+        Case("byte-level spaces", "theĠmodelĠisĠreadyĠnow"),
+        Case("double-encoded", "rÃ©sumÃ© and cafÃ©"),
+        Case("byte-level quote", "itâĢĻs fine, isnâĢĻt it"),
+    ],
+    "control_chars": [
+        Case("nul", "hello\x00world"),
+        Case("bell in value", "x" + block(invoke("w", par("a", "ding\x07")))),
+        Case("c1", "text\x85more"),
+        Case("bare escape", "red\x1bZ"),
+    ],
+    "length_in_block": [
+        Case("cut in value", GOOD[:-30], kwargs={"finish_reason": "length"}, verdict="truncated"),
+        Case("cut in tag", GOOD[:45], kwargs={"finish_reason": "length"}, verdict="truncated"),
+    ],
+    "length_no_call": [
+        Case("cut in prose", "A long answer that", kwargs={"finish_reason": "length"}),
+        Case(
+            "cut in reasoning",
+            "still thinking about",
+            kwargs={"finish_reason": "length", "thinking": True},
+            verdict="truncated",
+        ),
+    ],
+    "empty_stop": [
+        Case("empty", "", kwargs={"finish_reason": "stop"}, verdict="degenerate"),
+        Case("only eos", EOS, kwargs={"finish_reason": "stop"}),
+        Case("reasoning only", "hmm", kwargs={"finish_reason": "stop", "thinking": True}),
+        Case("openai empty", response=openai_message("", finish_reason="stop")),
+    ],
+    "oversized": [
+        Case("cut", LONG + GOOD, kwargs={"max_chars": 1000}, verdict="well_formed"),
+    ],
+    "bad_input": [
+        Case("not a response", response="hello", verdict="error"),
+        Case("none", response=None, verdict="error"),
+        Case("bad sse json", response=b"data: {oops\n\n", verdict="error"),
+    ],
+}
+
+NEAR_MISSES: dict[str, list[Case]] = {
+    "marker_ascii_pipe": [
+        Case("canonical", GOOD, verdict="well_formed"),
+        Case("pipes in a table", "| a | b |\n|---|---|\n| 1 | 2 |", verdict="no_tool_call"),
+    ],
+    "marker_doubled_bar": [
+        Case("fullwidth bars in prose", f"选项A{B}{B}选项B", verdict="no_tool_call"),
+    ],
+    "marker_spaced": [
+        Case(
+            "spaced dialect, grammar unknown",
+            TRIGGERS["grammar_unsupported"][0].text or "",
+            verdict="suspect",
+        ),
+        Case("canonical", GOOD, verdict="well_formed"),
+    ],
+    "marker_damaged": [
+        Case("the word DSML", "The DSML format wraps tool calls.", verdict="no_tool_call"),
+        Case(
+            "DSML in a value",
+            "x" + block(invoke("w", par("a", "see DSML docs"))),
+            verdict="well_formed",
+        ),
+    ],
+    "marker_missing": [
+        Case(
+            "bare tags in a fence",
+            f'Example:\n{FENCE}xml\n<invoke name="x">\n</invoke>\n{FENCE}\n',
+            verdict="no_tool_call",
+        ),
+        Case(
+            "bare tags in a value",
+            "x" + block(invoke("write", par("body", '<parameter name="p">v</parameter>'))),
+            verdict="well_formed",
+        ),
+    ],
+    "tag_unknown": [
+        Case("canonical", GOOD, verdict="well_formed"),
+        Case(
+            "unknown tag quoted",
+            f"Broken outputs look like `<{B}DSML{B}toolcalls>`.",
+            verdict="no_tool_call",
+        ),
+        Case(
+            "truncated tag name",
+            GOOD[: GOOD.index("invoke") + 3],
+            kwargs={"finish_reason": "length"},
+            verdict="truncated",
+        ),
+    ],
+    "grammar_unsupported": [
+        Case("canonical", GOOD, verdict="well_formed"),
+        Case(
+            "spaced with grammar v4",
+            TRIGGERS["grammar_unsupported"][0].text or "",
+            kwargs={"grammar": "v4"},
+            verdict="degenerate",
+        ),
+    ],
+    "version_mismatch": [
+        Case(
+            "v3.2 declared",
+            GOOD.replace(OPEN, OPEN32).replace(CLOSE, CLOSE32),
+            kwargs={"grammar": "v3.2"},
+            verdict="well_formed",
+        ),
+        Case("auto", GOOD.replace(OPEN, OPEN32).replace(CLOSE, CLOSE32), verdict="well_formed"),
+        Case(
+            "self-closing in v4",
+            completion("x", call("ls"), self_closing=True),
+            verdict="well_formed",
+        ),
+    ],
+    "bare_invoke": [Case("in block", GOOD, verdict="well_formed")],
+    "nested_tag": [
+        Case(
+            "bare xml in a value",
+            "x" + block(invoke("w", par("a", "<invoke><parameter/></invoke>"))),
+            verdict="well_formed",
+        ),
+    ],
+    "unbalanced": [
+        Case(
+            "cut by length",
+            GOOD[: -len(CLOSE)],
+            kwargs={"finish_reason": "length"},
+            verdict="truncated",
+        ),
+    ],
+    "orphan_closer": [
+        Case("closer in backticks", f"The closer is `{INVOKE_CLOSE}`.", verdict="no_tool_call"),
+    ],
+    "stray_text": [
+        Case("only whitespace", "x" + block(READ + "\n", LS), verdict="suspect"),
+    ],
+    "empty_block": [
+        Case("zero-arg invoke", completion("x", call("list_all")), verdict="well_formed"),
+    ],
+    "text_after_block": [
+        Case("eos after", GOOD + EOS, verdict="well_formed"),
+        Case("whitespace after", GOOD + "\n\n", verdict="well_formed"),
+    ],
+    "multiple_blocks": [Case("two invokes", GOOD2, verdict="well_formed")],
+    "whitespace_layout": [Case("canonical", GOOD2, verdict="well_formed")],
+    "attr_malformed": [Case("canonical", GOOD2, verdict="well_formed")],
+    "string_flag_missing": [Case("flag present", GOOD, verdict="well_formed")],
+    "string_flag_invalid": [Case("false with json", GOOD2, verdict="well_formed")],
+    "param_duplicate": [
+        Case(
+            "same name, two invokes",
+            "x" + block(READ, invoke("read_file", par("path", "b"))),
+            verdict="well_formed",
+        ),
+    ],
+    "name_invalid": [
+        Case(
+            "mcp style name",
+            completion("x", call("mcp__fs.read-file", path="a")),
+            verdict="well_formed",
+        ),
+        Case(
+            "unicode names", completion("x", call("获取天气", 城市="北京")), verdict="well_formed"
+        ),
+    ],
+    "tool_unknown": [
+        Case("tools unknown", completion("x", call("delete_all")), verdict="well_formed"),
+        Case(
+            "offered",
+            completion("x", call("read_file", path="a")),
+            kwargs={"tools": TOOLS},
+            verdict="well_formed",
+        ),
+    ],
+    "json_invalid": [
+        Case(
+            "rich json",
+            completion("x", call("w", cfg={"a": [1, -2.5e3, None, True], "ü": "ß\n"})),
+            verdict="well_formed",
+        ),
+        Case(
+            "json string literal",
+            "x" + block(invoke("w", par("a", '"text"', string=False))),
+            verdict="well_formed",
+        ),
+    ],
+    "args_empty_required": [
+        Case(
+            "nothing required",
+            completion("x", call("list_dir")),
+            kwargs={"tools": TOOLS},
+            verdict="well_formed",
+        ),
+    ],
+    "schema_mismatch": [
+        Case(
+            "types right",
+            completion("x", call("read_file", path="a.py", limit=10)),
+            kwargs={"tools": TOOLS},
+            verdict="well_formed",
+        ),
+        Case(
+            "integral float for integer",
+            completion("x", call("read_file", path="a.py", limit=10.0)),
+            kwargs={"tools": TOOLS},
+            verdict="well_formed",
+        ),
+    ],
+    "dsml_in_reasoning": [
+        Case(
+            "quoted in reasoning",
+            f'The format is `<{B}DSML{B}invoke name="x">`.</think>Done.',
+            verdict="no_tool_call",
+        ),
+        Case("block after reasoning", "Plan: read it.</think>" + GOOD, verdict="well_formed"),
+    ],
+    "think_tag_leak": [
+        Case("one </think>", "plan</think>Answer.", verdict="no_tool_call"),
+        Case("quoted in content", "plan</think>Strip `</think>` first.", verdict="no_tool_call"),
+        Case(
+            "in a code value",
+            "x" + block(invoke("w", par("code", 'text.split("</think>")[-1]'))),
+            verdict="well_formed",
+        ),
+    ],
+    "special_token_leak": [
+        Case("eos at end", GOOD + EOS + "\n", verdict="well_formed"),
+        Case(
+            "quoted token",
+            f"The BOS token is `<{B}begin\u2581of\u2581sentence{B}>`.",
+            verdict="no_tool_call",
+        ),
+        Case(
+            "chatml in a value",
+            "x" + block(invoke("w", par("t", "<|im_start|>user"))),
+            verdict="well_formed",
+        ),
+    ],
+    "unparsed_block": [
+        Case(
+            "parsed by server",
+            response=openai_message("Looking.", tool_calls=[("read_file", {"path": "a"})]),
+            verdict="well_formed",
+        ),
+        Case(
+            "block quoted in content",
+            response=openai_message(f"Format:\n{FENCE}\n{GOOD}\n{FENCE}\n"),
+            verdict="no_tool_call",
+        ),
+    ],
+    "ngram_loop": [
+        Case(
+            "sentence five times",
+            "Okay. " + "I will call the tool now. " * 5,
+            verdict="no_tool_call",
+        ),
+        Case("laughing", "ha" * 20, verdict="no_tool_call"),
+        Case("zeros", "[" + "0, " * 300 + "0]", verdict="no_tool_call"),
+        Case("rule", "=" * 200, verdict="no_tool_call"),
+        Case(
+            "similar rows",
+            "\n".join(f"| row {i} | value {i * 7} | ok |" for i in range(60)),
+            verdict="no_tool_call",
+        ),
+    ],
+    "symbol_salad": [
+        Case("table rule", "|" + "---|" * 30, verdict="no_tool_call"),
+        Case("banner", "# " + "*" * 80, verdict="no_tool_call"),
+        Case("ellipsis leader", "Chapter 1 " + "." * 60 + " 5", verdict="no_tool_call"),
+        Case(
+            "morse", "... --- ... / .... . .-.. .--. / -- . / ..--.. " * 2, verdict="no_tool_call"
+        ),
+        Case("cjk pair", "他说——这不可能……真的吗？！", verdict="no_tool_call"),
+    ],
+    "script_mix": [
+        Case(
+            "translation list",
+            "Hello in other languages:\n- Russian: Привет\n- Greek: Γειά σου\n- Japanese: "
+            "こんにちは\n- Arabic: مرحبا\n- Hebrew: שלום\n- Thai: สวัสดี\n- Korean: 안녕하세요",
+            verdict="no_tool_call",
+        ),
+        Case(
+            "bilingual technical",
+            "使用 Python 编写一个 HTTP 服务器，然后用 curl 测试 GET 和 POST 请求。"
+            "Запустите docker compose up и проверьте logs контейнера.",
+            verdict="no_tool_call",
+        ),
+    ],
+    "replacement_char": [Case("accented", "café and naïve résumé", verdict="no_tool_call")],
+    "bpe_mojibake": [
+        Case("maltese", "Ġużeppi qal li Ċensu ġie l-Ħamrun ilbieraħ.", verdict="no_tool_call"),
+        Case("polish", "Zażółć gęślą jaźń, łódź i źródło.", verdict="no_tool_call"),
+        Case("one example", "A classic mojibake is Ã© for é.", verdict="no_tool_call"),
+    ],
+    "control_chars": [
+        Case("tabs and crlf", "a\tb\r\nc\x0cd", verdict="no_tool_call"),
+        Case("ansi colour", "\x1b[31mred\x1b[0m", verdict="no_tool_call"),
+    ],
+    "length_in_block": [
+        Case(
+            "cut in prose", "A long answer", kwargs={"finish_reason": "length"}, verdict="truncated"
+        ),
+    ],
+    "length_no_call": [
+        Case(
+            "stop", "A complete answer.", kwargs={"finish_reason": "stop"}, verdict="no_tool_call"
+        ),
+        Case("cut in block", GOOD[:-30], kwargs={"finish_reason": "length"}, verdict="truncated"),
+    ],
+    "empty_stop": [
+        Case("unknown finish", "", verdict="no_tool_call"),
+        Case("empty by length", "", kwargs={"finish_reason": "length"}, verdict="truncated"),
+        Case(
+            "calls only",
+            GOOD.removeprefix("I'll look at the file first."),
+            kwargs={"finish_reason": "stop"},
+            verdict="well_formed",
+        ),
+    ],
+    "oversized": [Case("under cap", LONG + GOOD, verdict="well_formed")],
+    "bad_input": [
+        Case("valid response", response=openai_message("Hi."), verdict="no_tool_call"),
+        Case(
+            "valid sse",
+            response=b'data: {"choices": []}\n\ndata: [DONE]\n\n',
+            verdict="no_tool_call",
+        ),
+    ],
+}

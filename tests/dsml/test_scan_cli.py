@@ -1,0 +1,101 @@
+"""`dsv4-sidecar scan`: JSON Lines in, per-line verdicts and a summary out."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from exporter.dsml import VERDICTS, render_completion
+from tests.dsml.builders import openai_message
+
+GOOD = render_completion("Reading.", [("read_file", {"path": "a.py"})])
+BAD = GOOD.replace("tool_calls>", "toolcalls>", 1)
+LINES = [
+    json.dumps({"text": GOOD, "grammar": "v4", "finish_reason": "stop", "tools": ["read_file"]}),
+    json.dumps({"text": BAD}),
+    "",
+    "{not json",
+    json.dumps(openai_message("Hi there.")),
+    json.dumps({"text": ["not", "a", "string"]}),
+    json.dumps({"text": GOOD, "grammar": "v9"}),
+    json.dumps({"text": "x\u001b]0;pwned\u0007 " + BAD}),
+    '{"text": "lone \\ud800 surrogate \\u0000 here"}',
+]
+
+
+@pytest.fixture
+def jsonl(tmp_path: Path) -> Path:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+def test_json_mode_one_object_per_line_in_order(jsonl: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["scan", str(jsonl), "--json"]) == 0
+    out, err = capsys.readouterr()
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["line"] for r in rows] == [1, 2, 4, 5, 6, 7, 8, 9]
+    assert [r["verdict"] for r in rows] == [
+        "well_formed",
+        "degenerate",
+        "error",
+        "no_tool_call",
+        "error",
+        "error",
+        "degenerate",
+        "degenerate",
+    ]
+    assert rows[0]["calls"] == [{"name": "read_file", "arguments": {"path": "a.py"}}]
+    assert "tag_unknown" in rows[1]["reasons"]
+    assert all(
+        r["reasons"] == ["bad_input"] and r["error"] for r in rows if r["verdict"] == "error"
+    )
+    for row in rows[1:2]:
+        finding = row["findings"][0]
+        assert {"reason", "start", "end", "channel"} <= set(finding)
+    assert "outputs graded" in err  # the summary went to stderr
+
+
+def test_summary_json_file(jsonl: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    target = tmp_path / "summary.json"
+    assert main(["scan", str(jsonl), "--json", "--summary-json", str(target)]) == 0
+    _out, err = capsys.readouterr()
+    assert err == ""
+    summary = json.loads(target.read_text())
+    assert summary["lines"] == 8
+    assert set(summary["verdicts"]) == set(VERDICTS)
+    assert summary["verdicts"]["error"]["count"] == 3
+    lo, hi = summary["verdicts"]["degenerate"]["ci95"]
+    assert 0 < lo < 2 / 7 < hi < 1
+    assert summary["reasons"]["tag_unknown"]["family"] == "marker"
+
+
+def test_human_output_highlights_and_neutralises_control_chars(
+    jsonl: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["scan", str(jsonl), "--examples", "3"]) == 0
+    out, _ = capsys.readouterr()
+    assert "95% CI (Wilson)" in out
+    assert "line 2: degenerate" in out
+    assert "tag_unknown" in out
+    assert "\x1b]0;" not in out and "\\x1b" in out
+
+
+def test_stdin_and_unreadable_file(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO((LINES[0] + "\n").encode())))
+    assert main(["scan", "-", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "well_formed"
+    assert main(["scan", "/nonexistent/file.jsonl"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_defaults_for_lines_that_do_not_say(tmp_path: Path, capsys) -> None:
+    v32 = GOOD.replace("tool_calls>", "function_calls>")
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps({"text": v32}) + "\n")
+    main(["scan", str(path), "--json", "--grammar", "v4"])
+    assert json.loads(capsys.readouterr().out)["reasons"] == ["version_mismatch"]
