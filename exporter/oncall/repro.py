@@ -398,7 +398,9 @@ class ReproRunner:
         if self._current is not None and not self._current.done():
             self._current.cancel()
 
-    def _hook(self, index: int, level: LevelResult, arm_label: str, level_no: int):
+    def _hook(
+        self, index: int, level: LevelResult, arm_label: str, level_no: int
+    ) -> Callable[[Exchange], None]:
         def hook(ex: Exchange) -> None:
             self._record(index, level, arm_label, level_no, ex)
 
