@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"dsv4-sidecar triage: error: cannot write {out}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result.to_json(), sort_keys=True, default=str))
+        print(json.dumps(result.to_json(), sort_keys=True, allow_nan=False))
     else:
         from rich.console import Console
 

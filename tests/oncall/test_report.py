@@ -64,6 +64,12 @@ def test_html_with_plots_is_self_contained():
     assert html.startswith("<!doctype html>") and diag.headline.split(":")[0] in html
 
 
+def test_evidence_json_is_strict():
+    doc = _evidence().to_json()
+    text = json.dumps(doc, allow_nan=False)  # raises on Infinity / NaN
+    assert json.loads(text)["index_k"]["gap_buckets"][-1] == ["+Inf", 500.0]
+
+
 def test_markdown_escapes_table_cells():
     lines = table_md(Table(["a", "b"], [["x|y", "line\nbreak"]]))
     assert lines[2] == "| x\\|y | line break |"

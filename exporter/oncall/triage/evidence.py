@@ -15,6 +15,7 @@ their per-sample reasons.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -193,7 +194,19 @@ class Evidence:
     sources: list[str] = field(default_factory=list)  # what answered, for the report header
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Strict JSON (no Infinity/NaN tokens: jq and browsers reject them); the +Inf
+        histogram bound becomes the string "+Inf", as in Prometheus' own API."""
+        return _finite(asdict(self))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 # --- helpers shared by both metric sources --------------------------------------------------

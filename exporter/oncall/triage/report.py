@@ -67,7 +67,7 @@ def write_report(opts: CollectOptions, out: Path, *, plots: bool = True) -> Tria
     paths[0].write_text(html, encoding="utf-8")
     paths[1].write_text(md, encoding="utf-8")
     doc = {"diagnosis": diag.to_json(), "evidence": ev.to_json()}
-    paths[2].write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    paths[2].write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return TriageResult(ev, diag, *paths, keys, note)
 
 
