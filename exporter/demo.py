@@ -200,6 +200,40 @@ def start_stack(opts: DemoOptions) -> Stack:
     return stack
 
 
+DEMO_KNOBS = """\
+# The demo's rule file: the shipped rules with windows and `for:` short enough that alerts
+# fire within the two minutes a newcomer watches (production keeps the defaults).
+kv_overcommit_for: 20s
+corruption_window: 2m
+corruption_min_samples: 20
+corruption_warning_for: 20s
+corruption_critical_for: 20s
+canary_degenerate_window: 2m
+canary_degenerate_for: 10s
+index_k_window: 1m
+index_k_for: 10s
+risky_config_for: 10s
+gpu_fill_for: 2m
+"""
+
+
+def demo_rules(tmp: Path) -> list[str]:
+    """Render the rules with demo knobs; fall back to the committed rule files."""
+    if not REPO_ALERTS.is_dir():
+        return []
+    knobs, out = tmp / "demo-knobs.yaml", tmp / "demo.rules.yaml"
+    knobs.write_text(DEMO_KNOBS)
+    r = subprocess.run(
+        [sys.executable, "-m", "alerts.generate", "--config", str(knobs), "--out", str(out)],
+        cwd=REPO_ALERTS.parent,
+        capture_output=True,
+        timeout=60,
+    )
+    if r.returncode == 0:
+        return [str(out)]
+    return sorted(str(f) for f in REPO_ALERTS.glob("*.yaml"))
+
+
 # --- the live summary ------------------------------------------------------------------------
 @dataclass
 class Snapshot:
@@ -208,6 +242,8 @@ class Snapshot:
     by_bucket: dict[str, list[float]] = field(default_factory=dict)  # le -> [total, bad]
     ungated: float = 0.0
     gated: float = 0.0
+    gap_sum: float = 0.0
+    gap_count: float = 0.0
     alerts: list[tuple[str, str]] = field(default_factory=list)
     deployment: dict[str, str] = field(default_factory=dict)
 
@@ -243,6 +279,10 @@ def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> 
             snap.ungated += value
         else:
             snap.gated += value
+    elif name == "dsv4_hicache_transfer_gap_seconds_sum":
+        snap.gap_sum += value
+    elif name == "dsv4_hicache_transfer_gap_seconds_count":
+        snap.gap_count += value
     elif name == "dsv4_deployment_info":
         snap.deployment = dict(labels)
 
@@ -256,7 +296,8 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
     dep = snap.deployment
     head = Text.assemble(
         ("dsv4-sidecar demo (simulated SGLang + GPUs)  ", "bold"),
-        f"index-K {dep.get('index_k_dtype', '?')}, HiCache {dep.get('hicache', '?')}, "
+        f"index-K {dep.get('index_k_dtype', '?')}, "
+        f"HiCache {'on' if dep.get('hicache') == 'true' else 'off'}, "
         f"{dep.get('configurator', '?')} configurator  ·  load: "
         f"{level if level is not None else '-'} sessions  ·  {elapsed:.0f}s",
     )
@@ -288,8 +329,13 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
                 f"{rate:.1%}",
                 style="red" if rate > 0.05 else None,
             )
+    gap = (
+        f", mean transfer gap {snap.gap_sum / snap.gap_count * 1e6:.0f} µs"
+        if snap.gap_count
+        else ""
+    )
     probe = Text(
-        f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated"
+        f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated{gap}"
         + ("  ← the transfer race is live" if snap.ungated else ""),
         style="red" if snap.ungated else None,
     )
