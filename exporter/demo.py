@@ -269,7 +269,7 @@ def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> 
         snap.overcommit[labels["rank"]] = value
     elif name == "dsv4_memory_reserve_bytes":
         snap.reserve[labels["rank"]] = value
-    elif name == "dsv4_dsml_samples_total" and labels.get("source") in ("tap", "canary"):
+    elif name == "dsv4_dsml_samples_total":
         b = snap.by_bucket.setdefault(labels["concurrency_le"], [0.0, 0.0])
         b[0] += value
         if labels["verdict"] == "degenerate":
@@ -314,7 +314,9 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
             share,
             style="red" if over > 1 * gib else None,
         )
-    corr = Table(title="Tool-call corruption by concurrency (tap + canary)", title_justify="left")
+    corr = Table(
+        title="Tool-call corruption by concurrency (tap, canary, ingest)", title_justify="left"
+    )
     for col in ("concurrency ≤", "graded", "degenerate", "rate"):
         corr.add_column(col, justify="right")
     order = ["1", "4", "8", "16", "32", "64", "128", "+Inf"]
@@ -367,14 +369,34 @@ def urls(stack: Stack) -> list[str]:
 async def drive(
     stack: Stack, opts: DemoOptions, state: dict[str, Any], stop: asyncio.Event
 ) -> None:
-    """Ramp concurrency through the tap, level by level, repeating until stopped."""
+    """Ramp concurrency through the tap, level by level, repeating until stopped. Like a
+    gateway, it also posts every fourth answer it got to the sidecar's ingest API."""
+    import aiohttp
+
     gen = LoadGenerator(f"http://127.0.0.1:{stack.ports['tap']}", stream=True, timeout=60)
-    while not stop.is_set():
-        for level in opts.levels:
-            if stop.is_set():
+    ingest = f"http://127.0.0.1:{stack.ports['sidecar']}/api/v1/samples"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        seen = [0]
+
+        async def to_ingest(ex: Any) -> None:
+            seen[0] += 1
+            if ex.response is None or seen[0] % 4:
                 return
-            state["level"] = level
-            await gen.run_level(level, duration=opts.level_seconds, stop=stop)
+            sample = {
+                "response": ex.response,
+                "concurrency": ex.concurrency,
+                "tools": ex.request.get("tools"),
+            }
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.post(ingest, json=sample) as resp:
+                    await resp.read()
+
+        while not stop.is_set():
+            for level in opts.levels:
+                if stop.is_set():
+                    return
+                state["level"] = level
+                await gen.run_level(level, duration=opts.level_seconds, hook=to_ingest, stop=stop)
 
 
 async def run_demo(opts: DemoOptions, console: Any) -> int:
