@@ -345,7 +345,7 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
         "Alerts: "
         + (
             ", ".join(f"{n} ({s})" for n, s in sorted(set(snap.alerts)))
-            or ("none yet" if "prometheus" in stack.ports else "Prometheus not installed")
+            or ("none yet" if "prometheus" in stack.ports else "Prometheus not running")
         )
     )
     return Group(head, mem, corr, probe, alerts)
