@@ -200,6 +200,40 @@ def start_stack(opts: DemoOptions) -> Stack:
     return stack
 
 
+DEMO_KNOBS = """\
+# The demo's rule file: the shipped rules with windows and `for:` short enough that alerts
+# fire within the two minutes a newcomer watches (production keeps the defaults).
+kv_overcommit_for: 20s
+corruption_window: 2m
+corruption_min_samples: 20
+corruption_warning_for: 20s
+corruption_critical_for: 20s
+canary_degenerate_window: 2m
+canary_degenerate_for: 10s
+index_k_window: 1m
+index_k_for: 10s
+risky_config_for: 10s
+gpu_fill_for: 2m
+"""
+
+
+def demo_rules(tmp: Path) -> list[str]:
+    """Render the rules with demo knobs; fall back to the committed rule files."""
+    if not REPO_ALERTS.is_dir():
+        return []
+    knobs, out = tmp / "demo-knobs.yaml", tmp / "demo.rules.yaml"
+    knobs.write_text(DEMO_KNOBS)
+    r = subprocess.run(
+        [sys.executable, "-m", "alerts.generate", "--config", str(knobs), "--out", str(out)],
+        cwd=REPO_ALERTS.parent,
+        capture_output=True,
+        timeout=60,
+    )
+    if r.returncode == 0:
+        return [str(out)]
+    return sorted(str(f) for f in REPO_ALERTS.glob("*.yaml"))
+
+
 # --- the live summary ------------------------------------------------------------------------
 @dataclass
 class Snapshot:
@@ -208,6 +242,8 @@ class Snapshot:
     by_bucket: dict[str, list[float]] = field(default_factory=dict)  # le -> [total, bad]
     ungated: float = 0.0
     gated: float = 0.0
+    gap_sum: float = 0.0
+    gap_count: float = 0.0
     alerts: list[tuple[str, str]] = field(default_factory=list)
     deployment: dict[str, str] = field(default_factory=dict)
 
@@ -233,7 +269,7 @@ def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> 
         snap.overcommit[labels["rank"]] = value
     elif name == "dsv4_memory_reserve_bytes":
         snap.reserve[labels["rank"]] = value
-    elif name == "dsv4_dsml_samples_total" and labels.get("source") in ("tap", "canary"):
+    elif name == "dsv4_dsml_samples_total":
         b = snap.by_bucket.setdefault(labels["concurrency_le"], [0.0, 0.0])
         b[0] += value
         if labels["verdict"] == "degenerate":
@@ -243,6 +279,10 @@ def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> 
             snap.ungated += value
         else:
             snap.gated += value
+    elif name == "dsv4_hicache_transfer_gap_seconds_sum":
+        snap.gap_sum += value
+    elif name == "dsv4_hicache_transfer_gap_seconds_count":
+        snap.gap_count += value
     elif name == "dsv4_deployment_info":
         snap.deployment = dict(labels)
 
@@ -256,7 +296,8 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
     dep = snap.deployment
     head = Text.assemble(
         ("dsv4-sidecar demo (simulated SGLang + GPUs)  ", "bold"),
-        f"index-K {dep.get('index_k_dtype', '?')}, HiCache {dep.get('hicache', '?')}, "
+        f"index-K {dep.get('index_k_dtype', '?')}, "
+        f"HiCache {'on' if dep.get('hicache') == 'true' else 'off'}, "
         f"{dep.get('configurator', '?')} configurator  ·  load: "
         f"{level if level is not None else '-'} sessions  ·  {elapsed:.0f}s",
     )
@@ -273,7 +314,9 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
             share,
             style="red" if over > 1 * gib else None,
         )
-    corr = Table(title="Tool-call corruption by concurrency (tap + canary)", title_justify="left")
+    corr = Table(
+        title="Tool-call corruption by concurrency (tap, canary, ingest)", title_justify="left"
+    )
     for col in ("concurrency ≤", "graded", "degenerate", "rate"):
         corr.add_column(col, justify="right")
     order = ["1", "4", "8", "16", "32", "64", "128", "+Inf"]
@@ -288,8 +331,13 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
                 f"{rate:.1%}",
                 style="red" if rate > 0.05 else None,
             )
+    gap = (
+        f", mean transfer gap {snap.gap_sum / snap.gap_count * 1e6:.0f} µs"
+        if snap.gap_count
+        else ""
+    )
     probe = Text(
-        f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated"
+        f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated{gap}"
         + ("  ← the transfer race is live" if snap.ungated else ""),
         style="red" if snap.ungated else None,
     )
@@ -297,7 +345,7 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
         "Alerts: "
         + (
             ", ".join(f"{n} ({s})" for n, s in sorted(set(snap.alerts)))
-            or ("none yet" if "prometheus" in stack.ports else "Prometheus not installed")
+            or ("none yet" if "prometheus" in stack.ports else "Prometheus not running")
         )
     )
     return Group(head, mem, corr, probe, alerts)
@@ -321,14 +369,34 @@ def urls(stack: Stack) -> list[str]:
 async def drive(
     stack: Stack, opts: DemoOptions, state: dict[str, Any], stop: asyncio.Event
 ) -> None:
-    """Ramp concurrency through the tap, level by level, repeating until stopped."""
+    """Ramp concurrency through the tap, level by level, repeating until stopped. Like a
+    gateway, it also posts every fourth answer it got to the sidecar's ingest API."""
+    import aiohttp
+
     gen = LoadGenerator(f"http://127.0.0.1:{stack.ports['tap']}", stream=True, timeout=60)
-    while not stop.is_set():
-        for level in opts.levels:
-            if stop.is_set():
+    ingest = f"http://127.0.0.1:{stack.ports['sidecar']}/api/v1/samples"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        seen = [0]
+
+        async def to_ingest(ex: Any) -> None:
+            seen[0] += 1
+            if ex.response is None or seen[0] % 4:
                 return
-            state["level"] = level
-            await gen.run_level(level, duration=opts.level_seconds, stop=stop)
+            sample = {
+                "response": ex.response,
+                "concurrency": ex.concurrency,
+                "tools": ex.request.get("tools"),
+            }
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.post(ingest, json=sample) as resp:
+                    await resp.read()
+
+        while not stop.is_set():
+            for level in opts.levels:
+                if stop.is_set():
+                    return
+                state["level"] = level
+                await gen.run_level(level, duration=opts.level_seconds, hook=to_ingest, stop=stop)
 
 
 async def run_demo(opts: DemoOptions, console: Any) -> int:

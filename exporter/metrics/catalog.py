@@ -64,6 +64,12 @@ class MetricSpec:
             return HistogramMetricFamily(self.family_name, self.help, labels=names)
         return InfoMetricFamily(self.family_name, self.help, labels=[])
 
+    def one(self, value: float, labels: Sequence[str] = ()) -> Metric:
+        """A family holding a single sample (the common case for gauges of a snapshot)."""
+        fam = self.family()
+        fam.add_metric(list(labels), float(value))
+        return fam
+
     def info(self, values: dict[str, str]) -> Metric:
         """An ``*_info`` series of value 1 carrying identity labels (rendered as a gauge in the
         text format and as an info metric in OpenMetrics, by prometheus_client)."""

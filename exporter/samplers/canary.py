@@ -162,9 +162,7 @@ class CanaryProber:
             fam.add_metric([result], float(n))
         yield fam
         if self.last_success is not None:
-            ts = m.CANARY_LAST_SUCCESS.family()
-            ts.add_metric([], self.last_success)
-            yield ts
+            yield m.CANARY_LAST_SUCCESS.one(self.last_success)
         h = m.CANARY_LATENCY.family()
         buckets = [(str(b), float(n)) for b, n in self.latency_buckets.items()]
         buckets.append(("+Inf", float(self.latency_count)))

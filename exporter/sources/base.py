@@ -55,6 +55,20 @@ class SourceHealth:
             self.errors[reason] = self.errors.get(reason, 0) + 1
             self.last_error = f"{reason}: {detail}"
 
+    def families(self, up: Any, errors: Any, last_success: Any) -> Iterable[Metric]:
+        """The self-health series every source exports: ``*_up``, ``*_errors_total{reason}``
+        (all known reasons, zero-initialised), ``*_last_success_timestamp_seconds``."""
+        yield up.one(1.0 if self.up else 0.0)
+        with self._lock:
+            counts = sorted(self.errors.items())
+            last = self.last_success
+        fam = errors.family()
+        for reason, n in counts:
+            fam.add_metric([reason], float(n))
+        yield fam
+        if last is not None:
+            yield last_success.one(last)
+
     def as_json(self) -> dict[str, Any]:
         with self._lock:
             return {

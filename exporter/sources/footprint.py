@@ -258,9 +258,7 @@ class FootprintView:
         }
 
     def collect(self) -> Iterable[Metric]:
-        status = m.FOOTPRINT_STATUS.family()
-        status.add_metric([self.status], 1.0 if self.status == "ok" else 0.0)
-        yield status
+        yield m.FOOTPRINT_STATUS.one(1.0 if self.status == "ok" else 0.0, [self.status])
         dep = self.deployment
         if self.status != "ok" or dep is None or not self.ranks:
             return

@@ -270,24 +270,10 @@ class NvmlSource:
     # --- exposition ----------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
         snap, h = self.snapshot, self.health
-        up = m.NVML_UP.family()
-        up.add_metric([], 1.0 if h.up else 0.0)
-        yield up
-        errors = m.NVML_ERRORS.family()
-        for reason, n in sorted(h.errors.items()):
-            errors.add_metric([reason], float(n))
-        yield errors
-        if h.last_success is not None:
-            ts = m.NVML_LAST_SUCCESS.family()
-            ts.add_metric([], h.last_success)
-            yield ts
+        yield from h.families(m.NVML_UP, m.NVML_ERRORS, m.NVML_LAST_SUCCESS)
         if h.last_duration is not None:
-            d = m.NVML_DURATION.family()
-            d.add_metric([], h.last_duration)
-            yield d
-        count = m.GPU_COUNT.family()
-        count.add_metric([], float(len(snap.gpus)) if snap else 0.0)
-        yield count
+            yield m.NVML_DURATION.one(h.last_duration)
+        yield m.GPU_COUNT.one(len(snap.gpus) if snap else 0)
         if not snap or not snap.gpus:
             return
         info = m.GPU_INFO.family(labels=list(m.GPU_INFO.labels))

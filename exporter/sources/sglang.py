@@ -302,29 +302,15 @@ class SglangSource:
     # --- exposition ----------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
         h = self.health
-        up = m.SGLANG_UP.family()
-        up.add_metric([], 1.0 if h.up else 0.0)
-        yield up
-        errors = m.SGLANG_ERRORS.family()
-        for reason, n in sorted(h.errors.items()):
-            errors.add_metric([reason], float(n))
-        yield errors
-        if h.last_success is not None:
-            ts = m.SGLANG_LAST_SUCCESS.family()
-            ts.add_metric([], h.last_success)
-            yield ts
+        yield from h.families(m.SGLANG_UP, m.SGLANG_ERRORS, m.SGLANG_LAST_SUCCESS)
         f = self.facts
         if f is None or not h.up:
             return
         yield m.SGLANG_INFO.info({"version": f.version, "model": f.model})
         if f.max_total_num_tokens is not None:
-            g = m.SGLANG_MAX_TOTAL_TOKENS.family()
-            g.add_metric([], float(f.max_total_num_tokens))
-            yield g
+            yield m.SGLANG_MAX_TOTAL_TOKENS.one(f.max_total_num_tokens)
         if f.mem_fraction_static is not None:
-            g = m.SGLANG_MEM_FRACTION.family()
-            g.add_metric([], f.mem_fraction_static)
-            yield g
+            yield m.SGLANG_MEM_FRACTION.one(f.mem_fraction_static)
         live = self.live
         if live is None:
             return
@@ -338,9 +324,7 @@ class SglangSource:
             (m.HICACHE_LOAD_BACKS, live.load_backs),
         ):
             if value is not None:
-                fam = spec.family()
-                fam.add_metric([], value)
-                yield fam
+                yield spec.one(value)
         if live.load_back_tokens:
             fam = m.HICACHE_LOAD_BACK_TOKENS.family()
             for pool, v in sorted(live.load_back_tokens.items()):

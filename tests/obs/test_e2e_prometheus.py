@@ -156,7 +156,9 @@ def test_corrupting_deployment_fires_expected_alerts_and_every_panel_has_data(tm
             )
 
         states = wait_for(fired, timeout=90, interval=1)
-        unexpected = set(states) - EXPECTED_CORRUPTING
+        # The tap load ramps the simulated GPUs' activation memory, so the free-memory trend
+        # alert may legitimately join; it is asserted silent in the steady clean run below.
+        unexpected = set(states) - EXPECTED_CORRUPTING - {"DSV4GPUMemoryFillingUp"}
         assert not unexpected, f"alerts that should stay silent: {unexpected}"
         time.sleep(3)  # let range-based panel queries see a few samples
         missing = []

@@ -1,0 +1,259 @@
+"""Render the dashboards' key panels as PNG pictures from a demo run (docs/img/).
+
+Runs the demo stack (simulated SGLang in the risky configuration, the sidecar with its tap,
+probe files and a real Prometheus), drives the same ramping load, then draws what on-call
+would see from Prometheus range queries with matplotlib: the queries are the dashboards' own
+(from ``dashboards.queries``), so a picture cannot drift from the panel it shows. The demo's
+terminal summary is drawn too. Needs the `prometheus` binary and matplotlib (dev extra).
+
+    python -m dashboards.render_png [--seconds 150] [--out docs/img]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from exporter.demo import DemoOptions, read_snapshot, render, start_stack
+from exporter.loadgen import LoadGenerator
+
+BUCKETS = ("1", "4", "8", "16", "32", "64", "128")
+
+
+def _query_range(port: int, expr: str, start: float, end: float, step: float = 2) -> list[dict]:
+    qs = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", f"/api/v1/query_range?{qs}")
+    data = json.loads(conn.getresponse().read())
+    return data["data"]["result"] if data.get("status") == "success" else []
+
+
+def _query(port: int, expr: str) -> list[dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    data = json.loads(conn.getresponse().read())
+    return data["data"]["result"] if data.get("status") == "success" else []
+
+
+def _series(
+    ax: Any,
+    results: list[dict],
+    label_key: str | None,
+    t0: float,
+    scale: float = 1,
+    prefix: str = "",
+) -> None:
+    for r in results:
+        xs = [float(t) - t0 for t, _ in r["values"]]
+        ys = [float(v) / scale for _, v in r["values"]]
+        name = r["metric"].get(label_key, "") if label_key else ""
+        ax.plot(xs, ys, label=f"{prefix}{name}" if (label_key or prefix) else None)
+
+
+def _drive(port: int, seconds: float, levels: tuple[int, ...], stop: threading.Event) -> None:
+    gen = LoadGenerator(f"http://127.0.0.1:{port}", stream=True, timeout=60)
+    per = seconds / len(levels)
+    for level in levels:
+        if stop.is_set():
+            return
+        asyncio.run(gen.run_level(level, duration=per))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--seconds", type=float, default=150.0, help="load duration")
+    ap.add_argument("--out", type=Path, default=Path("docs/img"))
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    levels = (1, 4, 8, 16, 32, 64, 96)
+    stack = start_stack(DemoOptions(levels=levels))
+    if "prometheus" not in stack.ports:
+        stack.stop()
+        raise SystemExit("prometheus is not installed: apt-get install prometheus")
+    prom = stack.ports["prometheus"]
+    stop = threading.Event()
+    t0 = time.time()
+    try:
+        _drive(stack.ports["tap"], args.seconds, levels, stop)
+        time.sleep(6)  # last scrapes and rule evaluations
+        t1 = time.time()
+        _render_terminal(plt, stack, args.out, t1 - t0)
+        _render_memory(plt, prom, t0, t1, args.out)
+        _render_corruption(plt, prom, t0, t1, args.out)
+        _render_hicache(plt, prom, t0, t1, args.out)
+    finally:
+        stop.set()
+        stack.stop()
+    print(f"wrote pictures to {args.out}")
+    return 0
+
+
+def _render_terminal(plt: Any, stack: Any, out: Path, elapsed: float) -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=92, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render(stack, read_snapshot(stack), 96, elapsed))
+    text = console.export_text()
+    lines = text.splitlines()
+    fig = plt.figure(figsize=(9.6, 0.19 * len(lines) + 0.4), facecolor="#1e1e1e")
+    fig.text(
+        0.01,
+        0.99,
+        text,
+        family="DejaVu Sans Mono",
+        fontsize=8.5,
+        color="#e8e8e8",
+        va="top",
+        ha="left",
+    )
+    fig.savefig(out / "demo-terminal.png", dpi=110, facecolor=fig.get_facecolor())
+    plt.close(fig)
+
+
+def _render_memory(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None:
+    gib = 1024**3
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    ax = axes[0]
+    _series(
+        ax,
+        _query_range(prom, "max(dsv4_kv_pool_overcommit_bytes)", t0, t1),
+        None,
+        t0,
+        gib,
+        "over-commit",
+    )
+    _series(
+        ax, _query_range(prom, "max(dsv4_memory_reserve_bytes)", t0, t1), None, t0, gib, "reserve"
+    )
+    ax.set(title="KV over-commit vs reserve (worst rank)", xlabel="s", ylabel="GiB")
+    ax.legend()
+    ax = axes[1]
+    pools = _query(prom, 'dsv4_kv_pool_allocated_bytes{rank="0"}')
+    planned = {
+        r["metric"]["pool"]: float(r["value"][1])
+        for r in _query(prom, 'dsv4_kv_pool_planned_bytes{rank="0"}')
+    }
+    names = [r["metric"]["pool"] for r in pools]
+    alloc = [float(r["value"][1]) / gib for r in pools]
+    plan = [planned.get(n, 0) / gib for n in names]
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], plan, 0.4, label="planned")
+    ax.bar([x + 0.2 for x in xs], alloc, 0.4, label="allocated")
+    ax.set_xticks(list(xs), names, rotation=30, ha="right")
+    ax.set(title="Planned vs allocated by pool (rank 0)", ylabel="GiB")
+    ax.legend()
+    ax = axes[2]
+    _series(
+        ax,
+        _query_range(prom, 'dsv4_gpu_memory_free_bytes{rank="0"}', t0, t1),
+        None,
+        t0,
+        gib,
+        "free",
+    )
+    _series(
+        ax,
+        _query_range(prom, 'dsv4_gpu_memory_used_bytes{rank="0"}', t0, t1),
+        None,
+        t0,
+        gib,
+        "used",
+    )
+    ax.set(title="GPU memory, rank 0 (simulated NVML)", xlabel="s", ylabel="GiB")
+    ax.legend()
+    fig.suptitle("Memory & over-commit: bf16 index-K, legacy configurator (simulated)")
+    fig.tight_layout()
+    fig.savefig(out / "memory-overcommit.png", dpi=90)
+    plt.close(fig)
+
+
+def _render_corruption(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    window = f"{int(t1 - t0)}s"
+    ax = axes[0]
+    rates, labels = [], []
+    for le in BUCKETS:
+        bad = _query(
+            prom,
+            f'sum(increase(dsv4_dsml_samples_total{{verdict="degenerate",'
+            f'concurrency_le="{le}"}}[{window}]))',
+        )
+        total = _query(
+            prom, f'sum(increase(dsv4_dsml_samples_total{{concurrency_le="{le}"}}[{window}]))'
+        )
+        n = float(total[0]["value"][1]) if total else 0.0
+        if n >= 1:
+            rates.append(100 * float(bad[0]["value"][1]) / n if bad else 0.0)
+            labels.append(f"≤{le}")
+    ax.bar(labels, rates, color="#c0392b")
+    ax.set(
+        title="Degenerate tool calls by concurrency (fine at 1, broken at 60)",
+        xlabel="concurrent sessions",
+        ylabel="% degenerate",
+    )
+    ax = axes[1]
+    _series(
+        ax,
+        _query_range(
+            prom,
+            'sum by (source) (rate(dsv4_dsml_samples_total{verdict="degenerate"}[30s])) / '
+            "sum by (source) (rate(dsv4_dsml_samples_total[30s]))",
+            t0,
+            t1,
+        ),
+        "source",
+        t0,
+        0.01,
+    )
+    ax.set(title="Degenerate ratio over time (load ramps 1 → 96)", xlabel="s", ylabel="%")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "tool-call-corruption.png", dpi=90)
+    plt.close(fig)
+
+
+def _render_hicache(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    ax = axes[0]
+    _series(
+        ax,
+        _query_range(prom, "sum by (gated) (rate(dsv4_hicache_index_k_reads_total[30s]))", t0, t1),
+        "gated",
+        t0,
+        1,
+        "gated=",
+    )
+    ax.set(title="Index-K reads during HiCache loads", xlabel="s", ylabel="reads/s")
+    ax.legend()
+    ax = axes[1]
+    buckets = _query(prom, "sum by (le) (dsv4_hicache_transfer_gap_seconds_bucket)")
+    pts = sorted((float(r["metric"]["le"]), float(r["value"][1])) for r in buckets)
+    prev, labels, counts = 0.0, [], []
+    for le, cum in pts:
+        labels.append("+Inf" if le == float("inf") else f"≤{le * 1e6:g}µs")
+        counts.append(cum - prev)
+        prev = cum
+    ax.bar(labels, counts)
+    ax.tick_params(axis="x", rotation=45)
+    ax.set(title="Transfer gap of ungated reads", ylabel="reads")
+    fig.tight_layout()
+    fig.savefig(out / "hicache-transfer-gap.png", dpi=90)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
