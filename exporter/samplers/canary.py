@@ -56,7 +56,7 @@ class CanaryProber:
         self.model = model
         self.concurrency_now = concurrency_now
         self.max_tokens = max_tokens
-        self.health = SourceHealth("canary")
+        self.health = SourceHealth("canary", gates_readiness=False)
         self.results = dict.fromkeys(RESULTS, 0)
         self.latency_buckets = dict.fromkeys(m.CANARY_LATENCY.buckets, 0)
         self.latency_sum = 0.0

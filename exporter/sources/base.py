@@ -23,6 +23,9 @@ class SourceHealth:
 
     name: str
     enabled: bool = True
+    # Samplers (the canary) report health but must not hold back readiness: a slow model
+    # answer would otherwise keep the pod, and the tap's traffic, out of service.
+    gates_readiness: bool = True
     up: bool = False
     cycles: int = 0
     last_success: float | None = None
@@ -74,7 +77,7 @@ class SourceHealth:
             return {
                 "enabled": self.enabled,
                 "up": self.up,
-                "ready": self.cycles > 0 or not self.enabled,
+                "ready": self.cycles > 0 or not self.enabled or not self.gates_readiness,
                 "cycles": self.cycles,
                 "last_success_timestamp": self.last_success,
                 "last_error": self.last_error,

@@ -204,3 +204,14 @@ def test_prometheus_scrapes_sidecar_and_promql_sees_overcommit(legacy_sim):
             assert float(ranks[0]["value"][1]) == 8
             up = promql(prom, 'up{job="dsv4-sidecar"}')
             assert float(up[0]["value"][1]) == 1
+
+
+def test_slow_canary_does_not_hold_back_readiness():
+    slow = create_sim_app(SimSettings(ttft_ms=20_000))
+    with ServerThread(slow) as sim, ServerThread(_sidecar(sim.url, canary_timeout=30)) as sc:
+        r = wait_for(
+            lambda: (r := httpx.get(sc.url + "/readyz", timeout=2)).status_code == 200 and r,
+            timeout=10,
+        )
+        canary = r.json()["sources"]["canary"]
+        assert canary["cycles"] == 0 and canary["ready"]  # still waiting for its answer
