@@ -9,7 +9,10 @@ wait for it.
 
 Sources change every few seconds while Prometheus scrapes every 15-30 s, so most scrapes
 would miss the cache. After a change, a background task therefore re-renders (debounced) every
-format a scraper has asked for, and the next scrape finds warm bytes.
+format a scraper has asked for, and the next scrape finds warm bytes. A scrape that arrives
+while that render is still pending gets the previous bytes if they are younger than
+``max_stale`` (1 s): values are polled anyway, and waiting for a render would put its cost
+back on the scrape.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import gzip
 import logging
 import threading
+import time
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -29,11 +33,12 @@ log = logging.getLogger(__name__)
 
 
 class Exposition:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, max_stale: float = 1.0) -> None:
         self.registry = registry
+        self.max_stale = max_stale
         self._generation = 0
         self._gen_lock = threading.Lock()
-        self._cache: dict[tuple[bool, bool], tuple[int, bytes]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[int, bytes, float]] = {}
         self._render_lock = asyncio.Lock()
         self.renders = 0
         self._formats: set[tuple[bool, bool]] = {(False, False)}
@@ -68,9 +73,9 @@ class Exposition:
             await self._dirty.wait()
             await asyncio.sleep(debounce)  # coalesce bursts of changes into one render
             self._dirty.clear()
-            for om, gz in sorted(self._formats):
+            for key in sorted(self._formats):
                 try:
-                    await self.body(om, gz)
+                    await self._refresh(key)
                 except Exception:  # a failing collector must not kill pre-rendering
                     log.exception("pre-render of /metrics failed")
 
@@ -102,11 +107,17 @@ class Exposition:
         hit = self._cache.get(key)
         if hit is not None and hit[0] == gen:
             return hit[1]
+        prerendering = self._task is not None and not self._task.done()
+        if hit is not None and prerendering and time.monotonic() - hit[2] < self.max_stale:
+            return hit[1]  # the background render is on its way; no scrape waits for it
+        return await self._refresh(key)
+
+    async def _refresh(self, key: tuple[bool, bool]) -> bytes:
         async with self._render_lock:
             gen = self._generation
             hit = self._cache.get(key)
             if hit is not None and hit[0] == gen:
                 return hit[1]
-            body = await asyncio.to_thread(self._render, openmetrics, gz)
-            self._cache[key] = (gen, body)
+            body = await asyncio.to_thread(self._render, *key)
+            self._cache[key] = (gen, body, time.monotonic())
             return body
