@@ -158,8 +158,13 @@ def test_sglang_recovers_and_counter_moves(legacy_sim):
         httpx.post(legacy_sim.url + "/_sim/control", json={"fault": "http_500"}, timeout=5)
         try:
             wait_for(lambda: sample_value(scrape(sc.url), "dsv4_sglang_up") == 0)
+            text = scrape(sc.url)
+            assert sample_value(text, "dsv4_sglang_errors_total", reason="http_status") >= 1
             assert (
-                sample_value(scrape(sc.url), "dsv4_sglang_errors_total", reason="http_status") >= 1
+                sample_value(
+                    text, "dsv4_source_errors_total", source="sglang", reason="http_status"
+                )
+                >= 1
             )
         finally:
             httpx.post(legacy_sim.url + "/_sim/control", json={"fault": "none"}, timeout=5)
@@ -215,3 +220,26 @@ def test_slow_canary_does_not_hold_back_readiness():
         )
         canary = r.json()["sources"]["canary"]
         assert canary["cycles"] == 0 and canary["ready"]  # still waiting for its answer
+
+
+def test_hicache_activity_from_sglang_metrics_moves(legacy_sim):
+    """Load-back counters re-exported from SGLang's own metrics grow with HiCache traffic."""
+    import asyncio
+
+    from exporter.loadgen import LoadGenerator
+
+    with ServerThread(_sidecar(legacy_sim.url, canary=False)) as sc:
+        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_sglang_up") == 1)
+        before = sample_value(scrape(sc.url), "dsv4_sglang_hicache_load_backs_total") or 0
+        asyncio.run(LoadGenerator(legacy_sim.url).run_level(4, requests=12))
+
+        def grown():
+            t = scrape(sc.url)
+            n = sample_value(t, "dsv4_sglang_hicache_load_backs_total") or 0
+            return t if n >= before + 12 else None
+
+        text = wait_for(grown)
+        assert sample_value(text, "dsv4_sglang_hicache_load_back_duration_seconds_total") > 0
+        for pool in ("kv", "deepseek_v4_c4_indexer"):
+            assert sample_value(text, "dsv4_sglang_hicache_load_back_tokens_total", pool=pool) > 0
+        assert sample_value(text, "dsv4_sglang_hicache_host_total_tokens") > 0
