@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hmac
 import html
@@ -85,7 +86,8 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
     @app.get("/api/v1/samples")
     async def samples(request: Request, limit: int = 50, verdict: str | None = None):
         """Recent degenerate/suspect samples (redacted, truncated); bearer token required."""
-        token = settings.samples_token_value()
+        # A mounted Secret can rotate: read it per request, in a thread, not on the loop.
+        token = await asyncio.to_thread(settings.samples_token_value)
         if token is None:
             return JSONResponse(
                 {

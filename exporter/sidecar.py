@@ -26,6 +26,7 @@ from exporter.samplers.grading import GradingPipeline, Sample
 from exporter.samplers.prompts import load_prompts
 from exporter.samplers.redact import DEFAULT_PATTERNS, Redactor
 from exporter.samplers.store import SampleStore
+from exporter.sources.base import Reporter, Source
 from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.probe_files import ProbeFileSource
@@ -63,12 +64,12 @@ class Sidecar:
             env=env,
             on_change=self._changed,
         )
-        self.sources: dict[str, Any] = {
+        self.sources: dict[str, Reporter] = {
             "nvml": self.nvml,
             "sglang": self.sglang,
             "footprint": self.footprint,
         }
-        self.pollers: list[Any] = [self.nvml, self.sglang]
+        self.pollers: list[Source] = [self.nvml, self.sglang]
         self.probe: ProbeFileSource | None = None
         if settings.probe_dir is not None:
             self.probe = ProbeFileSource(
@@ -149,7 +150,6 @@ class Sidecar:
                 request_id=s.request_id,
                 request_body=s.request_body,
                 response_body=s.response_body,
-                path=s.path,
                 streaming=s.streaming,
             )
         )
@@ -183,7 +183,7 @@ class Sidecar:
         for src in self.pollers:
             self._tasks.append(asyncio.create_task(self._guard(src), name=src.health.name))
 
-    async def _guard(self, src: Any) -> None:
+    async def _guard(self, src: Source) -> None:
         """A source's loop must never die silently: log, mark down, restart after a pause."""
         while not self._stop.is_set():
             try:

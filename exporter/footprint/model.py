@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from exporter.footprint.allocation import allocated_bytes
@@ -45,7 +45,6 @@ class Footprint:
     pools: dict[str, PoolFootprint]
     available_bytes: int | None = None
     correct_full_tokens: int | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def planned_bytes(self) -> int:
@@ -108,7 +107,6 @@ class Footprint:
                 "online_compress": self.settings.online_compress,
                 "hisparse_ratio": self.settings.hisparse_ratio,
             },
-            "notes": list(self.notes),
         }
         return out
 

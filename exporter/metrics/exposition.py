@@ -79,10 +79,6 @@ class Exposition:
                 except Exception:  # a failing collector must not kill pre-rendering
                     log.exception("pre-render of /metrics failed")
 
-    @property
-    def generation(self) -> int:
-        return self._generation
-
     @staticmethod
     def negotiate(accept: str | None, accept_encoding: str | None) -> tuple[bool, bool]:
         openmetrics = bool(accept) and "application/openmetrics-text" in accept  # type: ignore[operator]

@@ -48,7 +48,6 @@ class Sample:
     # Raw bytes from the tap, decoded in the grading thread rather than on the proxy's loop.
     request_body: bytes | None = field(default=None, repr=False)
     response_body: bytes | None = field(default=None, repr=False)
-    path: str | None = None
     streaming: bool = False
 
 

@@ -28,7 +28,7 @@ from exporter.sim.generation import Completion, complete, corruption_probability
 from exporter.sim.probe_writer import SimProbe
 from exporter.sim.settings import SimSettings
 
-FAULTS = ("none", "slow", "garbage", "http_500", "bad_shape", "metrics_garbage")
+FAULTS = ("none", "garbage", "http_500", "bad_shape", "metrics_garbage")
 
 
 @dataclass

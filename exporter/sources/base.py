@@ -22,7 +22,6 @@ class SourceHealth:
     """Self-health of one source, exported as *_up / *_last_success_timestamp_seconds / errors."""
 
     name: str
-    enabled: bool = True
     # Samplers (the canary) report health but must not hold back readiness: a slow model
     # answer would otherwise keep the pod, and the tap's traffic, out of service.
     gates_readiness: bool = True
@@ -75,9 +74,8 @@ class SourceHealth:
     def as_json(self) -> dict[str, Any]:
         with self._lock:
             return {
-                "enabled": self.enabled,
                 "up": self.up,
-                "ready": self.cycles > 0 or not self.enabled or not self.gates_readiness,
+                "ready": self.cycles > 0 or not self.gates_readiness,
                 "cycles": self.cycles,
                 "last_success_timestamp": self.last_success,
                 "last_error": self.last_error,
@@ -86,13 +84,17 @@ class SourceHealth:
             }
 
 
-class Source(Protocol):
-    """What the app needs from a source."""
+class Reporter(Protocol):
+    """What the app reads from anything it reports on: health and metric families."""
 
     health: SourceHealth
 
-    async def run(self, stop: Any) -> None:
-        """Poll until ``stop`` (an asyncio.Event) is set; never raises."""
-
     def collect(self) -> Iterable[Metric]:
         """Metric families from the latest snapshot; cheap, no I/O."""
+
+
+class Source(Reporter, Protocol):
+    """A reporter with a polling loop of its own."""
+
+    async def run(self, stop: Any) -> None:
+        """Poll until ``stop`` (an asyncio.Event) is set; never raises."""

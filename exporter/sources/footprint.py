@@ -131,6 +131,15 @@ class FootprintView:
         self.geometry_source = ""
         self.ranks: list[RankFootprint] = []
         self._geometry_key: str | None = None
+        # Read the model's config.json once, here (start-up), never on the event loop.
+        self._config_geometry: ModelGeometry | None = None
+        self._config_error = ""
+        if cfg.model_config_path is not None:
+            try:
+                self._config_geometry = load_config_json(cfg.model_config_path)
+            except GeometryError as exc:
+                log.warning("model config unusable, falling back to presets: %s", exc)
+                self._config_error = str(exc)
 
     def _geometry(self, facts: ServerFacts) -> ModelGeometry | None:
         key = f"{self.cfg.model_config_path}|{self.cfg.model_preset}|{facts.model_path}"
@@ -138,14 +147,12 @@ class FootprintView:
             return self.geometry
         self._geometry_key = key
         self.geometry = None
-        if self.cfg.model_config_path is not None:
-            try:
-                self.geometry = load_config_json(self.cfg.model_config_path)
-                self.geometry_source = f"config.json {self.cfg.model_config_path}"
-                return self.geometry
-            except GeometryError as exc:
-                log.warning("model config unusable, falling back to presets: %s", exc)
-                self.detail = str(exc)
+        if self._config_geometry is not None:
+            self.geometry = self._config_geometry
+            self.geometry_source = f"config.json {self.cfg.model_config_path}"
+            return self.geometry
+        if self._config_error:
+            self.detail = self._config_error
         if self.cfg.model_preset:
             self.geometry = resolve_model(self.cfg.model_preset)
             self.geometry_source = f"preset {self.cfg.model_preset} (config)"
@@ -164,8 +171,8 @@ class FootprintView:
         gpu_total: Mapping[int, int],
         gpu_free: Mapping[int, int],
     ) -> None:
-        """Recompute from the latest SGLang facts and NVML readings. Cheap and pure but for
-        the one-time config.json read, which is cached per path."""
+        """Recompute from the latest SGLang facts and NVML readings. Pure and cheap (no I/O:
+        config.json was read at construction), so it runs on the event loop."""
         if facts is None:
             self._down("no_sglang", "waiting for SGLang's /server_info")
             return

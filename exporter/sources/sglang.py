@@ -210,7 +210,6 @@ class SglangSource:
         self.health.errors = dict.fromkeys(ERROR_REASONS, 0)
         self.facts: ServerFacts | None = None
         self.live: LiveMetrics | None = None
-        self.metrics_up = False
         self._info_path = "/server_info"
         self._on_change = on_change or (lambda: None)
         self._session: aiohttp.ClientSession | None = None
@@ -288,7 +287,6 @@ class SglangSource:
             self.live = await asyncio.to_thread(
                 parse_sglang_metrics, body.decode("utf-8", "replace")
             )
-            self.metrics_up = True
         except PollError as exc:
             self._metrics_failed(f"{exc.reason}: {exc}")
         except Exception as exc:  # the text parser raises ValueError and friends on garbage
@@ -296,7 +294,6 @@ class SglangSource:
 
     def _metrics_failed(self, detail: str) -> None:
         self.health.count_error("metrics_unavailable", detail)
-        self.metrics_up = False
         self.live = None
 
     # --- exposition ----------------------------------------------------------------------------
