@@ -6,6 +6,8 @@ import asyncio
 import gc
 import hmac
 import html
+import ipaddress
+import re
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -57,28 +59,54 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
     async def footprint() -> dict[str, Any]:
         return sc.footprint.as_json()
 
+    ingest_slots = asyncio.Semaphore(settings.ingest_concurrency)
+
     @app.post("/api/v1/samples")
     async def ingest(request: Request) -> JSONResponse:
         """Grade samples from gateways or clients (single, list, or {"samples": [...]})."""
         token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
-        if token and not _bearer_ok(request, token):
-            return _unauthorized()
-        raw = await _read_limited(request, settings.ingest_max_bytes)
-        if raw is None:
+        if token:
+            if not _bearer_ok(request, token):
+                return _unauthorized()
+        elif not _from_loopback(request):
             return JSONResponse(
-                {"error": f"body exceeds {settings.ingest_max_bytes} bytes"}, status_code=413
+                {
+                    "error": "ingest without a token is open to loopback clients only",
+                    "reason": "token_required",
+                    "hint": "set DSV4_SIDECAR_INGEST_TOKEN and send it as a bearer token",
+                },
+                status_code=403,
             )
-        try:
-            parsed = parse_body(raw)
-        except IngestError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+        if ingest_slots.locked():
+            # Each body in flight can hold ingest_max_bytes plus its decoded copy: a bound on
+            # how many are read at once is a bound on memory.
+            return JSONResponse(
+                {"error": "too many samples being read; retry", "reason": "busy"},
+                status_code=429,
+                headers={"Retry-After": "1"},
+            )
+        async with ingest_slots:
+            raw = await _read_limited(request, settings.ingest_max_bytes)
+            if raw is None:
+                return JSONResponse(
+                    {
+                        "error": f"body exceeds {settings.ingest_max_bytes} bytes",
+                        "reason": "too_large",
+                    },
+                    status_code=413,
+                )
+            try:
+                parsed = await asyncio.to_thread(parse_body, raw)
+            except IngestError as exc:
+                return JSONResponse({"error": str(exc), "reason": exc.reason}, exc.status)
+            del raw
         accepted = sum(sc.pipeline.submit(s) for s in parsed.samples)
         status = 200 if parsed.samples else 400
         return JSONResponse(
             {
                 "accepted": accepted,
                 "dropped": len(parsed.samples) - accepted,
-                "rejected": parsed.rejected,
+                "rejected": [r.to_json() for r in parsed.rejected],
             },
             status_code=status,
         )
@@ -107,13 +135,28 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
     return app
 
 
+# RFC 6750 section 2.1: credentials = "Bearer" 1*SP b64token; the scheme is
+# case-insensitive (RFC 7235 section 2.1). Nothing looser: no other separator, no quotes.
+_BEARER = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([A-Za-z0-9\-._~+/]+=*)")
+
+
 def _bearer_ok(request: Request, token: str) -> bool:
     """Constant-time comparison of the presented bearer token (never logged)."""
-    header = request.headers.get("authorization", "")
-    scheme, _, presented = header.partition(" ")
-    if scheme.lower() != "bearer" or not presented:
+    match = _BEARER.fullmatch(request.headers.get("authorization", ""))
+    if match is None:
         return False
-    return hmac.compare_digest(presented.strip().encode(), token.encode())
+    return hmac.compare_digest(match.group(1).encode(), token.encode())
+
+
+def _from_loopback(request: Request) -> bool:
+    """The peer is this host (127.0.0.0/8 or ::1): a caller inside the pod."""
+    host = request.client.host if request.client else ""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
 
 
 def _unauthorized() -> JSONResponse:

@@ -98,7 +98,8 @@ class SidecarSettings(BaseSettings):
         None, description="File holding the samples bearer token (e.g. a mounted Secret)."
     )
     ingest_token: SecretStr | None = Field(
-        None, description="If set, POST /api/v1/samples requires this bearer token."
+        None,
+        description="Bearer token for POST /api/v1/samples; unset: loopback clients only.",
     )
     samples_capacity: int = Field(200, ge=1, le=100_000, description="Bad samples kept.")
     sample_text_cap: int = Field(4096, ge=256, description="Characters kept per stored sample.")
@@ -107,6 +108,15 @@ class SidecarSettings(BaseSettings):
     )
     ingest_max_bytes: int = Field(8 << 20, ge=1024, description="Max body of POST /api/v1/samples.")
     grading_queue: int = Field(1000, ge=1, description="Samples waiting for the grader, max.")
+    grading_queue_bytes: int = Field(
+        32 << 20, ge=1 << 20, description="Bytes the samples waiting for the grader hold, max."
+    )
+    ingest_concurrency: int = Field(
+        2, ge=1, le=64, description="POST /api/v1/samples bodies read at once; more get 429."
+    )
+    samples_max_bytes: int = Field(
+        8 << 20, ge=1 << 20, description="Bytes the stored bad samples hold, max (oldest go)."
+    )
     # Pass-through tap
     tap_port: int | None = Field(
         None, ge=0, le=65535, description="Listen port of the pass-through tap (off when unset)."

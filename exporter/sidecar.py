@@ -22,9 +22,9 @@ from exporter.config import SidecarSettings
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
 from exporter.samplers.canary import CanaryProber
-from exporter.samplers.grading import GradingPipeline, Sample
+from exporter.samplers.grading import GradingPipeline, TapHandoff
 from exporter.samplers.prompts import load_prompts
-from exporter.samplers.redact import DEFAULT_PATTERNS, Redactor
+from exporter.samplers.redact import Redactor
 from exporter.samplers.store import SampleStore
 from exporter.sources.base import Reporter, Source
 from exporter.sources.footprint import FootprintView
@@ -82,10 +82,14 @@ class Sidecar:
         store = SampleStore(
             capacity=settings.samples_capacity,
             text_cap=settings.sample_text_cap,
-            redactor=Redactor((*DEFAULT_PATTERNS, *settings.redact_patterns)),
+            redactor=Redactor(settings.redact_patterns),
+            max_bytes=settings.samples_max_bytes,
         )
         self.pipeline = GradingPipeline(
-            store, settings.grading_queue, on_change=self.exposition.bump
+            store,
+            settings.grading_queue,
+            on_change=self.exposition.bump,
+            max_pending_bytes=settings.grading_queue_bytes,
         )
         self.tap: Any = None
         if settings.tap_port is not None:
@@ -98,7 +102,7 @@ class Sidecar:
                     sample_seed=settings.tap_sample_seed,
                     queue_size=settings.tap_queue,
                 ),
-                on_sample=self._tap_sample,
+                on_sample=TapHandoff(self.pipeline),
             )
         self.canary: CanaryProber | None = None
         if settings.canary:
@@ -136,22 +140,6 @@ class Sidecar:
 
         return FakeNvml(
             count=s.fake_gpu_count or 8, spec=spec, workload=workload, faults=s.fake_faults
-        )
-
-    def _tap_sample(self, s: Any) -> None:
-        """Hand a sampled tap exchange to the grader (decoding happens in its thread).
-        Only complete 200 answers are graded: a cut-short stream is not a corrupt one."""
-        if s.status != 200 or not s.complete:
-            return
-        self.pipeline.submit(
-            Sample(
-                source="tap",
-                concurrency=s.concurrency,
-                request_id=s.request_id,
-                request_body=s.request_body,
-                response_body=s.response_body,
-                streaming=s.streaming,
-            )
         )
 
     def sglang_running(self) -> int | None:

@@ -3,8 +3,9 @@
 Each line is ``{"text": ..., "grammar": "v4"|"v3.2", "finish_reason": ..., "tools": [...],
 "thinking": bool}`` (only ``text`` required; ``tools`` may be names or OpenAI tool objects),
 an OpenAI chat completion (or list of stream chunks), or ``{"response": <one of those>,
-"tools": [...]}``. A line that cannot be read is reported as verdict ``error`` and the scan
-goes on; blank lines are skipped.
+"tools": [...]}`` -- the sample shapes the ingest API takes. A line that cannot be read
+(invalid JSON, nested deeper than 64 levels, a field of the wrong type) is reported as verdict
+``error`` and the scan goes on; blank lines are skipped.
 """
 
 from __future__ import annotations
@@ -18,14 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from exporter.dsml import (
-    DEFAULT_MAX_CHARS,
-    REASON_SPECS,
-    VERDICTS,
-    Result,
-    grade_openai_response,
-    grade_text,
-)
+from exporter.dsml import DEFAULT_MAX_CHARS, REASON_SPECS, VERDICTS, Result
+from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
 from exporter.stats import wilson_interval
 
 RANK = {"degenerate": 0, "error": 1, "truncated": 2, "suspect": 3}
@@ -106,42 +101,16 @@ class InputError(Exception):
 
 def grade_line(obj: Any, args: argparse.Namespace) -> Result:
     """Grade one decoded line; InputError when its shape or fields are wrong."""
-    thinking_default = {"auto": None, "on": True, "off": False}[args.thinking]
-    grammar_default = None if args.grammar == "auto" else args.grammar
-    if isinstance(obj, dict) and "text" in obj and "choices" not in obj:
-        text = obj["text"]
-        if not isinstance(text, str):
-            raise InputError('"text" must be a string')
-        finish = obj.get("finish_reason")
-        if finish is not None and not isinstance(finish, str):
-            raise InputError('"finish_reason" must be a string or null')
-        thinking = obj.get("thinking", thinking_default)
-        if thinking is not None and not isinstance(thinking, bool):
-            raise InputError('"thinking" must be true, false or null')
-        try:
-            return grade_text(
-                text,
-                grammar=obj.get("grammar") or grammar_default,
-                finish_reason=finish,
-                tools=obj.get("tools"),
-                thinking=thinking,
-                max_chars=args.max_chars,
-            )
-        except ValueError as exc:  # an unknown grammar name
-            raise InputError(str(exc)) from None
-    tools = None
-    if isinstance(obj, dict) and "response" in obj:
-        tools = obj.get("tools")
-        obj = obj["response"]
-    if not (isinstance(obj, list) or (isinstance(obj, dict) and "choices" in obj)):
-        raise InputError('expected {"text": ...}, a chat completion, or a list of chunks')
-    result = grade_openai_response(
-        obj,
-        grammar=grammar_default,
-        tools=tools,
-        thinking=thinking_default,
-        max_chars=args.max_chars,
-    )
+    try:
+        request = from_json(
+            obj,
+            source="scan",
+            grammar=None if args.grammar == "auto" else args.grammar,
+            thinking={"auto": None, "on": True, "off": False}[args.thinking],
+        )
+    except SampleError as exc:
+        raise InputError(str(exc)) from None
+    result = grade(request, max_chars=args.max_chars)
     if result.error is not None:
         raise InputError(result.error)
     return result
@@ -179,8 +148,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         for number, line in _lines(stream):
             try:
-                result = grade_line(json.loads(line), args)
-            except (ValueError, InputError, RecursionError) as exc:
+                result = grade_line(loads_bounded(line), args)
+            except (SampleError, InputError) as exc:
                 message = f"line {number}: {exc}"
                 summary.lines += 1
                 summary.verdicts["error"] += 1

@@ -493,7 +493,8 @@ DSML_REASONS = _m(
 DSML_DROPPED = _m(
     "dsv4_dsml_samples_dropped_total",
     "counter",
-    "Samples not graded because the grading queue was full (grading never slows responses).",
+    "Samples not graded because the grading queue was full, by count (grading_queue) or by the "
+    "bytes the waiting samples hold (grading_queue_bytes); grading never slows responses.",
     ("source",),
     "dsml",
 )
@@ -583,15 +584,18 @@ TAP_SAMPLED = _m(
     "dsv4_tap_sampled_total",
     "counter",
     "Responses selected by the sampler (deterministic request hash) and handed to the grading "
-    "queue; selected responses that were dropped are in dsv4_tap_samples_dropped_total.",
+    "queue (or the standalone tap's consumer); selected responses that were not are in "
+    "dsv4_tap_samples_dropped_total.",
     (),
     "tap",
 )
 TAP_SAMPLES_DROPPED = _m(
     "dsv4_tap_samples_dropped_total",
     "counter",
-    "Selected responses not handed to grading, by `reason`: `queue_full` (consumer behind) or "
-    "`too_large` (request + response over the tap's max_sample_bytes).",
+    "Selected responses not handed to grading, by `reason`: `queue_full` (consumer behind, or "
+    "the grading queue full by count or bytes), `too_large` (request + response over the "
+    "tap's max_sample_bytes), `not_ok` (status other than 200) or `incomplete` (response cut "
+    "short): only complete 200 answers are graded.",
     ("reason",),
     "tap",
 )

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exporter.dsml import Result, grade_openai_response, grade_text, reassemble
+from exporter.dsml import Result, reassemble
+from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
 from exporter.samplers.redact import Redactor
 
 # Lines longer than this are counted as unreadable rather than parsed (a runaway generation
@@ -132,18 +133,11 @@ class GradedLine:
 
 def grade_line(obj: Any) -> Result | None:
     """Grade one decoded JSONL line of any accepted shape; None when it is not a sample."""
-    if not isinstance(obj, dict):
+    try:
+        result = grade(from_json(obj, source="file"))
+    except SampleError:
         return None
-    grammar = obj.get("grammar") if obj.get("grammar") in ("v4", "v3.2") else None
-    tools = obj.get("tools") if isinstance(obj.get("tools"), list) else None
-    if "choices" in obj:
-        return grade_openai_response(obj, tools=tools, grammar=grammar)
-    if isinstance(obj.get("response"), dict | list):
-        return grade_openai_response(obj["response"], tools=tools, grammar=grammar)
-    if isinstance(obj.get("text"), str):
-        finish = obj.get("finish_reason") if isinstance(obj.get("finish_reason"), str) else None
-        return grade_text(obj["text"], grammar=grammar, finish_reason=finish, tools=tools)
-    return None
+    return None if result.verdict == "error" else result
 
 
 def read_graded(path: Path) -> Iterator[GradedLine | None]:
@@ -152,20 +146,20 @@ def read_graded(path: Path) -> Iterator[GradedLine | None]:
         for raw in fh:
             if not raw.strip():
                 continue
-            if len(raw) > MAX_LINE_BYTES:
-                yield None
-                continue
             try:
-                obj = json.loads(raw)
-            except ValueError:
+                obj = loads_bounded(raw, max_bytes=MAX_LINE_BYTES)
+                request = from_json(obj, source="file")
+            except SampleError:
                 yield None
                 continue
-            result = grade_line(obj)
-            if result is None or result.verdict == "error":
+            result = grade(request)
+            if result.verdict == "error":
                 yield None
                 continue
-            conc = obj.get("concurrency")
-            if isinstance(conc, bool) or not isinstance(conc, int) or conc < 0:
-                conc = None
-            arm = obj.get("arm") if isinstance(obj.get("arm"), str) else None
-            yield GradedLine(result.verdict, result.reasons, conc, arm)
+            arm = obj.get("arm") if isinstance(obj, dict) else None
+            yield GradedLine(
+                result.verdict,
+                result.reasons,
+                request.concurrency,
+                arm if isinstance(arm, str) else None,
+            )

@@ -22,7 +22,8 @@ import aiohttp
 from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
-from exporter.samplers.grading import GradingPipeline, Sample
+from exporter.samplers.decode import GradingRequest, ResponseOutput
+from exporter.samplers.grading import GradingPipeline
 from exporter.samplers.prompts import load_prompts
 from exporter.sources.base import SourceHealth
 
@@ -130,12 +131,13 @@ class CanaryProber:
             self._observe_latency(elapsed)
             self.last_success = time.time()
             self.pipeline.submit(
-                Sample(
+                GradingRequest(
                     source="canary",
-                    response=response,
+                    output=ResponseOutput(response),
                     concurrency=concurrency,
                     request_id=rid,
                     tools=prompt.get("tools"),
+                    size=len(payload) * 2,  # decoded strings and containers, roughly
                 )
             )
             return self._record("success", "")

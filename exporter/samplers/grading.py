@@ -1,97 +1,50 @@
 """The one place sampled outputs meet the DSML grader.
 
-Every way in (canary, tap, ingest) hands the pipeline a :class:`Sample`; the pipeline grades
-it off the response path, in one worker thread, and counts the verdict by source and
-concurrency bucket. A bounded queue keeps a flood from using unbounded memory: when full,
-samples are dropped and counted, never waited for. A grader exception is counted and never
-propagates. Degenerate and suspect samples go to the triage store.
+Every way in (canary, tap, ingest) hands the pipeline a
+:class:`~exporter.samplers.decode.GradingRequest`; the pipeline grades it off the response
+path, in one worker thread, and counts the verdict by source and concurrency bucket. The
+queue is bounded twice, by count (``grading_queue``) and by the bytes the waiting requests
+hold (``grading_queue_bytes``): when either is full the request is dropped and counted, never
+waited for. A grader exception is counted and never propagates. Degenerate and suspect
+samples go to the triage store.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Protocol
 
 from prometheus_client.core import Metric
 from prometheus_client.samples import Exemplar
 
-from exporter.dsml import REASONS, VERDICTS, grade_openai_response, grade_text
+from exporter.dsml import DEFAULT_MAX_CHARS, REASONS, VERDICTS, Result
 from exporter.metrics import catalog as m
+from exporter.samplers import decode
 from exporter.samplers.buckets import BUCKET_LABELS, bucket_label
+from exporter.samplers.decode import GradingRequest
 from exporter.samplers.store import SampleStore
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("canary", "tap", "ingest")
+DEFAULT_QUEUE_BYTES = 64 << 20
+
+# An exemplar label leaves the process on every scrape: only identifier-shaped request ids
+# (what SGLang and gateways generate) are attached, anything else is left off.
+_EXEMPLAR_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
-@dataclass
-class Sample:
-    """One output to grade: raw ``text`` or an OpenAI-shaped ``response`` (object, list of
-    SSE chunk objects, or raw SSE bytes)."""
+class TapExchange(decode.CapturedExchangeLike, Protocol):
+    """What :class:`TapHandoff` reads besides the bodies: how the exchange ended."""
 
-    source: str
-    text: str | None = None
-    response: Any = None
-    concurrency: int | None = None
-    request_id: str | None = None
-    grammar: str | None = None
-    finish_reason: str | None = None
-    tools: list[Any] | None = None
-    on_graded: Callable[[Any], None] | None = field(default=None, repr=False)
-    # Raw bytes from the tap, decoded in the grading thread rather than on the proxy's loop.
-    request_body: bytes | None = field(default=None, repr=False)
-    response_body: bytes | None = field(default=None, repr=False)
-    streaming: bool = False
-
-
-def _decode_tap(sample: Sample) -> Sample:
-    """Turn a tap exchange into something the grader reads: the request's tools, and the
-    response as an OpenAI object, raw SSE bytes, or /generate's raw text."""
-    tools = None
-    try:
-        request = json.loads(sample.request_body or b"{}")
-        if isinstance(request, dict) and isinstance(request.get("tools"), list):
-            tools = request["tools"]
-    except ValueError:
-        pass  # a client's malformed request is not the model's output
-    body = sample.response_body or b""
-    if sample.streaming:
-        return replace(sample, response=body, tools=tools, response_body=None)
-    try:
-        decoded = json.loads(body)
-    except ValueError:
-        return replace(
-            sample, text=body.decode("utf-8", "replace"), response_body=None, tools=tools
-        )
-    if isinstance(decoded, dict) and "text" in decoded and "choices" not in decoded:
-        meta = decoded.get("meta_info") if isinstance(decoded.get("meta_info"), dict) else {}
-        finish = meta.get("finish_reason")
-        finish = finish.get("type") if isinstance(finish, dict) else finish
-        return replace(
-            sample, text=str(decoded["text"]), finish_reason=finish, tools=tools, response_body=None
-        )
-    return replace(sample, response=decoded, tools=tools, response_body=None)
-
-
-def grade(sample: Sample) -> Any:
-    """Grade a sample with the DSML grader (raises only on a grader bug)."""
-    if sample.response_body is not None:
-        sample = _decode_tap(sample)
-    if sample.response is not None:
-        return grade_openai_response(sample.response, tools=sample.tools, grammar=sample.grammar)
-    return grade_text(
-        sample.text or "",
-        grammar=sample.grammar,
-        finish_reason=sample.finish_reason,
-        tools=sample.tools,
-    )
+    @property
+    def status(self) -> int: ...
+    @property
+    def complete(self) -> bool: ...
 
 
 class GradingPipeline:
@@ -100,11 +53,19 @@ class GradingPipeline:
         store: SampleStore | None = None,
         max_pending: int = 1000,
         on_change: Callable[[], None] | None = None,
+        *,
+        max_pending_bytes: int = DEFAULT_QUEUE_BYTES,
+        max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
         self.store = store or SampleStore()
-        self._queue: queue.Queue[Sample | None] = queue.Queue(maxsize=max_pending)
+        self.max_pending = max_pending
+        self.max_pending_bytes = max_pending_bytes
+        self.max_chars = max_chars
+        self._queue: queue.SimpleQueue[GradingRequest | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._on_change = on_change or (lambda: None)
+        self.pending = 0
+        self.pending_bytes = 0
         self.samples = {(s, v, b): 0 for s in SOURCES for v in VERDICTS for b in BUCKET_LABELS}
         self.reasons = {(s, r): 0 for s in SOURCES for r in REASONS}
         self.dropped = dict.fromkeys(SOURCES, 0)
@@ -120,77 +81,76 @@ class GradingPipeline:
 
     def stop(self, timeout: float = 5.0) -> None:
         if self._thread is not None:
-            with contextlib.suppress(queue.Full):
-                self._queue.put(None, timeout=timeout)
+            self._queue.put(None)
             self._thread.join(timeout)
             self._thread = None
 
-    def submit(self, sample: Sample) -> bool:
-        """Queue a sample for grading; never blocks. Returns False when it was dropped."""
-        try:
-            self._queue.put_nowait(sample)
-            return True
-        except queue.Full:
-            with self._lock:
-                self.dropped[sample.source] = self.dropped.get(sample.source, 0) + 1
+    def submit(self, request: GradingRequest) -> bool:
+        """Queue a request for grading; never blocks. False when it was dropped (and counted)
+        because the queue already holds ``max_pending`` requests or ``max_pending_bytes``."""
+        size = max(0, request.size)
+        with self._lock:
+            full = (
+                self.pending >= self.max_pending
+                or self.pending_bytes + size > self.max_pending_bytes
+            )
+            if full:
+                self.dropped[request.source] = self.dropped.get(request.source, 0) + 1
+            else:
+                self.pending += 1
+                self.pending_bytes += size
+        if full:
             self._on_change()
             return False
-
-    def drain(self, timeout: float = 10.0) -> None:
-        """Wait until everything queued so far has been graded (tests, shutdown)."""
-        done = threading.Event()
-        self.submit(Sample(source="__barrier__", on_graded=lambda _r: done.set()))
-        done.wait(timeout)
+        self._queue.put(request)
+        return True
 
     # --- worker --------------------------------------------------------------------------------
     def _work(self) -> None:
         while True:
-            sample = self._queue.get()
-            if sample is None:
+            request = self._queue.get()
+            if request is None:
                 return
-            if sample.source == "__barrier__":
-                if sample.on_graded:
-                    sample.on_graded(None)
-                continue
-            self.grade_now(sample)
+            try:
+                self.grade_now(request)
+            finally:
+                with self._lock:
+                    self.pending -= 1
+                    self.pending_bytes -= max(0, request.size)
 
-    def grade_now(self, sample: Sample) -> Any:
-        """Grade and count one sample in the calling thread."""
+    def grade_now(self, request: GradingRequest) -> Result | None:
+        """Grade and count one request in the calling thread."""
         try:
-            result = grade(sample)
+            result = decode.grade(request, max_chars=self.max_chars)
         except Exception:
-            log.exception("grader raised on a %s sample (text not logged)", sample.source)
+            log.exception("grader raised on a %s sample (text not logged)", request.source)
             with self._lock:
-                self.errors[sample.source] = self.errors.get(sample.source, 0) + 1
+                self.errors[request.source] = self.errors.get(request.source, 0) + 1
             self._on_change()
             return None
-        self._count(sample, result)
-        if sample.on_graded is not None:
-            try:
-                sample.on_graded(result)
-            except Exception:
-                log.exception("on_graded callback raised")
+        self._count(request, result)
         self._on_change()
         return result
 
-    def _count(self, sample: Sample, result: Any) -> None:
+    def _count(self, request: GradingRequest, result: Result) -> None:
         reasons = sorted({f.reason for f in result.findings})
-        key = (sample.source, result.verdict, bucket_label(sample.concurrency))
+        key = (request.source, result.verdict, bucket_label(request.concurrency))
+        rid = request.request_id
         with self._lock:
             self.samples[key] = self.samples.get(key, 0) + 1
             for r in reasons:
-                rk = (sample.source, r)
+                rk = (request.source, r)
                 self.reasons[rk] = self.reasons.get(rk, 0) + 1
-            if result.verdict == "degenerate" and sample.request_id:
-                self.exemplars[key] = Exemplar({"request_id": sample.request_id[:64]}, 1.0)
+            if result.verdict == "degenerate" and rid and _EXEMPLAR_ID.fullmatch(rid):
+                self.exemplars[key] = Exemplar({"request_id": rid}, 1.0)
         self.store.add(
-            source=sample.source,
-            concurrency=sample.concurrency,
+            source=request.source,
+            concurrency=request.concurrency,
             verdict=result.verdict,
             reasons=reasons,
             spans=[f.to_json() for f in result.findings],
             text=result.text,
-            request_id=sample.request_id,
+            request_id=rid,
         )
 
     # --- exposition ----------------------------------------------------------------------------
@@ -214,3 +174,22 @@ class GradingPipeline:
                 fam.add_metric([source], float(n))
             yield fam
         yield m.DSML_STORED.one(len(self.store))
+
+
+class TapHandoff:
+    """The tap's non-blocking hand-off to the grading queue, called on the proxy's loop.
+
+    Only complete HTTP 200 answers are graded (a stream cut short or an error page is not a
+    corrupt tool call); they are filtered here, before the tap counts anything, so
+    ``dsv4_tap_sampled_total`` counts exactly the exchanges queued for grading. Returns None
+    when the exchange was queued, else the ``dsv4_tap_samples_dropped_total`` reason."""
+
+    def __init__(self, pipeline: GradingPipeline) -> None:
+        self.pipeline = pipeline
+
+    def handoff(self, exchange: TapExchange) -> str | None:
+        if exchange.status != 200:
+            return "not_ok"
+        if not exchange.complete:
+            return "incomplete"
+        return None if self.pipeline.submit(decode.from_exchange(exchange)) else "queue_full"

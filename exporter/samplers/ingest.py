@@ -1,89 +1,66 @@
-"""Ingest API parsing: turn a POST body into Samples, naming every problem precisely.
+"""Ingest API parsing: turn a POST body into grading requests, naming every problem precisely.
 
-Accepted bodies: one sample object, a JSON list of them, or ``{"samples": [...]}``. A sample is
-``{"text": str}`` or ``{"response": <OpenAI chat completion or list of SSE chunk objects>}``
-or an OpenAI chat completion object itself, with optional ``concurrency``, ``request_id``,
-``grammar``, ``finish_reason`` and ``tools``. Invalid items are rejected one by one with the
-reason; valid ones in the same batch are still graded.
+Accepted bodies: one sample, a JSON list of them, or ``{"samples": [...]}``; each sample is
+any shape :func:`exporter.samplers.decode.from_json` reads. Invalid items are rejected one by
+one with the reason; valid ones in the same batch are still graded. The body is read with a
+size and a depth bound (:func:`exporter.samplers.decode.loads_bounded`): a body that breaks
+one is refused whole, with its reason, before anything is queued.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
-from exporter.samplers.grading import Sample
+from exporter.samplers.decode import GradingRequest, SampleError, from_json, loads_bounded
 
 MAX_BATCH = 1000
-GRAMMARS = ("v4", "v3.2")
 
 
 class IngestError(ValueError):
-    """The whole body is unusable (400)."""
+    """The whole body is unusable: ``status`` (400 or 413) and a documented ``reason``."""
+
+    def __init__(self, reason: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass
+class Rejected:
+    index: int
+    reason: str
+    error: str
+
+    def to_json(self) -> dict[str, int | str]:
+        return {"index": self.index, "reason": self.reason, "error": self.error}
 
 
 @dataclass
 class Parsed:
-    samples: list[Sample]
-    rejected: list[dict[str, Any]]
+    samples: list[GradingRequest]
+    rejected: list[Rejected] = field(default_factory=list)
 
 
-def parse_body(raw: bytes) -> Parsed:
+def parse_body(raw: bytes, *, max_bytes: int | None = None) -> Parsed:
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise IngestError(f"body is not valid JSON: {exc}") from None
+        body = loads_bounded(raw, max_bytes=max_bytes)
+    except SampleError as exc:
+        raise IngestError(exc.reason, str(exc), 413 if exc.reason == "too_large" else 400) from None
     if isinstance(body, dict) and "samples" in body:
         body = body["samples"]
+        if not isinstance(body, list):
+            raise IngestError("not_a_sample", "'samples' must be a list of samples")
     items = body if isinstance(body, list) else [body]
     if not items:
-        raise IngestError("no samples in the body")
+        raise IngestError("not_a_sample", "no samples in the body")
     if len(items) > MAX_BATCH:
-        raise IngestError(f"batch of {len(items)} samples exceeds the limit of {MAX_BATCH}")
-    samples, rejected = [], []
+        raise IngestError(
+            "too_large", f"batch of {len(items)} samples exceeds the limit of {MAX_BATCH}", 413
+        )
+    parsed = Parsed([])
     for i, item in enumerate(items):
         try:
-            samples.append(_one(item))
-        except ValueError as exc:
-            rejected.append({"index": i, "error": str(exc)})
-    return Parsed(samples, rejected)
-
-
-def _one(item: Any) -> Sample:
-    if not isinstance(item, dict):
-        raise ValueError("a sample must be a JSON object")
-    if "choices" in item:  # an OpenAI chat completion object given directly
-        item = {"response": item}
-    text, response = item.get("text"), item.get("response")
-    if (text is None) == (response is None):
-        raise ValueError("give exactly one of 'text' (string) or 'response' (OpenAI object)")
-    if text is not None and not isinstance(text, str):
-        raise ValueError("'text' must be a string")
-    if response is not None and not isinstance(response, (dict, list)):
-        raise ValueError("'response' must be an OpenAI chat completion object or chunk list")
-    conc = item.get("concurrency")
-    if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 0):
-        raise ValueError("'concurrency' must be a non-negative integer")
-    rid = item.get("request_id")
-    if rid is not None and not isinstance(rid, str):
-        raise ValueError("'request_id' must be a string")
-    grammar = item.get("grammar")
-    if grammar is not None and grammar not in GRAMMARS:
-        raise ValueError(f"'grammar' must be one of {GRAMMARS}")
-    tools = item.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise ValueError("'tools' must be a list of names or OpenAI tool objects")
-    finish = item.get("finish_reason")
-    if finish is not None and not isinstance(finish, str):
-        raise ValueError("'finish_reason' must be a string")
-    return Sample(
-        source="ingest",
-        text=text,
-        response=response,
-        concurrency=conc,
-        request_id=rid,
-        grammar=grammar,
-        finish_reason=finish,
-        tools=tools,
-    )
+            parsed.samples.append(from_json(item, source="ingest"))
+        except SampleError as exc:
+            parsed.rejected.append(Rejected(i, exc.reason, str(exc)))
+    return parsed

@@ -1,7 +1,12 @@
-"""Which responses go to grading, what a sample carries, and the bounded hand-off.
+"""Which responses go to grading, what a captured exchange carries, and the hand-off.
 
 Everything here runs after the response's bytes were written, or on the side of the byte
 path; an exception in it is counted (``dsv4_tap_sampling_errors_total``) and swallowed.
+
+The tap captures a :class:`CapturedExchange` (raw bodies, status, whether it completed); the
+grader works on a :class:`~exporter.samplers.decode.GradingRequest`. The sidecar hands the
+tap a :class:`Handoff` (a non-blocking put into the grading queue, which does its own
+filtering), called straight from the loop: no second queue and no extra thread.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from exporter.samplers.tap.stats import TapStats
 
 log = logging.getLogger(__name__)
 
-SampleCallback = Callable[["Sample"], "Awaitable[None] | None"]
+SampleCallback = Callable[["CapturedExchange"], "Awaitable[None] | None"]
 
 # The first "id" in a response body: chat completions carry "chatcmpl-...", /generate carries
 # meta_info.id. Bounded length and character set: it is an identifier, not free text.
@@ -30,7 +36,7 @@ _ID_SCAN_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class CapturedExchange:
     """One sampled exchange, as the client saw it (bodies de-chunked, never any headers).
 
     ``streaming`` is true for ``text/event-stream`` responses (the body is then the raw SSE
@@ -51,6 +57,19 @@ class Sample:
     complete: bool
     started_at: float
     duration_seconds: float
+
+
+# The name callers of the standalone tap (``on_sample`` consumers) have always used.
+Sample = CapturedExchange
+
+
+@runtime_checkable
+class Handoff(Protocol):
+    """A consumer that takes an exchange without blocking, on the loop, and says what became
+    of it: None when taken, else the reason it was not (a ``dsv4_tap_samples_dropped_total``
+    reason). The tap counts ``sampled`` only for exchanges taken."""
+
+    def handoff(self, exchange: CapturedExchange) -> str | None: ...
 
 
 class Sampler:
@@ -126,23 +145,35 @@ def find_request_id(header_value: bytes | None, body_head: bytes) -> str | None:
 
 
 class SampleSink:
-    """Bounded queue between the byte path and the consumer.
+    """Between the byte path and the consumer.
 
-    ``offer`` never blocks: when the queue is full the sample is dropped and counted. With a
-    callback, one dispatcher task feeds it: coroutine functions are awaited on the loop (a slow
-    one only fills the queue), plain functions run on one worker thread (so a blocking one
-    cannot stall the loop). A callback that raises is counted and the next sample is served.
+    With a :class:`Handoff` (the sidecar's grading queue), ``offer`` calls it directly and
+    counts what it answers. Otherwise a bounded queue: ``offer`` never blocks; when the queue
+    is full the sample is dropped and counted. With a callback, one dispatcher task feeds
+    it: coroutine functions are awaited on the loop (a slow one only fills the queue), plain
+    functions run on one worker thread (so a blocking one cannot stall the loop). A callback
+    that raises is counted and the next sample is served.
     Without a callback the consumer reads ``queue`` itself.
     """
 
-    def __init__(self, maxsize: int, stats: TapStats, on_sample: SampleCallback | None) -> None:
-        self.queue: asyncio.Queue[Sample] = asyncio.Queue(maxsize)
+    def __init__(
+        self, maxsize: int, stats: TapStats, on_sample: SampleCallback | Handoff | None
+    ) -> None:
+        self.queue: asyncio.Queue[CapturedExchange] = asyncio.Queue(maxsize)
         self._stats = stats
-        self._on_sample = on_sample
+        self._handoff = on_sample if isinstance(on_sample, Handoff) else None
+        self._on_sample = None if isinstance(on_sample, Handoff) else on_sample
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
 
-    def offer(self, sample: Sample) -> None:
+    def offer(self, sample: CapturedExchange) -> None:
+        if self._handoff is not None:
+            reason = self._handoff.handoff(sample)
+            if reason is None:
+                self._stats.sampled += 1
+            else:
+                self._stats.dropped[reason] += 1
+            return
         try:
             self.queue.put_nowait(sample)
         except asyncio.QueueFull:
@@ -201,11 +232,11 @@ def build_sample(
     complete: bool,
     started_at: float,
     started_perf: float,
-) -> Sample:
-    """Join the captured pieces into a :class:`Sample` (runs after the response was sent)."""
+) -> CapturedExchange:
+    """Join the captured pieces into a :class:`CapturedExchange` (after the response was sent)."""
     response = b"".join(capture.response)
     ctype = content_type.decode("latin-1").strip()
-    return Sample(
+    return CapturedExchange(
         request_body=b"".join(capture.request),
         response_body=response,
         status=status,

@@ -24,7 +24,8 @@ REQUEST_CODES = (
 )
 STATUS_CLASS = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
 ABORT_REASONS = ("upstream_reset", "client_disconnect")
-DROP_REASONS = ("queue_full", "too_large")
+# not_ok / incomplete: the grading hand-off takes only complete HTTP 200 answers
+DROP_REASONS = ("queue_full", "too_large", "not_ok", "incomplete")
 ERROR_STAGES = ("capture", "consumer")
 
 
