@@ -132,16 +132,21 @@ class GradingPipeline:
         self._on_change()
         return result
 
+    def _exemplar_safe(self, rid: str | None) -> bool:
+        """An id to put on /metrics: identifier-shaped and untouched by redaction."""
+        return bool(rid and _EXEMPLAR_ID.fullmatch(rid) and self.store.redactor(rid) == rid)
+
     def _count(self, request: GradingRequest, result: Result) -> None:
         reasons = sorted({f.reason for f in result.findings})
         key = (request.source, result.verdict, bucket_label(request.concurrency))
         rid = request.request_id
+        exemplar = result.verdict == "degenerate" and self._exemplar_safe(rid)
         with self._lock:
             self.samples[key] = self.samples.get(key, 0) + 1
             for r in reasons:
                 rk = (request.source, r)
                 self.reasons[rk] = self.reasons.get(rk, 0) + 1
-            if result.verdict == "degenerate" and rid and _EXEMPLAR_ID.fullmatch(rid):
+            if exemplar and rid:
                 self.exemplars[key] = Exemplar({"request_id": rid}, 1.0)
         self.store.add(
             source=request.source,

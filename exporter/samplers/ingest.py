@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from exporter.samplers.decode import GradingRequest, SampleError, from_json, loads_bounded
+from exporter.samplers.decode import (
+    MAX_DEPTH,
+    GradingRequest,
+    SampleError,
+    from_json,
+    loads_bounded,
+)
 
 MAX_BATCH = 1000
+BODY_MAX_DEPTH = 4 * MAX_DEPTH
+"""The body as a whole may nest deeper than one sample may, so that one item too deep is
+rejected alone (reason ``too_deep``) while the rest of its batch is graded."""
 
 
 class IngestError(ValueError):
@@ -43,7 +52,7 @@ class Parsed:
 
 def parse_body(raw: bytes, *, max_bytes: int | None = None) -> Parsed:
     try:
-        body = loads_bounded(raw, max_bytes=max_bytes)
+        body = loads_bounded(raw, max_bytes=max_bytes, max_depth=BODY_MAX_DEPTH)
     except SampleError as exc:
         raise IngestError(exc.reason, str(exc), 413 if exc.reason == "too_large" else 400) from None
     if isinstance(body, dict) and "samples" in body:

@@ -6,10 +6,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
 from exporter.dsml import REASONS, VERDICTS
-from exporter.samplers import grading
-from exporter.samplers.grading import SOURCES, GradingPipeline, Sample
+from exporter.samplers import decode
+from exporter.samplers.decode import GradingRequest, TextOutput
+from exporter.samplers.grading import SOURCES, GradingPipeline
 from exporter.sim.generation import dsml_block
-from tests.support import sample_value
+from tests.support import sample_value, wait_for
 
 GOOD = "Checking.</think>" + dsml_block([("get_weather", {"city": "Lisbon"})])
 BAD = GOOD.replace("tool_calls>", "toolcalls>", 1)
@@ -26,6 +27,10 @@ TOOLS = [
         },
     }
 ]
+
+
+def Sample(source: str, text: str, **kw) -> GradingRequest:  # noqa: N802 - reads like a type
+    return GradingRequest(source, TextOutput(text), size=len(text), **kw)
 
 
 def _text(p: GradingPipeline) -> str:
@@ -85,7 +90,7 @@ def test_grader_raising_is_counted_not_propagated(monkeypatch):
     def boom(_sample):
         raise RuntimeError("grader bug")
 
-    monkeypatch.setattr(grading, "grade", boom)
+    monkeypatch.setattr(decode, "grade", boom)
     p = GradingPipeline()
     assert p.grade_now(Sample("ingest", text="x")) is None
     assert sample_value(_text(p), "dsv4_dsml_grading_errors_total", source="ingest") == 1
@@ -104,16 +109,16 @@ def test_worker_thread_grades_in_background():
     try:
         for _ in range(20):
             p.submit(Sample("ingest", text=GOOD, concurrency=5, tools=TOOLS))
-        p.drain()
+        wait_for(
+            lambda: sample_value(
+                _text(p),
+                "dsv4_dsml_samples_total",
+                source="ingest",
+                verdict="well_formed",
+                concurrency_le="8",
+            )
+            == 20
+        )
+        wait_for(lambda: p.pending == 0 and p.pending_bytes == 0)
     finally:
         p.stop()
-    assert (
-        sample_value(
-            _text(p),
-            "dsv4_dsml_samples_total",
-            source="ingest",
-            verdict="well_formed",
-            concurrency_le="8",
-        )
-        == 20
-    )

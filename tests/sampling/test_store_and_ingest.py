@@ -7,6 +7,7 @@ import json
 import pytest
 
 from exporter.samplers.buckets import BUCKET_LABELS, bucket_label
+from exporter.samplers.decode import ResponseOutput
 from exporter.samplers.ingest import IngestError, parse_body
 from exporter.samplers.redact import MASK, Redactor
 from exporter.samplers.store import SampleStore
@@ -86,7 +87,7 @@ def test_ingest_shapes():
     one = parse_body(json.dumps({"text": "hi", "concurrency": 3, "request_id": "r"}).encode())
     assert len(one.samples) == 1 and one.samples[0].concurrency == 3
     batch = parse_body(json.dumps({"samples": [{"text": "a"}, {"choices": []}]}).encode())
-    assert len(batch.samples) == 2 and batch.samples[1].response == {"choices": []}
+    assert len(batch.samples) == 2 and batch.samples[1].output == ResponseOutput({"choices": []})
     assert len(parse_body(b'[{"text": "a"}, {"text": "b"}]').samples) == 2
 
 
@@ -106,7 +107,7 @@ def test_ingest_shapes():
 def test_ingest_item_errors_are_specific(item, match):
     parsed = parse_body(json.dumps([item, {"text": "ok"}]).encode())
     assert len(parsed.samples) == 1  # the good one is kept
-    assert parsed.rejected[0]["index"] == 0 and match in parsed.rejected[0]["error"]
+    assert parsed.rejected[0].index == 0 and match in parsed.rejected[0].error
 
 
 @pytest.mark.parametrize(("raw", "match"), [(b"{nope", "not valid JSON"), (b"[]", "no samples")])
