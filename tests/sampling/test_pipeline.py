@@ -29,7 +29,7 @@ TOOLS = [
 ]
 
 
-def Sample(source: str, text: str, **kw) -> GradingRequest:  # noqa: N802 - reads like a type
+def text_request(source: str, text: str, **kw) -> GradingRequest:
     return GradingRequest(source, TextOutput(text), size=len(text), **kw)
 
 
@@ -63,8 +63,8 @@ def test_all_combinations_precreated_at_zero():
 
 def test_counts_by_verdict_bucket_reason_and_exemplar():
     p = GradingPipeline()
-    p.grade_now(Sample("tap", text=GOOD, concurrency=1, tools=TOOLS))
-    r = p.grade_now(Sample("tap", text=BAD, concurrency=60, request_id="req-60", tools=TOOLS))
+    p.grade_now(text_request("tap", text=GOOD, concurrency=1, tools=TOOLS))
+    r = p.grade_now(text_request("tap", text=BAD, concurrency=60, request_id="req-60", tools=TOOLS))
     assert r.verdict == "degenerate"
     text = _text(p)
     assert (
@@ -92,13 +92,13 @@ def test_grader_raising_is_counted_not_propagated(monkeypatch):
 
     monkeypatch.setattr(decode, "grade", boom)
     p = GradingPipeline()
-    assert p.grade_now(Sample("ingest", text="x")) is None
+    assert p.grade_now(text_request("ingest", text="x")) is None
     assert sample_value(_text(p), "dsv4_dsml_grading_errors_total", source="ingest") == 1
 
 
 def test_full_queue_drops_and_counts():
     p = GradingPipeline(max_pending=2)  # not started: nothing drains the queue
-    results = [p.submit(Sample("tap", text=GOOD)) for _ in range(5)]
+    results = [p.submit(text_request("tap", text=GOOD)) for _ in range(5)]
     assert results == [True, True, False, False, False]
     assert sample_value(_text(p), "dsv4_dsml_samples_dropped_total", source="tap") == 3
 
@@ -108,16 +108,18 @@ def test_worker_thread_grades_in_background():
     p.start()
     try:
         for _ in range(20):
-            p.submit(Sample("ingest", text=GOOD, concurrency=5, tools=TOOLS))
+            p.submit(text_request("ingest", text=GOOD, concurrency=5, tools=TOOLS))
         wait_for(
-            lambda: sample_value(
-                _text(p),
-                "dsv4_dsml_samples_total",
-                source="ingest",
-                verdict="well_formed",
-                concurrency_le="8",
+            lambda: (
+                sample_value(
+                    _text(p),
+                    "dsv4_dsml_samples_total",
+                    source="ingest",
+                    verdict="well_formed",
+                    concurrency_le="8",
+                )
+                == 20
             )
-            == 20
         )
         wait_for(lambda: p.pending == 0 and p.pending_bytes == 0)
     finally:
