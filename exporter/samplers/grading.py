@@ -170,8 +170,8 @@ class GradingPipeline:
             fam.add_metric(list(key), float(n), exemplar=exemplars.get(key))
         yield fam
         fam = m.DSML_REASONS.family()
-        for key, n in sorted(reasons.items()):
-            fam.add_metric(list(key), float(n))
+        for reason_key, n in sorted(reasons.items()):
+            fam.add_metric(list(reason_key), float(n))
         yield fam
         for spec, values in ((m.DSML_DROPPED, dropped), (m.DSML_GRADING_ERRORS, errors)):
             fam = spec.family()
