@@ -16,8 +16,11 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from exporter import __version__
 from exporter.config import SidecarSettings
-from exporter.samplers.ingest import IngestError, parse_body
+from exporter.samplers.ingest import IngestError, parse_buffer
 from exporter.sidecar import Sidecar
+
+INGEST_READ_SECONDS = 30
+"""A POST body must arrive within this time: a slow sender cannot hold an ingest slot."""
 
 
 def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: Any) -> FastAPI:
@@ -86,7 +89,18 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
                 headers={"Retry-After": "1"},
             )
         async with ingest_slots:
-            raw = await _read_limited(request, settings.ingest_max_bytes)
+            try:
+                raw = await asyncio.wait_for(
+                    _read_limited(request, settings.ingest_max_bytes), INGEST_READ_SECONDS
+                )
+            except asyncio.TimeoutError:
+                return JSONResponse(
+                    {
+                        "error": f"body not received within {INGEST_READ_SECONDS} s",
+                        "reason": "too_slow",
+                    },
+                    status_code=408,
+                )
             if raw is None:
                 return JSONResponse(
                     {
@@ -96,10 +110,9 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
                     status_code=413,
                 )
             try:
-                parsed = await asyncio.to_thread(parse_body, raw)
+                parsed = await asyncio.to_thread(parse_buffer, raw)
             except IngestError as exc:
                 return JSONResponse({"error": str(exc), "reason": exc.reason}, exc.status)
-            del raw
         accepted = sum(sc.pipeline.submit(s) for s in parsed.samples)
         status = 200 if parsed.samples else 400
         return JSONResponse(
@@ -167,18 +180,18 @@ def _unauthorized() -> JSONResponse:
     )
 
 
-async def _read_limited(request: Request, limit: int) -> bytes | None:
-    """Read the body, giving up (None) once it exceeds ``limit`` bytes."""
+async def _read_limited(request: Request, limit: int) -> bytearray | None:
+    """Read the body into one buffer (no joined copy), giving up (None) once it exceeds
+    ``limit`` bytes."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         return None
-    chunks, size = [], 0
+    body = bytearray()
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return body
 
 
 class MetricsEndpoint:

@@ -112,7 +112,7 @@ class SidecarSettings(BaseSettings):
         32 << 20, ge=1 << 20, description="Bytes the samples waiting for the grader hold, max."
     )
     ingest_concurrency: int = Field(
-        2, ge=1, le=64, description="POST /api/v1/samples bodies read at once; more get 429."
+        1, ge=1, le=64, description="POST /api/v1/samples bodies read at once; more get 429."
     )
     samples_max_bytes: int = Field(
         8 << 20, ge=1 << 20, description="Bytes the stored bad samples hold, max (oldest go)."

@@ -50,7 +50,22 @@ class Parsed:
     rejected: list[Rejected] = field(default_factory=list)
 
 
-def parse_body(raw: bytes, *, max_bytes: int | None = None) -> Parsed:
+def parse_buffer(buffer: bytearray) -> Parsed:
+    """Parse a request body read into ``buffer``, consuming it: the buffer is emptied as soon
+    as its text is decoded, so the raw bytes, the text and the decoded JSON never all exist
+    at once (a body's worst case is its text plus its JSON, not three copies)."""
+    try:
+        text = buffer.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise IngestError(
+            "invalid_json", f"body is not valid JSON: invalid UTF-8 at byte {exc.start}"
+        ) from None
+    finally:
+        buffer.clear()
+    return parse_body(text)
+
+
+def parse_body(raw: bytes | str, *, max_bytes: int | None = None) -> Parsed:
     try:
         body = loads_bounded(raw, max_bytes=max_bytes, max_depth=BODY_MAX_DEPTH)
     except SampleError as exc:

@@ -183,3 +183,21 @@ def test_oversized_text_sample_is_graded_on_head_and_tail_and_counted() -> None:
         wait_for(lambda: graded(sc.url) == 1, timeout=60)
         assert reason_count(sc.url, "oversized") == 1
         assert reason_count(sc.url, "tag_unknown") == 1  # the head was graded
+
+
+def test_a_slow_body_gets_408_and_frees_the_ingest_slot(monkeypatch) -> None:
+    import socket
+
+    import exporter.app
+
+    monkeypatch.setattr(exporter.app, "INGEST_READ_SECONDS", 0.5)
+    with sidecar() as sc:
+        with socket.create_connection(("127.0.0.1", sc.port), timeout=10) as s:
+            s.sendall(
+                b"POST /api/v1/samples HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n" + b'{"text": "'  # and then nothing
+            )
+            head = s.recv(65536)
+        assert head.startswith(b"HTTP/1.1 408") and b"too_slow" in head
+        r = httpx.post(sc.url + SAMPLES, json={"text": GOOD}, timeout=10)
+        assert r.status_code == 200
