@@ -46,6 +46,8 @@ class SampleError(ValueError):
     the message says what is wrong and how to fix it, and never quotes the sample."""
 
     def __init__(self, reason: str, message: str) -> None:
+        if reason not in ERROR_REASONS:
+            raise ValueError(f"undocumented sample error reason {reason!r}")
         super().__init__(message)
         self.reason = reason
 

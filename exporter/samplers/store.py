@@ -163,9 +163,5 @@ class SampleStore:
         items.reverse()  # newest first
         return [i.to_json() for i in items[: limit or len(items)]]
 
-    @property
-    def bytes(self) -> int:
-        return self._bytes
-
     def __len__(self) -> int:
         return len(self._items)

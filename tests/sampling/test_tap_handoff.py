@@ -28,6 +28,23 @@ pytestmark = pytest.mark.e2e
 CHAT = "/v1/chat/completions"
 
 
+def _tap_sidecar(upstream_port: int, **over: object) -> Sidecar:
+    """A sidecar whose tap samples every exchange, in front of the fake upstream."""
+    return Sidecar(
+        load_settings(
+            {
+                "sglang_url": f"http://127.0.0.1:{upstream_port}",
+                "gpu_backend": "fake",
+                "canary": False,
+                "tap_port": 0,
+                "tap_host": "127.0.0.1",
+                "tap_sample_rate": 1.0,
+                **over,
+            }
+        )
+    )
+
+
 def _tap_graded(sc: Sidecar) -> int:
     return sum(n for (source, _, _), n in sc.pipeline.samples.items() if source == "tap")
 
@@ -36,18 +53,7 @@ def test_only_complete_200_answers_are_sampled_and_every_sampled_one_is_graded()
     async def scenario() -> None:
         fake = FakeUpstream()
         port = await fake.start()
-        sc = Sidecar(
-            load_settings(
-                {
-                    "sglang_url": f"http://127.0.0.1:{port}",
-                    "gpu_backend": "fake",
-                    "canary": False,
-                    "tap_port": 0,
-                    "tap_host": "127.0.0.1",
-                    "tap_sample_rate": 1.0,
-                }
-            )
-        )
+        sc = _tap_sidecar(port)
         await sc.start()
         try:
             tap_port = sc.tap.port
@@ -80,18 +86,7 @@ def test_a_full_grading_queue_is_counted_by_the_tap_as_queue_full() -> None:
     async def scenario() -> None:
         fake = FakeUpstream()
         port = await fake.start()
-        settings = load_settings(
-            {
-                "sglang_url": f"http://127.0.0.1:{port}",
-                "gpu_backend": "fake",
-                "canary": False,
-                "tap_port": 0,
-                "tap_host": "127.0.0.1",
-                "tap_sample_rate": 1.0,
-                "grading_queue": 1,
-            }
-        )
-        sc = Sidecar(settings)
+        sc = _tap_sidecar(port, grading_queue=1)
         await sc.tap.start("127.0.0.1", 0)  # the tap alone: the grader thread is not running
         try:
             for i in range(3):
