@@ -45,11 +45,10 @@ _PARAM_VALUE_END = "(?=<[/\uff5c|]|\\Z)"
 
 @dataclass(frozen=True)
 class Rule:
-    """One compiled pattern and what replaces a match."""
+    """One redaction: ``apply`` takes a text and returns it with this rule's matches masked."""
 
     name: str
-    pattern: re.Pattern[str]
-    replace: Callable[[re.Match[str]], str]
+    apply: Callable[[str], str]
 
 
 def _mask(_m: re.Match[str]) -> str:
@@ -61,9 +60,25 @@ def _keep_prefix(m: re.Match[str]) -> str:
     return m.group(1) + MASK
 
 
-def _pem(m: re.Match[str]) -> str:
-    label = m.group(1)
-    return f"-----BEGIN {label}-----{MASK}-----END {label}-----"
+_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,40})-----")
+
+
+def _mask_pem(text: str) -> str:
+    """Mask every PEM block's body, to its ``END`` line or, when that was cut off, to the end
+    of the text. Plain ``find`` from one block to the next keeps it linear."""
+    out: list[str] = []
+    pos = 0
+    while (m := _PEM_BEGIN.search(text, pos)) is not None:
+        label = m.group(1)
+        end_line = f"-----END {label}-----"
+        end = text.find(end_line, m.end())
+        out.append(text[pos : m.start()])
+        out.append(f"-----BEGIN {label}-----{MASK}{end_line}")
+        if end < 0:
+            return "".join(out)
+        pos = end + len(end_line)
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _basic(m: re.Match[str]) -> str:
@@ -93,15 +108,12 @@ def luhn_ok(digits: str) -> bool:
 
 
 def _rule(name: str, pattern: str, replace: Callable[[re.Match[str]], str] = _mask) -> Rule:
-    return Rule(name, re.compile(pattern), replace)
+    compiled = re.compile(pattern)
+    return Rule(name, lambda text: compiled.sub(replace, text))
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (
-    _rule(
-        "pem",
-        r"-----BEGIN ([A-Z0-9 ]{1,40})-----[\s\S]*?(?:-----END \1-----|\Z)",
-        _pem,
-    ),
+    Rule("pem", _mask_pem),
     # DSML parameter values under a secret-named parameter (V3.2 and V4 grammars).
     _rule(
         "dsml_parameter",
@@ -135,7 +147,12 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     _rule("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
     _rule("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
     _rule("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    _rule("email", r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"),
+    # local part at most 64 characters (RFC 5321), tried only where a run starts: linear
+    _rule(
+        "email",
+        r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}"
+        r"\.[A-Za-z]{2,24}\b",
+    ),
     # key=value and key: value outside JSON quotes (env files, logs, command lines).
     _rule(
         "key_value",
@@ -157,5 +174,5 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         for rule in self.rules:
-            text = rule.pattern.sub(rule.replace, text)
+            text = rule.apply(text)
         return text

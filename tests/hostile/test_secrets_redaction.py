@@ -8,6 +8,7 @@ text cap."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -170,3 +171,38 @@ def test_no_secret_comes_back_from_the_samples_endpoint() -> None:
     assert any(s.get("detail") for i in items for s in i["spans"])  # details were kept, masked
     assert MASK in body
     assert "hunter2pw" not in metrics and "abcdefghijklmnop" not in metrics  # exemplars
+
+
+ADVERSARIAL = {
+    "letters": "a",
+    "word_runs": "a_",
+    "at_signs": "a@",
+    "pem_begins": "-----BEGIN X-----\n",
+    "json_keys": '"password": "',
+    "escaped_json_keys": '\\"password\\": \\"',
+    "dsml_parameters": 'parameter name="password">',
+    "digits": "4 ",
+    "key_equals": "password=",
+    "url_userinfo": "http://a:",
+    "basic": "Basic ",
+}
+
+
+def _seconds(redactor: Redactor, text: str) -> float:
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.thread_time()
+        redactor(text)
+        best = min(best, time.thread_time() - t0)
+    return best
+
+
+@pytest.mark.parametrize("shape", sorted(ADVERSARIAL))
+def test_redaction_time_grows_linearly(shape: str) -> None:
+    redactor = Redactor()
+    unit = ADVERSARIAL[shape]
+    small = unit * (20_000 // len(unit))
+    large = unit * (80_000 // len(unit))
+    t_small, t_large = _seconds(redactor, small), _seconds(redactor, large)
+    # 4x the input: linear is ~4x, quadratic 16x; the floor absorbs timer noise on tiny times
+    assert t_large <= 8 * max(t_small, 0.002), (t_small, t_large)
