@@ -124,8 +124,10 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
             status_code=status,
         )
 
-    @app.get("/api/v1/samples")
-    async def samples(request: Request, limit: int = 50, verdict: str | None = None):
+    @app.get("/api/v1/samples", response_model=None)
+    async def samples(
+        request: Request, limit: int = 50, verdict: str | None = None
+    ) -> JSONResponse | dict[str, Any]:
         """Recent degenerate/suspect samples (redacted, truncated); bearer token required."""
         # A mounted Secret can rotate: read it per request, in a thread, not on the loop.
         token = await asyncio.to_thread(settings.samples_token_value)
