@@ -2,7 +2,8 @@
 
 Usage from the sidecar app (same event loop)::
 
-    tap = Tap(TapConfig(upstream="http://127.0.0.1:30000", sample_rate=0.05), on_sample=grade)
+    tap = Tap(TapConfig(upstream="http://127.0.0.1:30000", sample_rate=0.05),
+              on_sample=TapHandoff(pipeline))  # a Handoff: straight into the grading queue
     port = await tap.start("0.0.0.0", 30001)
     registry.register(tap)          # or yield from tap.collect() in the app's collector
     ...
@@ -13,7 +14,7 @@ sampling and grading run beside the byte path and fail open.
 """
 
 from exporter.samplers.tap.config import TapConfig
-from exporter.samplers.tap.sampling import Sample, Sampler
+from exporter.samplers.tap.sampling import CapturedExchange, Handoff, Sample, Sampler
 from exporter.samplers.tap.server import Tap
 
-__all__ = ["Sample", "Sampler", "Tap", "TapConfig"]
+__all__ = ["CapturedExchange", "Handoff", "Sample", "Sampler", "Tap", "TapConfig"]
