@@ -31,7 +31,7 @@ from exporter.samplers.store import SampleStore
 log = logging.getLogger(__name__)
 
 SOURCES = ("canary", "tap", "ingest")
-DEFAULT_QUEUE_BYTES = 64 << 20
+DEFAULT_QUEUE_BYTES = 32 << 20  # the grading_queue_bytes setting's default
 
 # An exemplar label leaves the process on every scrape: only identifier-shaped request ids
 # (what SGLang and gateways generate) are attached, anything else is left off.
