@@ -151,7 +151,7 @@ def _compile(schema: object, depth: int) -> Check:
         [k for k in raw_required if isinstance(k, str)] if isinstance(raw_required, list) else []
     )
     raw_extra = schema.get("additionalProperties", True)
-    closed = raw_extra is False and bool(props)
+    closed = raw_extra is False
     extra = _compile(raw_extra, depth + 1) if isinstance(raw_extra, Mapping) else None
     items = (
         _compile(schema["items"], depth + 1) if isinstance(schema.get("items"), Mapping) else None
