@@ -323,12 +323,12 @@ def analyze_content(
     return ContentPart(parsed, not text[:body_end].strip())
 
 
-_PARTIAL = re.compile(f"</?{m.BAR}[^{m.BAR}<>\\s]{{0,64}}\\Z")
+_PARTIAL = re.compile(f"</?(?:{m.BAR}[^{m.BAR}<>\\s]{{0,64}})?\\Z")
 
 
 def partial_marker_at(text: str, end: int) -> int:
     """Where ``text[:end]`` ends in the first characters of a DSML tag or special token
-    (``<｜``, ``<｜DS``, ``</｜DSM``, ``<｜end▁of``), or -1.
+    (``<``, ``</``, ``<｜``, ``<｜DS``, ``</｜DSM``, ``<｜end▁of``), or -1.
 
     SGLang's streaming detector holds such a tail back waiting for the rest, then releases it
     as content when the stream ends; the non-streaming parser returns it as content. A tail that

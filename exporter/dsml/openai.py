@@ -27,6 +27,7 @@ from exporter.dsml.grader import (
 )
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall
 from exporter.dsml.schema import ToolSet
+from exporter.dsml.soup import find_soup
 from exporter.dsml.streaming import HeadTail, TextDecoder
 from exporter.dsml.structure import name_problem, strict_json
 from exporter.dsml.textcheck import check_text, control_in
@@ -484,6 +485,12 @@ def _check_call(
         hit = control_in(leaf)
         if hit:
             add("control_chars", name_end, end, f"{hit} in a decoded argument value")
+            usable = False
+            break
+    for leaf in _strings(args):
+        soup = find_soup(leaf)
+        if soup is not None:
+            add("token_soup", name_end, end, f"{soup[2]} pieces in a decoded argument value")
             usable = False
             break
     spec = tools.get(call.name) if tools is not None else None
