@@ -80,15 +80,17 @@ def _decode_tap(sample: Sample) -> Sample:
     return replace(sample, response=decoded, tools=tools, response_body=None)
 
 
-def grade(sample: Sample) -> Any:
-    """Grade a sample with the DSML grader (raises only on a grader bug)."""
+def grade(sample: Sample, dialect: str | None = None) -> Any:
+    """Grade a sample with the DSML grader (raises only on a grader bug). ``dialect``: the
+    deployment's (exporter.dsml.dialect), used when the sample does not name its grammar."""
     if sample.response_body is not None:
         sample = _decode_tap(sample)
+    grammar = sample.grammar or dialect
     if sample.response is not None:
-        return grade_openai_response(sample.response, tools=sample.tools, grammar=sample.grammar)
+        return grade_openai_response(sample.response, tools=sample.tools, grammar=grammar)
     return grade_text(
         sample.text or "",
-        grammar=sample.grammar,
+        grammar=grammar,
         finish_reason=sample.finish_reason,
         tools=sample.tools,
     )
@@ -105,6 +107,8 @@ class GradingPipeline:
         self._queue: queue.Queue[Sample | None] = queue.Queue(maxsize=max_pending)
         self._lock = threading.Lock()
         self._on_change = on_change or (lambda: None)
+        # The deployment's DSML dialect, asked per sample (the sidecar learns it from SGLang).
+        self.dialect: Callable[[], str | None] = lambda: None
         self.samples = {(s, v, b): 0 for s in SOURCES for v in VERDICTS for b in BUCKET_LABELS}
         self.reasons = {(s, r): 0 for s in SOURCES for r in REASONS}
         self.dropped = dict.fromkeys(SOURCES, 0)
@@ -157,7 +161,7 @@ class GradingPipeline:
     def grade_now(self, sample: Sample) -> Any:
         """Grade and count one sample in the calling thread."""
         try:
-            result = grade(sample)
+            result = grade(sample, self.dialect())
         except Exception:
             log.exception("grader raised on a %s sample (text not logged)", sample.source)
             with self._lock:

@@ -16,7 +16,7 @@ from typing import Any
 from exporter.samplers.grading import Sample
 
 MAX_BATCH = 1000
-GRAMMARS = ("v4", "v3.2")
+GRAMMARS = ("v4", "v4.1", "v3.2")
 
 
 class IngestError(ValueError):

@@ -28,12 +28,12 @@ DOC = (ROOT / "docs" / "dsml-grading.md").read_text(encoding="utf-8")
 # Damage ops the grader flags although SGLang hands the client the same content and calls.
 STRICTER = {
     "lenient.json_body": "an invoke body of JSON (SGLang's 'format 2') is not what the models emit",
-    "lenient.space_before_gt": "`name=\"x\" >` is not the trained spelling",
+    "lenient.space_before_gt": '`name="x" >` is not the trained spelling',
     "lenient.indent": "indentation between tags is not the trained layout",
     "stray.after_block": "text after the closing block: SGLang drops it silently",
     "stray.partial_marker": "a partial marker after a closed block: dropped with the tail",
     "stray.between_invokes": "prose between invokes: SGLang skips it",
-    "attr.flag_yes": "string=\"yes\": SGLang parses the value as JSON or keeps the string",
+    "attr.flag_yes": 'string="yes": SGLang parses the value as JSON or keeps the string',
     "attr.dup_param": "a repeated parameter: SGLang keeps the last one",
 }
 
