@@ -178,8 +178,74 @@ def run(quick: bool) -> str:
         f"and mojibake screens pass, exact passes run): grade_text {multi_mb / multi_cpu:,.1f} "
         "MB/s (CPU).",
         "",
+        _versus_detector(quick, texts),
+        "",
         _adversarial(quick),
     ]
+    return "\n".join(lines)
+
+
+def _versus_detector(quick: bool, texts: list[str]) -> str:
+    """The grader against SGLang 0.5.23's own DeepSeek detector parse, same bytes, one run.
+
+    The detector's work per response is what ``FunctionCallParser.parse_non_stream`` does:
+    a new detector, ``has_tool_call``, ``detect_and_parse`` with the request's tools. Both get
+    the whole raw text (the detector finds no DSML in clean reasoning, so its result is the
+    one it gives on content alone). Repeats are interleaved; the median CPU time is kept."""
+    from tests.dsml import sglang_oracle as oracle
+    from tests.dsml.diff_corpus import TOOLS as DIFF_TOOLS
+    from tests.dsml.diff_corpus import build
+
+    detectors = oracle.load()
+    corpus = build(clean_per_dialect=100 if quick else 300)
+    diff_tools, diff_toolset = oracle.tools_of(DIFF_TOOLS), ToolSet.from_any(DIFF_TOOLS)
+    bench_tools = oracle.tools_of(TOOL_OBJECTS)
+    sets = {
+        "clean ~4 KiB outputs (v4, multilingual reasoning)": [
+            (t, "v4", "stop", bench_tools, TOOLS) for t in texts
+        ],
+        "differential corpus, clean (3 dialects, 0.1-2 KiB)": [
+            (i.text, i.dialect, i.finish_reason, diff_tools, diff_toolset)
+            for i in corpus
+            if i.op == "clean"
+        ],
+        "differential corpus, damaged (12 damage classes)": [
+            (i.text, i.dialect, i.finish_reason, diff_tools, diff_toolset)
+            for i in corpus
+            if i.op != "clean"
+        ],
+    }
+
+    def detector(item: tuple) -> None:
+        text, dialect, _finish, sg_tools, _ts = item
+        det = detectors[dialect]()
+        det.has_tool_call(text)
+        det.detect_and_parse(text, sg_tools)
+
+    def grader(item: tuple) -> None:
+        text, dialect, finish, _sg, toolset = item
+        grade_text(text, grammar=dialect, finish_reason=finish, tools=toolset)
+
+    lines = [
+        "Against SGLang's own parser, same inputs, one run (SGLang 0.5.23 "
+        "`DeepSeekV32/V4/V41Detector`: new detector + `has_tool_call` + `detect_and_parse` with "
+        "the request's tools, i.e. `parse_non_stream`; median of 3 interleaved repeats, CPU "
+        "time; the grader also checks reasoning, text and schemas):",
+        "",
+        "| inputs | items | MB | SGLang detector MB/s | grader MB/s | grader speed / detector |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, items in sets.items():
+        size = sum(len(it[0].encode()) for it in items) / 1e6
+        det_t, gr_t = [], []
+        for _ in range(3):
+            det_t.append(sum(_time_each(detector, items)[0]))
+            gr_t.append(sum(_time_each(grader, items)[0]))
+        d, g = statistics.median(det_t), statistics.median(gr_t)
+        lines.append(
+            f"| {name} | {len(items)} | {size:.2f} | {size / d:,.1f} | {size / g:,.1f} | "
+            f"{d / g:.2f}x |"
+        )
     return "\n".join(lines)
 
 
