@@ -344,7 +344,8 @@ def grade_tool_calls(
             if isinstance(call, tuple | list) and len(call) == 2:
                 name, args = call
             elif isinstance(call, Mapping):
-                fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+                raw = call.get("function")
+                fn: Mapping[str, Any] = raw if isinstance(raw, Mapping) else call
                 name, args = fn.get("name"), fn.get("arguments")
             else:
                 return error_result("a tool call must be an object or a (name, arguments) pair")
