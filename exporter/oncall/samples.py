@@ -134,7 +134,7 @@ def grade_line(obj: Any) -> Result | None:
     """Grade one decoded JSONL line of any accepted shape; None when it is not a sample."""
     if not isinstance(obj, dict):
         return None
-    grammar = obj.get("grammar") if obj.get("grammar") in ("v4", "v3.2") else None
+    grammar = obj.get("grammar") if obj.get("grammar") in ("v4", "v4.1", "v3.2") else None
     tools = obj.get("tools") if isinstance(obj.get("tools"), list) else None
     if "choices" in obj:
         return grade_openai_response(obj, tools=tools, grammar=grammar)
