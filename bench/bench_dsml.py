@@ -37,7 +37,7 @@ def samples(n: int, seed: int = 11, *, languages: int = 2) -> list[str]:
     """Clean outputs of about 4 KiB: a corpus call with reasoning paragraphs before it, drawn
     from English and ``languages - 1`` other languages (an answer is rarely in more)."""
     rng = random.Random(seed)
-    calls = [c for c in corpus() if c.label.startswith("call-v4")]
+    calls = [c for c in corpus() if c.label.startswith("call-v4-")]
     others = sorted(set(PROSE) - {"en"})
     out = []
     for _ in range(n):
