@@ -188,54 +188,16 @@ def _canonical(mt: re.Match[str]) -> Tag:
     start, end = mt.span()
     closing = slash == "/"
     spaced = sp == " "
-    # fast paths: the one canonical spelling of each tag (most tags of a well-formed block)
+    # fast path: the one canonical spelling of each tag (most tags of a well-formed block)
     if not closing and name == m.PARAMETER:
-        if aname is not None and aflag in ("true", "false") and not selfc:
-            return Tag(
-                start,
-                end,
-                False,
-                name,
-                "canonical",
-                True,
-                False,
-                aname,
-                aflag,
-                (),
-                "parameter",
-                spaced,
-            )
+        fast = aname is not None and aflag in ("true", "false") and not selfc
     elif not closing and name == m.INVOKE:
-        if aname is not None and aflag is None:
-            return Tag(
-                start,
-                end,
-                False,
-                name,
-                "canonical",
-                True,
-                bool(selfc),
-                aname,
-                None,
-                (),
-                "invoke",
-                spaced,
-            )
-    elif aname is None and aflag is None and not selfc:
-        return Tag(
-            start,
-            end,
-            closing,
-            name,
-            "canonical",
-            True,
-            False,
-            None,
-            None,
-            (),
-            _KINDS[name],
-            spaced,
-        )
+        fast = aname is not None and aflag is None
+    else:
+        fast = aname is None and aflag is None and not selfc
+    if fast:
+        rest = (bool(selfc), aname, aflag, (), _KINDS[name], spaced)
+        return Tag(start, end, closing, name, "canonical", True, *rest)
     parsed = _check_attrs(name, closing, mt.group("attrs"), bool(selfc))
     return Tag(
         start,
