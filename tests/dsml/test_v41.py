@@ -73,3 +73,15 @@ def test_clean_v41_calls_are_extracted() -> None:
     assert [(c.name, c.arguments) for c in result.calls] == calls
     self_closing = render_completion("x", [("list_tasks", {})], grammar="v4.1", self_closing=True)
     assert grade_text(self_closing, grammar="v4.1").verdict == "well_formed"
+
+
+def test_streamed_v41_grades_as_whole() -> None:
+    from exporter.dsml import StreamingGrader
+
+    text = respell(TRIGGERS["json_invalid"][0].text or "") + "\n" + m.EOS
+    for size in (1, 3, 7, 64):
+        g = StreamingGrader(grammar="v4.1")
+        data = text.encode()
+        for i in range(0, len(data), size):
+            g.feed(data[i : i + size])
+        assert g.finish("stop") == grade_text(text, grammar="v4.1", finish_reason="stop")
