@@ -75,8 +75,12 @@ def run(items: list[Item]) -> dict[str, Any]:
         client = grade_openai_response(
             completion_of(item, ns), grammar=item.dialect, tools=toolset, thinking=None
         )
+        streamed = grade_openai_response(
+            completion_of(item, st), grammar=item.dialect, tools=toolset, thinking=None
+        )
         row: dict[str, Any] = {
             "client_verdict": client.verdict,
+            "client_stream_verdict": streamed.verdict,
             "key": item.key,
             "dialect": item.dialect,
             "op": item.op,
@@ -124,6 +128,12 @@ def summarize(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         ),
         "client_view_harmful_flagged": sum(
             1 for r in harmful if r["client_verdict"] not in OK_VERDICTS
+        ),
+        "client_stream_view_clean_flagged": sum(
+            1 for r in clean if r["client_stream_verdict"] not in OK_VERDICTS
+        ),
+        "client_stream_view_harmful_flagged": sum(
+            1 for r in harmful if r["client_stream_verdict"] not in OK_VERDICTS
         ),
         "client_view_missed_by_op": dict(
             Counter(r["op"] for r in harmful if r["client_verdict"] in OK_VERDICTS)

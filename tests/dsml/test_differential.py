@@ -66,6 +66,7 @@ def test_no_clean_output_is_flagged(summary: dict[str, Any]) -> None:
     assert summary["clean_flagged"] == []
     assert summary["clean_calls_mismatch"] == []
     assert summary["client_view_clean_flagged"] == 0
+    assert summary["client_stream_view_clean_flagged"] == 0
 
 
 def test_harmful_outputs_are_flagged(summary: dict[str, Any]) -> None:
