@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -185,19 +186,13 @@ def clean_item(rng: random.Random, dialect: str, key: str) -> Item:
 Damage = Callable[[random.Random, Item], Item | None]
 
 
+_TAG = re.compile(f"</?{B}DSML{B}[^>]*>")
+
+
 def _tags(item: Item) -> list[tuple[int, int]]:
-    """(start, end) of every DSML tag of the block (content part; offsets in ``item.text``)."""
+    """(start, end) of every DSML tag of the content part (offsets in ``item.text``)."""
     base = len(item.text) - len(item.content)
-    out, i = [], item.content.find("<" + B if "DSML" in item.content else "\0")
-    c = item.content
-    while i >= 0:
-        if c.startswith("DSML", i + 2) or c.startswith("DSML", i + 3):
-            end = c.find(">", i)
-            out.append((base + i, base + end + 1))
-            i = c.find("<", end)
-        else:
-            i = c.find("<", i + 1)
-    return out
+    return [(base + t.start(), base + t.end()) for t in _TAG.finditer(item.content)]
 
 
 def _edit(item: Item, op: str, text: str, finish: str | None = None) -> Item:
@@ -264,18 +259,17 @@ def loop(rng: random.Random, item: Item) -> Item | None:
 
 def _value_edit(rng: random.Random, item: Item, op: str, fn: Callable[[str], str]) -> Item | None:
     """Rewrite one string="true" parameter value."""
-    marker_ = 'string="true">'
-    closes = [m.parameter_close(item.dialect)]
+    opener = 'string="true">'
     base = len(item.text) - len(item.content)
     spots = []
-    i = item.content.find(marker_)
+    i = item.content.find(opener)
     while i >= 0:
-        spots.append(i + len(marker_))
-        i = item.content.find(marker_, i + 1)
+        spots.append(i + len(opener))
+        i = item.content.find(opener, i + 1)
     if not spots:
         return None
     s = rng.choice(spots)
-    e = item.content.find(closes[0], s)
+    e = item.content.find(m.parameter_close(item.dialect), s)
     value = item.content[s:e]
     s, e = s + base, e + base
     return _edit(item, op, item.text[:s] + fn(value) + item.text[e:])
