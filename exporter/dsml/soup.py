@@ -79,7 +79,22 @@ PIECES: frozenset[str] = frozenset(
 
 
 def find_soup(text: str) -> tuple[int, int, int] | None:
-    """(start, end, pieces) of the first run of ``SOUP_MIN_PIECES`` word pieces, or None."""
+    """(start, end, pieces) of the first run of ``SOUP_MIN_PIECES`` word pieces, or None.
+
+    Long values are read in windows (overlapping by more than a minimal run), so the word list
+    ``split`` builds stays small on a multi-megabyte value."""
+    for at in range(0, max(1, len(text)), _WINDOW):
+        hit = _soup_in(text[at : at + _WINDOW + _OVERLAP])
+        if hit is not None:
+            return hit[0] + at, hit[1] + at, hit[2]
+    return None
+
+
+_WINDOW = 1 << 16
+_OVERLAP = 256  # > SOUP_MIN_PIECES x the longest piece + separators
+
+
+def _soup_in(text: str) -> tuple[int, int, int] | None:
     words = text.split(" ")
     if len(words) < t.SOUP_MIN_PIECES:
         return None
