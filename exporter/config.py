@@ -83,6 +83,11 @@ class SidecarSettings(BaseSettings):
         "build's; unknown versions count as legacy, the conservative choice).",
     )
     # Sampling and grading
+    dsml_dialect: Literal["auto", "v3.2", "v4", "v4.1"] = Field(
+        "auto",
+        description="DSML dialect of the deployment's tool parser; auto: SGLang's "
+        "tool_call_parser, else the model's config.json, else each block's own spelling.",
+    )
     canary: bool = Field(True, description="Run the canary prober against sglang_url.")
     canary_interval: float = Field(30.0, gt=0, description="Seconds per round of canaries.")
     canary_concurrency: int = Field(2, ge=1, le=64, description="Canary requests in flight, max.")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import platform
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -19,6 +21,7 @@ from prometheus_client.core import Metric
 
 from exporter import __version__
 from exporter.config import SidecarSettings
+from exporter.dsml.dialect import resolve_dialect
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
 from exporter.samplers.canary import CanaryProber
@@ -91,6 +94,8 @@ class Sidecar:
             on_change=self.exposition.bump,
             max_pending_bytes=settings.grading_queue_bytes,
         )
+        self._model_config = _read_model_config(settings.model_config_path)
+        self.pipeline.dialect = lambda: self.dsml_dialect()[0]
         self.tap: Any = None
         if settings.tap_port is not None:
             from exporter.samplers.tap import Tap, TapConfig
@@ -123,6 +128,12 @@ class Sidecar:
         self.registry.register(_Collector(self))
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+
+    def dsml_dialect(self) -> tuple[str | None, str]:
+        """(the deployment's DSML dialect or None for auto, where it came from)."""
+        return resolve_dialect(
+            self.settings.dsml_dialect, self.sglang.tool_call_parser, self._model_config
+        )
 
     def _fake_nvml(self) -> Any:
         from exporter.sim.fake_nvml import GIB, FakeGpuSpec, FakeNvml
@@ -228,3 +239,15 @@ class _Collector:
         yield from sc.pipeline.collect()
         if sc.tap is not None:
             yield from sc.tap.collect()
+
+
+def _read_model_config(path: Path | None) -> dict[str, Any] | None:
+    """The model's config.json for the DSML dialect (read once at start-up; unreadable is
+    unknown: the footprint source reports a bad path, this only loses a hint)."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -61,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="use streaming (SSE) requests")
     p.add_argument("--max-tokens", type=int, default=1024, help="max_tokens of each request")
     p.add_argument("--prompts", type=Path, help="JSON list / JSON Lines of {messages, tools}")
-    p.add_argument("--grammar", choices=("v4", "v3.2"), default="v4", help="DSML grammar")
+    p.add_argument("--grammar", choices=("v4", "v4.1", "v3.2"), default="v4", help="DSML grammar")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
     p.add_argument(
         "--out", type=Path, help="keep every graded sample (redacted) in DIR/samples.jsonl"

@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON to FILE")
     p.add_argument(
         "--grammar",
-        choices=("auto", "v4", "v3.2"),
+        choices=("auto", "v4", "v4.1", "v3.2"),
         default="auto",
         help="grammar for lines that do not say (default: from the block's name)",
     )

@@ -44,7 +44,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("marker_damaged", "marker", "hard", "marker without `<`, bars missing or mixed"),
     ReasonSpec("marker_missing", "marker", "soft", "DSML tag written without the marker"),
     ReasonSpec("tag_unknown", "marker", "hard", "a DSML tag name that does not exist"),
-    ReasonSpec("grammar_unsupported", "marker", "soft", "spaced V4.1 dialect: not scored"),
+    ReasonSpec("dialect_mismatch", "marker", "hard", "block in a dialect the parser cannot read"),
     # --- structure: tags in the wrong place or order ----------------------------------------
     ReasonSpec("version_mismatch", "structure", "soft", "other grammar version's block/syntax"),
     ReasonSpec("bare_invoke", "structure", "hard", "invoke outside a block or param outside"),
@@ -75,6 +75,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("ngram_loop", "text", "hard", "the same unit repeated back to back"),
     ReasonSpec("symbol_salad", "text", "hard", "a long run of punctuation with no words"),
     ReasonSpec("script_mix", "text", "hard", "words of 3+ scripts switching mid-sentence"),
+    ReasonSpec("token_soup", "text", "hard", "a run of bare word pieces (suffixes, stems)"),
     ReasonSpec("replacement_char", "text", "soft", "U+FFFD in the output"),
     ReasonSpec("bpe_mojibake", "text", "hard", "byte-level BPE / double-encoded UTF-8"),
     ReasonSpec("control_chars", "text", "hard", "C0/C1 control characters"),

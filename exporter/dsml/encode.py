@@ -22,21 +22,24 @@ def render_value(value: Any) -> tuple[str, bool]:
     return json.dumps(value, ensure_ascii=False), False
 
 
-def render_invoke(name: str, arguments: Mapping[str, Any], *, self_closing: bool = False) -> str:
+def render_invoke(
+    name: str, arguments: Mapping[str, Any], *, self_closing: bool = False, grammar: str = "v4"
+) -> str:
     """One invoke; ``self_closing`` uses V4's ``<...invoke name="x"/>`` for zero arguments."""
     if not arguments and self_closing:
-        return m.invoke_self_closing(name)
-    lines = [m.invoke_open(name)]
+        return m.invoke_self_closing(name, grammar)
+    lines = [m.invoke_open(name, grammar)]
+    close = m.parameter_close(grammar)
     for key, value in arguments.items():
         text, is_string = render_value(value)
-        lines.append(f"{m.parameter_open(key, is_string)}{text}{m.PARAMETER_CLOSE}")
-    lines.append(m.INVOKE_CLOSE)
+        lines.append(f"{m.parameter_open(key, is_string, grammar)}{text}{close}")
+    lines.append(m.invoke_close(grammar))
     return "\n".join(lines)
 
 
 def render_block(calls: Iterable[Call], grammar: str = "v4", *, self_closing: bool = False) -> str:
     """The block with its canonical leading blank line: ``\\n\\n<block>\\n...\\n</block>``."""
-    invokes = [render_invoke(n, a, self_closing=self_closing) for n, a in calls]
+    invokes = [render_invoke(n, a, self_closing=self_closing, grammar=grammar) for n, a in calls]
     body = "\n".join(invokes)
     return f"\n\n{m.block_open(grammar)}\n{body}\n{m.block_close(grammar)}"
 

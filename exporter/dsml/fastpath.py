@@ -19,15 +19,27 @@ from exporter.dsml.structure import Parsed, name_problem, strict_json
 from exporter.dsml.tokens import has_events
 
 _OPEN = "<" + m.MARKER
-_INVOKE = f'<{m.MARKER}{m.INVOKE} name="'
-_PARAM = f'<{m.MARKER}{m.PARAMETER} name="'
 _TRUE = '" string="true">'
 _FALSE = '" string="false">'
-_PARAM_CLOSE = m.PARAMETER_CLOSE
-_INVOKE_CLOSE = m.INVOKE_CLOSE + "\n"
 _LT_BAR = "<" + m.BAR
-_N_INVOKE, _N_PARAM, _N_TRUE, _N_FALSE = len(_INVOKE), len(_PARAM), len(_TRUE), len(_FALSE)
-_N_PARAM_CLOSE, _N_INVOKE_CLOSE = len(_PARAM_CLOSE), len(_INVOKE_CLOSE)
+_N_TRUE, _N_FALSE = len(_TRUE), len(_FALSE)
+
+
+class _Spelling:
+    """The literal pieces of one grammar's block (V4.1 puts a space after every marker)."""
+
+    def __init__(self, grammar: str) -> None:
+        prefix = m.tag_prefix(grammar)
+        self.block_open = m.block_open(grammar) + "\n"
+        self.block_close = m.block_close(grammar)
+        self.invoke = f'<{prefix}{m.INVOKE} name="'
+        self.param = f'<{prefix}{m.PARAMETER} name="'
+        self.param_close = m.parameter_close(grammar)
+        self.invoke_close = m.invoke_close(grammar) + "\n"
+        self.self_closing = grammar != "v3.2"
+
+
+_SPELLINGS = {g: _Spelling(g) for g in m.GRAMMARS}
 
 
 def parse_canonical(
@@ -38,41 +50,46 @@ def parse_canonical(
     if lt < 0 or text.find("DSML") != lt + 2 or has_events(text, 0, lt):
         return None
     found = None
-    for version, name in m.BLOCK_NAMES.items():
-        if text.startswith(f"{_OPEN}{name}>\n", lt):
+    for version, sp in _SPELLINGS.items():
+        if text.startswith(sp.block_open, lt):
             found = version
     if found is None or (grammar is not None and grammar != found):
         return None
     if Quoting(text).covers(lt):
         return None
+    sp = _SPELLINGS[found]
     startswith, find = text.startswith, text.find
-    closer = m.block_close(found)
-    pos = lt + len(m.block_open(found)) + 1
+    closer = sp.block_close
+    invoke, param = sp.invoke, sp.param
+    param_close, invoke_close = sp.param_close, sp.invoke_close
+    n_invoke, n_param = len(invoke), len(param)
+    n_param_close, n_invoke_close = len(param_close), len(invoke_close)
+    pos = lt + len(sp.block_open)
     calls: list[ToolCall] = []
     values: list[tuple[int, int]] = []
-    while startswith(_INVOKE, pos):
+    while startswith(invoke, pos):
         start = pos
-        q = find('"', pos + _N_INVOKE, body_end)
+        q = find('"', pos + n_invoke, body_end)
         if q < 0:
             return None
-        name = text[pos + _N_INVOKE : q]
+        name = text[pos + n_invoke : q]
         if name_problem(name):
             return None
         args: dict[str, object] = {}
         if startswith('">\n', q):
             pos = q + 3
-            while startswith(_PARAM, pos):
-                q = find('"', pos + _N_PARAM, body_end)
+            while startswith(param, pos):
+                q = find('"', pos + n_param, body_end)
                 if q < 0:
                     return None
-                key = text[pos + _N_PARAM : q]
+                key = text[pos + n_param : q]
                 if startswith(_TRUE, q):
                     is_string, vstart = True, q + _N_TRUE
                 elif startswith(_FALSE, q):
                     is_string, vstart = False, q + _N_FALSE
                 else:
                     return None
-                vend = find(_PARAM_CLOSE, vstart, body_end)
+                vend = find(param_close, vstart, body_end)
                 if (
                     vend < 0
                     or key in args
@@ -90,15 +107,15 @@ def parse_canonical(
                         return None
                     args[key] = value
                 values.append((vstart, vend))
-                pos = vend + _N_PARAM_CLOSE
+                pos = vend + n_param_close
                 if not startswith("\n", pos):
                     return None
                 pos += 1
-            if not startswith(_INVOKE_CLOSE, pos):
+            if not startswith(invoke_close, pos):
                 return None
-            end = pos + _N_INVOKE_CLOSE - 1
+            end = pos + n_invoke_close - 1
             pos = end + 1
-        elif startswith('"/>\n', q) and found == "v4":
+        elif startswith('"/>\n', q) and sp.self_closing:
             end = q + 3
             pos = end + 1
         else:

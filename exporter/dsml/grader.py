@@ -6,6 +6,7 @@ differs only in where the channels come from.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from exporter.dsml import markers as m
@@ -14,6 +15,7 @@ from exporter.dsml.fastpath import parse_canonical
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet
+from exporter.dsml.soup import find_soup
 from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
 from exporter.dsml.textcheck import check_text
 from exporter.dsml.tokens import MAX_EVENTS, Special, Tag, Think, scan
@@ -26,16 +28,22 @@ _GRAMMAR_ALIASES = {
     "v3.2": "v3.2",
     "3.2": "v3.2",
     "v32": "v3.2",
+    "v4.1": "v4.1",
+    "4.1": "v4.1",
+    "v41": "v4.1",
 }
 _ASCII_EOS = f"<|end{m.LOW}of{m.LOW}sentence|>"
 _STOPS = ("stop", "tool_calls", "eos")
 
 
 def normalize_grammar(grammar: str | None) -> str | None:
-    """``v4`` | ``v3.2`` | None (auto: the first block's name decides). ValueError otherwise."""
+    """``v4`` | ``v4.1`` | ``v3.2`` | None (auto: the first block's name decides).
+
+    A given grammar is the deployment's dialect (the ``tool_call_parser`` SGLang runs): a block
+    in the other spelling is graded as what that parser returns. ValueError otherwise."""
     key = grammar.strip().lower() if isinstance(grammar, str) else grammar
     if key not in _GRAMMAR_ALIASES:
-        raise ValueError(f"unknown grammar {grammar!r}: use v4, v3.2 or auto")
+        raise ValueError(f"unknown grammar {grammar!r}: use v4, v4.1, v3.2 or auto")
     return _GRAMMAR_ALIASES[key]
 
 
@@ -50,6 +58,7 @@ def cut(text: str, max_chars: int | None) -> tuple[str, int | None, int]:
 
 
 PARAM_OPEN = f"<{m.MARKER}{m.PARAMETER}"
+PARAM_OPENS = (PARAM_OPEN, f"<{m.tag_prefix('v4.1')}{m.PARAMETER}")
 
 
 def reasoning_end(text: str, thinking: bool | None) -> int:
@@ -62,7 +71,8 @@ def reasoning_end(text: str, thinking: bool | None) -> int:
     at = text.find(m.THINK_CLOSE)
     if at < 0 or thinking is not None:
         return at
-    inside = text.rfind(PARAM_OPEN, 0, at) > text.rfind(m.PARAMETER_CLOSE, 0, at)
+    opened = max(text.rfind(p, 0, at) for p in PARAM_OPENS)
+    inside = opened > max(text.rfind(c, 0, at) for c in m.PARAMETER_CLOSES)
     return -1 if inside else at
 
 
@@ -283,10 +293,6 @@ def analyze_content(
     parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
     if parsed is None:
         events = scan(text)
-        if grammar is None and _spaced_dialect(events, body_end):
-            first = next(e for e in events if isinstance(e, Tag))
-            report("grammar_unsupported", first.start, first.end, "spaced DSML dialect (V4.1?)")
-            events = [e for e in events if not isinstance(e, Tag)]
         machine = Machine(
             text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
         )
@@ -300,22 +306,40 @@ def analyze_content(
             )
         inside[0] = False
     blocks.extend(parsed.blocks)
+    if finish_reason != "length":
+        frag = partial_marker_at(text, body_end)
+        if frag >= 0:
+            report("unbalanced", frag, body_end, "text ends in a partial marker")
     if parsed.open_at_end:  # the text ended inside a block
         blocks.append((parsed.open_block_start, len(text)))
     for code, a, b, detail in check_text(text):
         report(code, a, b, detail)
+    for a, b in parsed.values:  # tool-call values: where word-piece soup reaches a tool
+        soup = find_soup(text[a:b])
+        if soup is not None:
+            s, e, n = soup
+            sink.add("token_soup", a + s + base, a + e + base, block_channel, f"{n} pieces")
+            break
     return ContentPart(parsed, not text[:body_end].strip())
 
 
-def _spaced_dialect(events: list, body_end: int) -> bool:
-    """All DSML tags use the spaced marker with dialect names: another grammar, not scored."""
-    seen = False
-    for e in events:
-        if isinstance(e, Tag) and e.start < body_end:
-            if e.variant != "spaced" or e.name not in m.SPACED_DIALECT_NAMES:
-                return False
-            seen = True
-    return seen
+_PARTIAL = re.compile(f"</?(?:{m.BAR}[^{m.BAR}<>\\s]{{0,64}})?\\Z")
+
+
+def partial_marker_at(text: str, end: int) -> int:
+    """Where ``text[:end]`` ends in the first characters of a DSML tag or special token
+    (``<``, ``</``, ``<｜``, ``<｜DS``, ``</｜DSM``, ``<｜end▁of``), or -1.
+
+    SGLang's streaming detector holds such a tail back waiting for the rest, then releases it
+    as content when the stream ends; the non-streaming parser returns it as content. A tail that
+    already holds ``DSML`` is an unfinished tag, which the grammar pass reports."""
+    lt = text.rfind("<", max(0, end - 72), end)
+    if lt < 0:
+        return -1
+    mt = _PARTIAL.match(text[lt:end])
+    if mt is None or "DSML" in mt.group():
+        return -1
+    return lt
 
 
 def _end_reasons(

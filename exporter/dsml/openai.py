@@ -27,6 +27,7 @@ from exporter.dsml.grader import (
 )
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall
 from exporter.dsml.schema import ToolSet
+from exporter.dsml.soup import find_soup
 from exporter.dsml.streaming import HeadTail, TextDecoder
 from exporter.dsml.structure import name_problem, strict_json
 from exporter.dsml.textcheck import check_text, control_in
@@ -343,7 +344,8 @@ def grade_tool_calls(
             if isinstance(call, tuple | list) and len(call) == 2:
                 name, args = call
             elif isinstance(call, Mapping):
-                fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+                raw = call.get("function")
+                fn: Mapping[str, Any] = raw if isinstance(raw, Mapping) else call
                 name, args = fn.get("name"), fn.get("arguments")
             else:
                 return error_result("a tool call must be an object or a (name, arguments) pair")
@@ -484,6 +486,12 @@ def _check_call(
         hit = control_in(leaf)
         if hit:
             add("control_chars", name_end, end, f"{hit} in a decoded argument value")
+            usable = False
+            break
+    for leaf in _strings(args):
+        soup = find_soup(leaf)
+        if soup is not None:
+            add("token_soup", name_end, end, f"{soup[2]} pieces in a decoded argument value")
             usable = False
             break
     spec = tools.get(call.name) if tools is not None else None

@@ -34,8 +34,24 @@ class Quoting:
         self._line = (0, -1)  # [start, end) of the cached line
         self._spans: list[tuple[int, int]] = []
         self._span_starts: list[int] = []
+        self._floor_at: int | None = None
+
+    def _floor(self) -> int:
+        """Start of the line of the first backtick or tilde: every quoted region (a fence line,
+        indentation included, or a backtick span) starts there or later. Two ``str.find``s,
+        once, spare the fence scan for the common text that quotes nothing before a block."""
+        if self._floor_at is None:
+            text = self._text
+            found = [i for i in (text.find("`"), text.find("~")) if i >= 0]
+            if not found:
+                self._floor_at = len(text) + 1
+            else:
+                self._floor_at = text.rfind("\n", 0, min(found)) + 1
+        return self._floor_at
 
     def covers(self, pos: int) -> bool:
+        if pos < self._floor():
+            return False  # no backtick or tilde before pos: nothing can quote it
         if self._fences is None:
             self._fences = fence_regions(self._text)
             self._fence_starts = [a for a, _ in self._fences]

@@ -61,7 +61,8 @@ class ChannelSpan(NamedTuple):
     channel: str
     start: int
     end: int
-    index: int | None = None
+    # shadows tuple.index on purpose: the field name is part of the JSON the API returns
+    index: int | None = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)

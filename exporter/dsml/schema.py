@@ -86,7 +86,8 @@ def _spec_of(item: object) -> ToolSpec | None:
         return ToolSpec(item)
     if not isinstance(item, Mapping):
         return None
-    fn = item.get("function") if isinstance(item.get("function"), Mapping) else item
+    raw = item.get("function")
+    fn: Mapping[str, Any] = raw if isinstance(raw, Mapping) else item
     name = fn.get("name")
     if not isinstance(name, str):
         return None
@@ -151,7 +152,7 @@ def _compile(schema: object, depth: int) -> Check:
         [k for k in raw_required if isinstance(k, str)] if isinstance(raw_required, list) else []
     )
     raw_extra = schema.get("additionalProperties", True)
-    closed = raw_extra is False and bool(props)
+    closed = raw_extra is False
     extra = _compile(raw_extra, depth + 1) if isinstance(raw_extra, Mapping) else None
     items = (
         _compile(schema["items"], depth + 1) if isinstance(schema.get("items"), Mapping) else None
@@ -180,9 +181,9 @@ def _compile(schema: object, depth: int) -> Check:
                 if key not in value:
                     errors.append(f"{path}: missing required {key!r}")
             for key, item in value.items():
-                sub = props.get(key)
-                if sub is not None:
-                    sub(item, f"{path}.{key}", errors)
+                prop = props.get(key)
+                if prop is not None:
+                    prop(item, f"{path}.{key}", errors)
                 elif closed and key not in known:
                     errors.append(f"{path}: unexpected property {key!r}")
                 elif extra is not None and key not in known:

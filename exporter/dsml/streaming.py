@@ -178,7 +178,8 @@ class StreamingGrader:
         self._think = ThinkTracker()  # fed only when text is dropped (oversized streams)
         self._head_fed = False
         self._decoder = TextDecoder()
-        self._batch: list = []  # pieces of one type (str or bytes) not yet decoded
+        # pieces of one type (str or bytes) not yet decoded
+        self._batch: list[str | bytes | bytearray] = []
         self._batched = 0
 
     @property
@@ -199,7 +200,12 @@ class StreamingGrader:
         if not self._batch:
             return
         first = self._batch[0]
-        joined = "".join(self._batch) if isinstance(first, str) else b"".join(self._batch)
+        # feed() keeps a batch of one type: all str, or all bytes-like
+        joined: str | bytes
+        if isinstance(first, str):
+            joined = "".join(x for x in self._batch if isinstance(x, str))
+        else:
+            joined = b"".join(x for x in self._batch if not isinstance(x, str))
         self._batch.clear()
         self._batched = 0
         self._buf.append(self._decoder.decode(joined))

@@ -114,6 +114,8 @@ class Machine:
         self.state = OUT
         self.last = 0  # end of the previous structural tag (for gap checks)
         self.block: Tag | None = None
+        self.block_spaced: bool | None = None  # the open block's tag spelling (V4.1: spaced)
+        self.foreign = False  # the open block is in a dialect the deployment's parser misses
         self.block_start = 0
         self.block_invokes = 0
         self.implicit_block = False
@@ -188,6 +190,9 @@ class Machine:
         reason = _VARIANT_REASON.get(tag.variant)
         if reason:
             self.report(reason, tag.start, tag.end, "")
+        elif tag.spaced != self._expected_spacing(tag):
+            detail = "space after the marker" if tag.spaced else "V4.1 tag without its space"
+            self.report("marker_spaced", tag.start, tag.end, detail)
         if self.state == VALUE:
             self._tag_in_value(tag)
             return
@@ -204,6 +209,18 @@ class Machine:
         handler = (self._in_out, self._in_block, self._in_invoke)[self.state]
         handler(tag)
 
+    def _expected_spacing(self, tag: Tag) -> bool:
+        """How this tag should be spelled: a block name carries its dialect (``calls`` is V4.1,
+        spaced); inside a block every tag follows the block's opener; outside one, the grammar
+        in force (unspaced when none is known yet: V3.2 and V4 are the older dialects)."""
+        if tag.kind == "block":
+            return m.spaced(m.GRAMMAR_OF_BLOCK[tag.name])
+        if self.state in (BLOCK, INVOKE, VALUE) and self.block_spaced is not None:
+            return self.block_spaced
+        if self.grammar is not None:
+            return m.spaced(self.grammar)
+        return tag.spaced
+
     def _attr_problems(self, tag: Tag) -> None:
         for code, detail in tag.problems:
             self.report(code, tag.start, tag.end, detail)
@@ -215,11 +232,11 @@ class Machine:
             self._open_block(tag)
         elif tag.kind == "invoke":
             self.report("bare_invoke", tag.start, tag.end, "invoke outside a block")
-            self._implicit_block(tag.start)
+            self._implicit_block(tag.start, tag.spaced)
             self._open_invoke(tag)
         else:
             self.report("bare_invoke", tag.start, tag.end, "parameter outside an invoke")
-            self._implicit_block(tag.start)
+            self._implicit_block(tag.start, tag.spaced)
             self._implicit_invoke(tag.start)
             self._open_param(tag)
 
@@ -281,20 +298,29 @@ class Machine:
     # --- transitions -------------------------------------------------------------------------
     def _open_block(self, tag: Tag) -> None:
         found = m.GRAMMAR_OF_BLOCK[tag.name]
+        self.foreign = False
         if self.grammar is None:
             self.grammar = found
             self.out.grammar = found
+        elif m.spaced(found) != m.spaced(self.grammar):
+            # SGLang's detector for one spelling never sees the other's tags: the client gets
+            # the whole block as content and no tool call.
+            self.report("dialect_mismatch", tag.start, tag.end, f"{found} block in {self.grammar}")
+            self.foreign = True
         elif found != self.grammar:
             self.report("version_mismatch", tag.start, tag.end, f"{tag.name} in {self.grammar}")
         self.block = tag
+        self.block_spaced = m.spaced(found)
         self.block_start = tag.start
         self.block_invokes = 0
         self.implicit_block = False
         self.state = BLOCK
         self.last = tag.end
 
-    def _implicit_block(self, pos: int) -> None:
+    def _implicit_block(self, pos: int, spaced: bool) -> None:
         self.block = None
+        self.block_spaced = spaced
+        self.foreign = self.grammar is not None and spaced != m.spaced(self.grammar)
         self.block_start = pos
         self.block_invokes = 0
         self.implicit_block = True
@@ -308,6 +334,7 @@ class Machine:
         elif self.block_invokes == 0:
             self.report("empty_block", self.block_start, tag.end, "")
         self.out.blocks.append((self.block_start, tag.end))
+        self.block_spaced = None
         self.state = AFTER
         self.last = tag.end
 
@@ -321,7 +348,7 @@ class Machine:
         if tag.problems:
             inv.valid = False
         if tag.self_closing:
-            if (self.grammar or "v4") == "v3.2":
+            if (self.grammar or "v4") == "v3.2" and not self.block_spaced:
                 self.report("version_mismatch", tag.start, tag.end, "self-closing invoke in v3.2")
             self.invoke = inv
             self._close_invoke(tag.end, closed=True)
@@ -348,7 +375,7 @@ class Machine:
         if inv.partial or not inv.name:
             return
         self._check_call(inv, end)
-        if inv.valid and not self.implicit_block:
+        if inv.valid and not self.implicit_block and not self.foreign:
             self.out.calls.append(ToolCall(inv.name, inv.args, inv.start, end))
 
     def _check_call(self, inv: _Invoke, end: int) -> None:

@@ -67,6 +67,7 @@ def check_text(text: str) -> list[Hit]:
             detail = f"{'+'.join(mix.groups)}, {mix.switches} switches"
             hits.append(("script_mix", mix.start, mix.end, detail))
     hits.extend(_salad(text, screened))
+
     for loop in find_loops(text):
         hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
     return hits

@@ -64,6 +64,12 @@ SCRIPT_SPAN = 160
 SCRIPT_MAX_SWITCHES = 100_000
 """Switch points examined per channel (each costs Python time), so a 10 MB input stays fast."""
 
+# --- token_soup: bare word pieces strung together ---------------------------------------------
+SOUP_MIN_PIECES = 6
+"""Space-separated sub-word pieces (``ation``, ``ness``, ``ous``...) in a row: a list of suffixes
+in a linguistics answer separates them with commas or hyphens; six bare ones in a row is a
+decoder sampling continuation tokens."""
+
 # --- character-level leaks ----------------------------------------------------------------------
 MOJIBAKE_MIN_HITS = 2
 """Byte-level BPE or double-encoded UTF-8 sequences per channel: one could be a quoted example,

@@ -34,7 +34,10 @@ _LT_EVENTS = re.compile(
     # the lookahead rejects a "<" that cannot start any event before the branches are tried
     f"<(?=[/{_B}|tipf])(?:"
     # a canonical tag, matched whole (the common case in well-formed output)
-    rf"(?P<canon>(?P<slash>/?){_B}DSML{_B}(?P<name>tool_calls|function_calls|invoke|parameter)"
+    # (one space after the marker is V4.1's spelling of the same names; the machine decides
+    # whether the space belongs to the dialect in force or is damage)
+    rf"(?P<canon>(?P<slash>/?){_B}DSML{_B}(?P<sp> ?)"
+    r"(?P<name>tool_calls|function_calls|calls|invoke|parameter)"
     rf'(?P<attrs>(?: name="(?P<aname>[^"<>\n]{{0,256}})")?'
     rf'(?: string="(?P<aflag>[^"<>\n]{{0,16}})")?)'
     r"(?P<selfc>/?)>)"
@@ -69,6 +72,7 @@ class Tag:
     string_flag: str | None = None  # the string="..." attribute
     problems: tuple[tuple[str, str], ...] = ()  # (reason code, detail) about the attributes
     kind: TagKind = "unknown"  # from the name: see kind_of
+    spaced: bool = False  # one space between the marker and the name (V4.1's spelling)
 
 
 _KINDS: dict[str, TagKind] = {
@@ -178,24 +182,22 @@ def _lt_event(text: str, mt: re.Match[str]) -> Event | None:
 
 
 def _canonical(mt: re.Match[str]) -> Tag:
-    slash, name, aname, aflag, selfc = mt.group("slash", "name", "aname", "aflag", "selfc")
+    slash, sp, name, aname, aflag, selfc = mt.group(
+        "slash", "sp", "name", "aname", "aflag", "selfc"
+    )
     start, end = mt.span()
     closing = slash == "/"
-    # fast paths: the one canonical spelling of each tag (most tags of a well-formed block)
+    spaced = sp == " "
+    # fast path: the one canonical spelling of each tag (most tags of a well-formed block)
     if not closing and name == m.PARAMETER:
-        if aname is not None and aflag in ("true", "false") and not selfc:
-            return Tag(
-                start, end, False, name, "canonical", True, False, aname, aflag, (), "parameter"
-            )
+        fast = aname is not None and aflag in ("true", "false") and not selfc
     elif not closing and name == m.INVOKE:
-        if aname is not None and aflag is None:
-            return Tag(
-                start, end, False, name, "canonical", True, bool(selfc), aname, None, (), "invoke"
-            )
-    elif aname is None and aflag is None and not selfc:
-        return Tag(
-            start, end, closing, name, "canonical", True, False, None, None, (), _KINDS[name]
-        )
+        fast = aname is not None and aflag is None
+    else:
+        fast = aname is None and aflag is None and not selfc
+    if fast:
+        rest = (bool(selfc), aname, aflag, (), _KINDS[name], spaced)
+        return Tag(start, end, closing, name, "canonical", True, *rest)
     parsed = _check_attrs(name, closing, mt.group("attrs"), bool(selfc))
     return Tag(
         start,
@@ -207,6 +209,7 @@ def _canonical(mt: re.Match[str]) -> Tag:
         string_flag=parsed.flag,
         problems=tuple(parsed.problems),
         kind=_KINDS[name],
+        spaced=spaced,
     )
 
 
@@ -238,9 +241,10 @@ def _classify(text: str, d: int) -> Tag | None:
     nm = _NAME.match(text, j)
     name = nm.group() if nm else ""
     j = nm.end() if nm else j
-    if before == after == m.BAR and has_angle and not spaces:
-        variant: Variant = "canonical"  # canonical marker, non-canonical attributes
-    elif before == after == "|" and has_angle and not spaces:
+    if before == after == m.BAR and has_angle and spaces <= 1:
+        # canonical marker (one space: V4.1's spelling), non-canonical attributes or name
+        variant: Variant = "canonical"
+    elif before == after == "|" and has_angle and spaces <= 1:
         variant = "ascii"
     elif len(before) >= 2 or len(after) >= 2:
         variant = "doubled"
@@ -275,6 +279,7 @@ def _classify(text: str, d: int) -> Tag | None:
         parsed.flag,
         tuple(parsed.problems),
         kind_of(name),
+        spaces == 1 and variant in ("canonical", "ascii"),
     )
 
 

@@ -85,7 +85,7 @@ class GradingRequest:
     """One output to grade and what is known about it.
 
     ``size`` is the approximate memory the request holds, in bytes; the grading queue bounds
-    the sum of it. ``grammar`` is already normalised (``v4``, ``v3.2`` or None for auto).
+    the sum of it. ``grammar`` is already normalised (``v4``, ``v4.1``, ``v3.2`` or None for auto).
     """
 
     source: str
@@ -253,11 +253,11 @@ def _grammar(value: JsonValue, default: str | None) -> str | None:
     if value is None:
         return default
     if not isinstance(value, str):
-        raise SampleError("bad_field", "'grammar' must be a string: v4, v3.2 or auto")
+        raise SampleError("bad_field", "'grammar' must be a string: v4, v4.1, v3.2 or auto")
     try:
         return normalize_grammar(value)
     except ValueError:
-        raise SampleError("bad_field", "'grammar' must be one of v4, v3.2 or auto") from None
+        raise SampleError("bad_field", "'grammar' must be one of v4, v4.1, v3.2 or auto") from None
 
 
 def _tools(value: JsonValue) -> list[JsonValue] | JsonObject | None:
@@ -338,15 +338,20 @@ def resolve(request: GradingRequest) -> GradingRequest:
 # --- grading --------------------------------------------------------------------------------
 
 
-def grade(request: GradingRequest, *, max_chars: int = DEFAULT_MAX_CHARS) -> Result:
+def grade(
+    request: GradingRequest, *, max_chars: int = DEFAULT_MAX_CHARS, dialect: str | None = None
+) -> Result:
     """Grade one request with the DSML grader. Text longer than ``max_chars`` is graded on
-    its head and tail (reason ``oversized``), exactly like a chat completion's channels."""
+    its head and tail (reason ``oversized``), exactly like a chat completion's channels.
+    ``dialect`` is the deployment's (exporter.dsml.dialect), used when the sample does not
+    name its grammar: a block in another dialect is graded as what SGLang's parser returns."""
     request = resolve(request)
     output, tools = request.output, request.tools
+    grammar = request.grammar or dialect
     if isinstance(output, TextOutput):
         return grade_text(
             output.text,
-            grammar=request.grammar,
+            grammar=grammar,
             finish_reason=output.finish_reason,
             tools=tools,
             thinking=request.thinking,
@@ -355,7 +360,7 @@ def grade(request: GradingRequest, *, max_chars: int = DEFAULT_MAX_CHARS) -> Res
     assert not isinstance(output, ExchangeOutput)  # resolve() decoded it
     return grade_openai_response(
         output.response,
-        grammar=request.grammar,
+        grammar=grammar,
         tools=tools,
         thinking=request.thinking,
         max_chars=max_chars,

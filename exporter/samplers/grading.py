@@ -66,6 +66,8 @@ class GradingPipeline:
         self._on_change = on_change or (lambda: None)
         self.pending = 0
         self.pending_bytes = 0
+        # The deployment's DSML dialect, asked per sample (the sidecar learns it from SGLang).
+        self.dialect: Callable[[], str | None] = lambda: None
         self.samples = {(s, v, b): 0 for s in SOURCES for v in VERDICTS for b in BUCKET_LABELS}
         self.reasons = {(s, r): 0 for s in SOURCES for r in REASONS}
         self.dropped = dict.fromkeys(SOURCES, 0)
@@ -121,7 +123,7 @@ class GradingPipeline:
     def grade_now(self, request: GradingRequest) -> Result | None:
         """Grade and count one request in the calling thread."""
         try:
-            result = decode.grade(request, max_chars=self.max_chars)
+            result = decode.grade(request, max_chars=self.max_chars, dialect=self.dialect())
         except Exception:
             log.exception("grader raised on a %s sample (text not logged)", request.source)
             with self._lock:

@@ -124,6 +124,16 @@ def parse_server_info(d: Any) -> ServerFacts:
     )
 
 
+def tool_call_parser_of(d: Any) -> str | None:
+    """``tool_call_parser`` from a /server_info object (SGLang reports every server arg there),
+    or None when absent or not a string. Kept apart from :func:`parse_server_info`: only the
+    DSML grader needs it, and a missing or odd value must never fail the poll."""
+    if not isinstance(d, Mapping):
+        return None
+    value = d.get("tool_call_parser")
+    return value if isinstance(value, str) and value else None
+
+
 @dataclass(frozen=True)
 class LiveMetrics:
     """Values taken from SGLang's /metrics (absent ones stay None)."""
@@ -210,6 +220,7 @@ class SglangSource:
         self.health.errors = dict.fromkeys(ERROR_REASONS, 0)
         self.facts: ServerFacts | None = None
         self.live: LiveMetrics | None = None
+        self.tool_call_parser: str | None = None  # from the last good /server_info
         self._info_path = "/server_info"
         self._on_change = on_change or (lambda: None)
         self._session: aiohttp.ClientSession | None = None
@@ -257,9 +268,11 @@ class SglangSource:
         except (ValueError, UnicodeDecodeError):
             raise PollError("bad_json", f"GET {self._info_path} returned non-JSON") from None
         try:
-            return parse_server_info(data)
+            facts = parse_server_info(data)
         except ShapeError as exc:
             raise PollError("bad_shape", str(exc)) from None
+        self.tool_call_parser = tool_call_parser_of(data)
+        return facts
 
     async def poll_once(self) -> None:
         t0 = time.perf_counter()

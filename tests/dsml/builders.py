@@ -37,6 +37,19 @@ def invoke(name: str, *params: str, sep: str = "\n") -> str:
     return sep.join([inv(name), *params, INVOKE_CLOSE])
 
 
+def par41(name: str, value: str, string: bool = True) -> str:
+    """A V4.1 parameter (a space after every marker)."""
+    return f"{m.parameter_open(name, string, 'v4.1')}{value}{m.parameter_close('v4.1')}"
+
+
+def invoke41(name: str, *params: str) -> str:
+    return "\n".join([m.invoke_open(name, "v4.1"), *params, m.invoke_close("v4.1")])
+
+
+def block41(*invokes: str) -> str:
+    return f"\n\n{m.block_open('v4.1')}\n{chr(10).join(invokes)}\n{m.block_close('v4.1')}"
+
+
 def call(name: str, **args: Any) -> tuple[str, dict[str, Any]]:
     return name, args
 

@@ -288,7 +288,7 @@ def _args(rng: random.Random, name: str) -> dict[str, Any]:
 
 
 def corpus(seed: int = 20240611) -> Iterator[Case]:
-    """About 400 cases: answers, thinking answers, raw calls (both grammars), OpenAI shapes."""
+    """About 460 cases: answers, thinking answers, raw calls (all three dialects), OpenAI shapes."""
     rng = random.Random(seed)
     names = [t["function"]["name"] for t in TOOLS]
     for i in range(120):
@@ -342,3 +342,17 @@ def corpus(seed: int = 20240611) -> Iterator[Case]:
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
         }
         yield Case(f"openai-{i}", response=response, kwargs={"tools": TOOLS}, verdict="well_formed")
+    for i in range(60):  # V4.1 (spaced tags), graded with the dialect known or from the block
+        calls = [(n, _args(rng, n)) for n in rng.sample(names, rng.randint(1, 3))]
+        text = render_completion(
+            _prose(rng, n=1) if rng.random() < 0.7 else "",
+            calls,
+            reasoning=_prose(rng, n=2) if rng.random() < 0.5 else None,
+            grammar="v4.1",
+            eos=rng.random() < 0.5,
+            self_closing=rng.random() < 0.5,
+        )
+        kwargs = {"finish_reason": "stop", "tools": TOOLS}
+        if i % 2:
+            kwargs["grammar"] = "v4.1"
+        yield Case(f"call-v4.1-{i}", text, kwargs=kwargs, verdict="well_formed")

@@ -21,12 +21,15 @@ from tests.dsml.builders import (
     B,
     Case,
     block,
+    block41,
     call,
     completion,
     inv,
     invoke,
+    invoke41,
     openai_message,
     par,
+    par41,
     tool,
 )
 
@@ -39,6 +42,10 @@ TOOLS = [
     tool("list_dir", (), path="string", depth="integer"),
 ]
 FENCE = "```"
+V41 = "Checking." + block41(invoke41("ls", par41("path", ".")))
+V41_CLEAN_TEXT = V41
+NO_PROPS = {"ping": {"type": "object", "properties": {}, "additionalProperties": False}}
+SOUP = "ation ment ness ity ous ly"
 LONG = " ".join(f"word{i}" for i in range(400)) + "."
 
 TRIGGERS: dict[str, list[Case]] = {
@@ -57,6 +64,8 @@ TRIGGERS: dict[str, list[Case]] = {
             verdict="degenerate",
         ),
         Case("SugarPanel", f"Sure.\n\n<{B}DSML{B} SugarPanel>\n" + READ, kwargs={"grammar": "v4"}),
+        Case("unspaced invoke in v4.1", V41.replace(f"<{B}DSML{B} invoke", f"<{B}DSML{B}invoke")),
+        Case("double space in v4.1", V41.replace(f"<{B}DSML{B} invoke", f"<{B}DSML{B}  invoke")),
     ],
     "marker_damaged": [
         Case("no angle", GOOD.replace(f"<{B}DSML{B}invoke", f"{B}DSML{B}invoke")),
@@ -75,12 +84,13 @@ TRIGGERS: dict[str, list[Case]] = {
         Case("toolcall Read", f"OK.\n\n<{B}DSML{B}toolcall>Read the file"),
         Case("empty tag name", f"x <{B}DSML{B}> y"),
     ],
-    "grammar_unsupported": [
+    "dialect_mismatch": [
+        Case("v4.1 block, v4 deployment", V41, kwargs={"grammar": "v4"}),
+        Case("v4 block, v4.1 deployment", GOOD, kwargs={"grammar": "v4.1"}),
         Case(
-            "v4.1 spaced dialect",
-            f'Checking.\n\n<{B}DSML{B} calls>\n<{B}DSML{B} invoke name="ls">\n'
-            f"</{B}DSML{B} invoke>\n</{B}DSML{B} calls>",
-            verdict="suspect",
+            "v3.2 block, v4.1 deployment",
+            GOOD.replace(OPEN, OPEN32).replace(CLOSE, CLOSE32),
+            kwargs={"grammar": "v4.1"},
         ),
     ],
     "version_mismatch": [
@@ -115,6 +125,18 @@ TRIGGERS: dict[str, list[Case]] = {
         ),
         Case("ends inside a tag", GOOD[:40], kwargs={"finish_reason": "stop"}),
         Case("mismatched block closer", GOOD.replace(CLOSE, CLOSE32), kwargs={"grammar": "v4"}),
+        Case(
+            "partial marker at stop",
+            "Let me check.\n\n<" + B + "DS",
+            kwargs={"finish_reason": "stop"},
+        ),
+        Case("partial closer at stop", "Done.</" + B, kwargs={"finish_reason": "stop"}),
+        Case("v4.1 block never closed", V41[: V41.rindex("</")], kwargs={"finish_reason": "stop"}),
+        Case(
+            "v4.1 closed as v4",
+            V41.replace(f"</{B}DSML{B} calls>", CLOSE),
+            kwargs={"grammar": "v4.1"},
+        ),
     ],
     "orphan_closer": [
         Case("closer in prose", f"Done.{INVOKE_CLOSE} All good."),
@@ -190,6 +212,12 @@ TRIGGERS: dict[str, list[Case]] = {
             kwargs={"tools": TOOLS},
             verdict="suspect",
         ),
+        Case(
+            "argument for a closed tool with no properties",
+            completion("x", call("ping", host="a")),
+            kwargs={"tools": NO_PROPS},
+            verdict="suspect",
+        ),
     ],
     "dsml_in_reasoning": [
         Case("block in reasoning", "I will call" + block(READ) + "</think>Done."),
@@ -223,6 +251,10 @@ TRIGGERS: dict[str, list[Case]] = {
         Case("em-dash salad", "The result is " + "— , — . … ; ! ? " * 6 + "done"),
         Case("cjk punctuation flood", "结果是" + "。" * 40),
         Case("ascii punctuation mix", "ok " + ".,;:!?" * 6),
+    ],
+    "token_soup": [
+        Case("pieces in a value", "x" + block(invoke("search", par("q", SOUP)))),
+        Case("pieces in a v4.1 value", "x" + block41(invoke41("search", par41("q", "a " + SOUP)))),
     ],
     "script_mix": [
         Case(
@@ -281,11 +313,8 @@ NEAR_MISSES: dict[str, list[Case]] = {
         Case("fullwidth bars in prose", f"选项A{B}{B}选项B", verdict="no_tool_call"),
     ],
     "marker_spaced": [
-        Case(
-            "spaced dialect, grammar unknown",
-            TRIGGERS["grammar_unsupported"][0].text or "",
-            verdict="suspect",
-        ),
+        Case("v4.1 dialect, grammar unknown", V41, verdict="well_formed"),
+        Case("v4.1 dialect, grammar v4.1", V41, kwargs={"grammar": "4.1"}, verdict="well_formed"),
         Case("canonical", GOOD, verdict="well_formed"),
     ],
     "marker_damaged": [
@@ -322,13 +351,14 @@ NEAR_MISSES: dict[str, list[Case]] = {
             verdict="truncated",
         ),
     ],
-    "grammar_unsupported": [
-        Case("canonical", GOOD, verdict="well_formed"),
+    "dialect_mismatch": [
+        Case("v4.1 block, v4.1 deployment", V41, kwargs={"grammar": "v4.1"}, verdict="well_formed"),
+        Case("v4.1 block, dialect unknown", V41, verdict="well_formed"),
         Case(
-            "spaced with grammar v4",
-            TRIGGERS["grammar_unsupported"][0].text or "",
+            "v3.2 block, v4 deployment (same invoke spelling)",
+            GOOD.replace(OPEN, OPEN32).replace(CLOSE, CLOSE32),
             kwargs={"grammar": "v4"},
-            verdict="degenerate",
+            verdict="suspect",
         ),
     ],
     "version_mismatch": [
@@ -360,6 +390,19 @@ NEAR_MISSES: dict[str, list[Case]] = {
             kwargs={"finish_reason": "length"},
             verdict="truncated",
         ),
+        Case(
+            "partial marker cut by length",
+            "Let me check.\n\n<" + B + "DS",
+            kwargs={"finish_reason": "length"},
+            verdict="truncated",
+        ),
+        Case(
+            "fullwidth bar after < in prose",
+            "a <" + B + " b",
+            kwargs={"finish_reason": "stop"},
+            verdict="no_tool_call",
+        ),
+        Case("v4.1 complete", V41, kwargs={"finish_reason": "stop"}, verdict="well_formed"),
     ],
     "orphan_closer": [
         Case("closer in backticks", f"The closer is `{INVOKE_CLOSE}`.", verdict="no_tool_call"),
@@ -438,6 +481,12 @@ NEAR_MISSES: dict[str, list[Case]] = {
             kwargs={"tools": TOOLS},
             verdict="well_formed",
         ),
+        Case(
+            "no argument for a closed tool with no properties",
+            completion("x", call("ping")),
+            kwargs={"tools": NO_PROPS},
+            verdict="well_formed",
+        ),
     ],
     "dsml_in_reasoning": [
         Case(
@@ -504,6 +553,21 @@ NEAR_MISSES: dict[str, list[Case]] = {
             "morse", "... --- ... / .... . .-.. .--. / -- . / ..--.. " * 2, verdict="no_tool_call"
         ),
         Case("cjk pair", "他说——这不可能……真的吗？！", verdict="no_tool_call"),
+    ],
+    "token_soup": [
+        Case(
+            "suffixes listed with commas",
+            "x" + block(invoke("search", par("q", "ation, ment, ness, ity, ous, ly"))),
+            verdict="well_formed",
+        ),
+        Case(
+            "five pieces",
+            "x" + block(invoke("search", par("q", "ation ment ness ity ous"))),
+            verdict="well_formed",
+        ),
+        Case(
+            "pieces in prose, not a value", "Suffixes: " + SOUP + "." + GOOD, verdict="well_formed"
+        ),
     ],
     "script_mix": [
         Case(

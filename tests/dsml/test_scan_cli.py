@@ -99,3 +99,13 @@ def test_defaults_for_lines_that_do_not_say(tmp_path: Path, capsys) -> None:
     path.write_text(json.dumps({"text": v32}) + "\n")
     main(["scan", str(path), "--json", "--grammar", "v4"])
     assert json.loads(capsys.readouterr().out)["reasons"] == ["version_mismatch"]
+
+
+def test_v41_deployment(tmp_path: Path, capsys) -> None:
+    v41 = render_completion("Reading.", [("read_file", {"path": "a.py"})], grammar="v4.1")
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps({"text": GOOD}) + "\n" + json.dumps({"text": v41}) + "\n")
+    main(["scan", str(path), "--json", "--grammar", "v4.1"])
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert lines[0]["reasons"] == ["dialect_mismatch"] and lines[0]["verdict"] == "degenerate"
+    assert lines[1]["verdict"] == "well_formed" and lines[1]["grammar"] == "v4.1"

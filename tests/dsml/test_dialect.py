@@ -1,0 +1,52 @@
+"""The deployment's DSML dialect: setting > /server_info tool_call_parser > config.json."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.dsml import grade_text, render_completion
+from exporter.dsml.dialect import dialect_of_model_config, dialect_of_parser, resolve_dialect
+
+V4_CALL = render_completion("Checking.", [("ls", {"path": "."})], grammar="v4")
+V41_CALL = render_completion("Checking.", [("ls", {"path": "."})], grammar="v4.1")
+
+
+@pytest.mark.parametrize(
+    ("parser", "dialect"),
+    [("deepseekv32", "v3.2"), ("deepseekv4", "v4"), ("DeepSeekV41 ", "v4.1"), ("qwen25", None)],
+)
+def test_parser_names(parser: str, dialect: str | None) -> None:
+    assert dialect_of_parser(parser) == dialect
+
+
+@pytest.mark.parametrize(
+    ("config", "dialect"),
+    [
+        ({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41"}, "v4.1"),
+        ({"architectures": ["DeepseekV41ForCausalLM"]}, "v4.1"),
+        ({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4"}, "v4"),
+        ({"architectures": ["DeepseekV32ForCausalLM"]}, "v3.2"),
+        ({"architectures": ["Qwen3MoeForCausalLM"]}, None),
+        ({"architectures": "DeepseekV4"}, None),
+        (None, None),
+    ],
+)
+def test_model_config(config: dict[str, object] | None, dialect: str | None) -> None:
+    assert dialect_of_model_config(config) == dialect
+
+
+def test_precedence_and_source() -> None:
+    v41_cfg = {"model_type": "deepseek_v41"}
+    assert resolve_dialect("v4", "deepseekv41", v41_cfg) == ("v4", "configured")
+    assert resolve_dialect("auto", "deepseekv41", None) == ("v4.1", "server_info")
+    assert resolve_dialect("auto", None, v41_cfg) == ("v4.1", "model_config")
+    assert resolve_dialect("auto", "qwen25", {"model_type": "x"}) == (None, "unknown")
+
+
+def test_a_block_of_the_other_dialect_is_graded_as_the_client_gets_it() -> None:
+    dialect, _ = resolve_dialect("auto", "deepseekv41", None)
+    wrong = grade_text(V4_CALL, grammar=dialect)
+    assert wrong.verdict == "degenerate" and "dialect_mismatch" in wrong.reasons
+    assert wrong.calls == ()  # the deepseekv41 parser returns no call for it
+    right = grade_text(V41_CALL, grammar=dialect)
+    assert right.verdict == "well_formed" and [c.name for c in right.calls] == ["ls"]
