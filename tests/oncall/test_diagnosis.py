@@ -180,7 +180,7 @@ def test_artefact_bound_from_totals_without_samples():
 
 
 def test_repro_evidence_feeds_trend_and_at_one():
-    from exporter.oncall.repro import Arm, ArmResult, LevelResult, ReproReport
+    from exporter.oncall.repro_report import Arm, ArmResult, LevelResult, ReproReport
 
     report = ReproReport(
         [

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.dsml import REASON_SPECS
-from exporter.oncall.repro import ReproReport, format_p, level_trend
+from exporter.oncall.repro_report import ReproReport, format_p, level_trend
 from exporter.oncall.triage.evidence import BucketCount, Evidence
 from exporter.samplers.buckets import BUCKET_LABELS
 from exporter.stats import fisher_exact, wilson_interval
