@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from exporter.oncall.triage.collect import CollectOptions
 from exporter.oncall.triage.diagnosis import ARTEFACT, OVERCOMMIT, RACE, RULED_OUT, UNRELATED
-from exporter.oncall.triage.evidence import CollectOptions
 from exporter.oncall.triage.report import write_report
 from tests.oncall.scenarios import (
     SAMPLES_TOKEN,

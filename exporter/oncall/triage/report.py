@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from exporter.oncall.triage import plots as plotlib
+from exporter.oncall.triage.collect import CollectOptions, collect
 from exporter.oncall.triage.diagnosis import POSSIBLE, SUPPORTED, Diagnosis, diagnose
-from exporter.oncall.triage.evidence import CollectOptions, Evidence, collect
+from exporter.oncall.triage.evidence import Evidence
 from exporter.oncall.triage.report_html import NO_PLOTS, render_html
 from exporter.oncall.triage.report_md import render_markdown
 
