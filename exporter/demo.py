@@ -344,7 +344,7 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
     probe = Text(
         f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated{gap}"
         + ("  ← the transfer race is live" if snap.ungated else ""),
-        style="red" if snap.ungated else None,
+        style="red" if snap.ungated else "",
     )
     alerts = Text(
         "Alerts: "

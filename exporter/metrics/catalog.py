@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -23,6 +23,18 @@ from prometheus_client.core import (
 from exporter.probe.snapshot import GAP_BUCKETS_S
 
 Kind = Literal["gauge", "counter", "histogram", "info"]
+
+if TYPE_CHECKING:
+
+    class Family(Metric):
+        """What :meth:`MetricSpec.family` returns, for the type checker: a family of the
+        spec's kind. ``add_metric``'s value is the kind's (a float for gauges and counters,
+        ``(le, count)`` buckets then the sum for histograms), hence ``Any``."""
+
+        def add_metric(self, labels: Sequence[str], value: Any, *args: Any, **kw: Any) -> None: ...
+
+else:
+    Family = Metric
 
 
 @dataclass(frozen=True)
@@ -53,16 +65,19 @@ class MetricSpec:
             return self.name.removesuffix("_info")
         return self.name
 
-    def family(self, labels: Sequence[str] | None = None) -> Metric:
+    def family(self, labels: Sequence[str] | None = None) -> Family:
         """A fresh, empty family for this spec; ``add_metric`` label values in spec order."""
         names = list(self.labels if labels is None else labels)
+        fam: Metric
         if self.kind == "gauge":
-            return GaugeMetricFamily(self.family_name, self.help, labels=names)
-        if self.kind == "counter":
-            return CounterMetricFamily(self.family_name, self.help, labels=names)
-        if self.kind == "histogram":
-            return HistogramMetricFamily(self.family_name, self.help, labels=names)
-        return InfoMetricFamily(self.family_name, self.help, labels=[])
+            fam = GaugeMetricFamily(self.family_name, self.help, labels=names)
+        elif self.kind == "counter":
+            fam = CounterMetricFamily(self.family_name, self.help, labels=names)
+        elif self.kind == "histogram":
+            fam = HistogramMetricFamily(self.family_name, self.help, labels=names)
+        else:
+            fam = InfoMetricFamily(self.family_name, self.help, labels=[])
+        return cast(Family, fam)
 
     def one(self, value: float, labels: Sequence[str] = ()) -> Metric:
         """A family holding a single sample (the common case for gauges of a snapshot)."""

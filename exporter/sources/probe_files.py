@@ -223,7 +223,8 @@ class ProbeFileSource:
 
 
 def _cumulative(s: Snapshot) -> list[tuple[str, float]]:
-    out, running = [], 0
+    out: list[tuple[str, float]] = []
+    running = 0.0
     for bound, count in zip((*s.gap_bounds, float("inf")), s.gap_counts, strict=True):
         running += count
         out.append((floatToGoString(bound), running))

@@ -56,6 +56,13 @@ Rows = list[tuple[dict[str, str], float]]
 Agg = Literal["sum", "max", "min", ""]
 
 
+def _sum(values: list[float]) -> float:
+    return float(sum(values))
+
+
+_FOLDS: dict[str, Callable[[list[float]], float]] = {"sum": _sum, "max": max, "min": min}
+
+
 @dataclass(frozen=True)
 class Reading:
     """One number (or labelled set of numbers) the diagnosis reads, said once for both paths.
@@ -104,7 +111,7 @@ class Reading:
         groups: dict[tuple[tuple[str, str], ...], list[float]] = defaultdict(list)
         for lb, v in rows:
             groups[tuple((k, lb[k]) for k in self.by if k in lb)].append(v)
-        fold: Callable[[list[float]], float] = {"sum": sum, "max": max, "min": min}[self.agg]
+        fold = _FOLDS[self.agg]
         return [(dict(key), fold(values)) for key, values in groups.items()]
 
 
