@@ -23,12 +23,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.loadgen import LoadGenerator
+from exporter.loadgen import Exchange, LoadGenerator
 from exporter.metrics import catalog as m
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 REPO_ALERTS = Path(__file__).resolve().parent.parent / "alerts"
 DEMO_TOKEN = "demo-token"
@@ -292,7 +295,7 @@ def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> 
         snap.deployment = dict(labels)
 
 
-def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> Any:
+def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -383,9 +386,14 @@ def urls(stack: Stack) -> list[str]:
     return out
 
 
-async def drive(
-    stack: Stack, opts: DemoOptions, state: dict[str, Any], stop: asyncio.Event
-) -> None:
+@dataclass
+class LoadState:
+    """What the load driver is doing now, for the live summary."""
+
+    level: int | None = None
+
+
+async def drive(stack: Stack, opts: DemoOptions, state: LoadState, stop: asyncio.Event) -> None:
     """Ramp concurrency through the tap, level by level, repeating until stopped. Like a
     gateway, it also posts every fourth answer it got to the sidecar's ingest API."""
     import aiohttp
@@ -395,7 +403,7 @@ async def drive(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         seen = [0]
 
-        async def to_ingest(ex: Any) -> None:
+        async def to_ingest(ex: Exchange) -> None:
             seen[0] += 1
             if ex.response is None or seen[0] % 4:
                 return
@@ -412,11 +420,11 @@ async def drive(
             for level in opts.levels:
                 if stop.is_set():
                     return
-                state["level"] = level
+                state.level = level
                 await gen.run_level(level, duration=opts.level_seconds, hook=to_ingest, stop=stop)
 
 
-async def run_demo(opts: DemoOptions, console: Any) -> int:
+async def run_demo(opts: DemoOptions, console: Console) -> int:
     from rich.live import Live
 
     stack = start_stack(opts)
@@ -424,7 +432,7 @@ async def run_demo(opts: DemoOptions, console: Any) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    state: dict[str, Any] = {"level": None}
+    state = LoadState()
     t0 = time.monotonic()
     try:
         console.print(
@@ -436,9 +444,9 @@ async def run_demo(opts: DemoOptions, console: Any) -> int:
         load = asyncio.create_task(drive(stack, opts, state, stop))
         deadline = t0 + opts.duration if opts.duration else float("inf")
 
-        async def tick() -> Any:
+        async def tick() -> RenderableType:
             snap = await asyncio.to_thread(read_snapshot, stack)
-            return render(stack, snap, state["level"], time.monotonic() - t0)
+            return render(stack, snap, state.level, time.monotonic() - t0)
 
         if opts.live and console.is_terminal:
             with Live(await tick(), console=console, refresh_per_second=2) as live:

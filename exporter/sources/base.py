@@ -8,6 +8,7 @@ itself down with a bounded reason and keeps retrying; it never takes the others 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -108,5 +109,5 @@ class Reporter(Protocol):
 class Source(Reporter, Protocol):
     """A reporter with a polling loop of its own."""
 
-    async def run(self, stop: Any) -> None:
-        """Poll until ``stop`` (an asyncio.Event) is set; never raises."""
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set; never raises."""

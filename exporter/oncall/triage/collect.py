@@ -115,8 +115,17 @@ class Reading:
         return [(dict(key), fold(values)) for key, values in groups.items()]
 
 
-def _r(key: str, spec: MetricSpec, agg: Agg = "", *by: str, **kw: Any) -> Reading:
-    return Reading(key, spec, agg, tuple(by), **kw)
+def _r(
+    key: str,
+    spec: MetricSpec,
+    agg: Agg = "",
+    *by: str,
+    match: tuple[tuple[str, str], ...] = (),
+    windowed: bool = False,
+    series: str = "",
+    over_time: str = "",
+) -> Reading:
+    return Reading(key, spec, agg, tuple(by), match, windowed, series, over_time)
 
 
 _UNGATED = (("gated", "false"),)
