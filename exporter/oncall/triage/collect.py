@@ -382,7 +382,8 @@ def _from_readings(ev: Evidence, read: Read, src: str, now: float) -> None:
         dep.configurator = labels.get("configurator") or dep.configurator
         dep.hicache = {"true": True, "false": False}.get(labels.get("hicache", ""), dep.hicache)
         dep.model = labels.get("model") or dep.model
-        dep.source = dep.source or f"{src}: {m.DEPLOYMENT_INFO.name}"
+        origin = src.split(",", 1)[0]  # "Prometheus" or "sidecar /metrics"
+        dep.source = dep.source or f"{origin} {m.DEPLOYMENT_INFO.name}"
         ev.deployment = dep
     sg = read("sglang")
     if sg and ev.deployment is not None:
