@@ -10,8 +10,6 @@ plain rule file for `rule_files:` (or a PrometheusRule's `spec`).
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import yaml
 
 from alerts import config as alert_config
 from alerts.rules import RULE_FILE, build
+from exporter import generated
 
 ALERTS_DIR = Path(__file__).resolve().parent
 README = ALERTS_DIR / "README.md"
@@ -62,33 +61,24 @@ def render_readme(current: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = generated.parser(__doc__)
     ap.add_argument("--config", type=Path, help="YAML mapping of knob overrides")
     ap.add_argument("--out", type=Path, help=f"output file (default alerts/{RULE_FILE})")
-    ap.add_argument("--check", action="store_true", help="exit 1 if the committed files are stale")
     args = ap.parse_args(argv)
-    try:
-        cfg = alert_config.load(args.config)
-    except (KeyError, TypeError, ValueError) as exc:
-        print(f"alert config: {exc}", file=sys.stderr)
-        return 2
-    out = args.out or ALERTS_DIR / RULE_FILE
-    rules = render(cfg)
-    readme = render_readme(README.read_text(encoding="utf-8"))
-    if args.check:
-        stale = [
-            str(path)
-            for path, text in ((out, rules), (README, readme))
-            if not path.exists() or path.read_text(encoding="utf-8") != text
-        ]
-        if stale:
-            print(f"stale: {', '.join(stale)}: run `make alerts` and commit", file=sys.stderr)
-            return 1
-        return 0
-    out.write_text(rules, encoding="utf-8")
-    if args.out is None:
-        README.write_text(readme, encoding="utf-8")
-    return 0
+
+    def rendered() -> dict[Path, str]:
+        try:
+            cfg = alert_config.load(args.config)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"alert config: {exc}") from exc
+        if args.out is not None:  # a deployer's own rule file: README's table stays
+            return {args.out: render(cfg)}
+        return {
+            ALERTS_DIR / RULE_FILE: render(cfg),
+            README: render_readme(README.read_text(encoding="utf-8")),
+        }
+
+    return generated.main(rendered, "alerts", check=args.check, name="alerts.generate")
 
 
 if __name__ == "__main__":

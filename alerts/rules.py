@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alerts.config import GIB, MIB, AlertConfig
+from exporter.metrics.catalog import spec_for_series
 
 RULE_FILE = "dsv4-sidecar.rules.yaml"
 
@@ -64,7 +65,9 @@ class Builder:
     groups: list[dict[str, Any]] = field(default_factory=list)
 
     def sel(self, metric: str, extra: str = "") -> str:
-        """``metric{<selector>[,extra]}``."""
+        """``metric{<selector>[,extra]}``; ``metric`` must be in the metrics catalog (a typo
+        fails the generator, not the alert, which would otherwise never fire)."""
+        spec_for_series(metric)
         matchers = ", ".join(m for m in (self.c.selector, extra) if m)
         return f"{metric}{{{matchers}}}"
 
@@ -241,8 +244,9 @@ def _toolcalls(b: Builder, n: Names) -> None:
             ),
             b.alert(
                 "DSV4CanaryFailing",
-                f"time() - {b.sel('dsv4_canary_last_success_timestamp_seconds')}"
-                f" > {c.canary_stale_seconds}",
+                "time() - "
+                + b.sel("dsv4_source_last_success_timestamp_seconds", 'source="canary"')
+                + f" > {c.canary_stale_seconds}",
                 c.canary_stale_for,
                 "critical",
                 "No successful canary request for too long.",
@@ -338,10 +342,13 @@ def _config(b: Builder) -> None:
 def _meta(b: Builder) -> None:
     c = b.c
 
-    def source_down(name: str, label: str, up: str, ts: str, action: str) -> dict[str, Any]:
+    def source_down(name: str, label: str, source: str, action: str) -> dict[str, Any]:
+        only = f'source="{source}"'
         return b.alert(
             name,
-            f"{b.sel(up)} == 0\nor\ntime() - {b.sel(ts)} > {c.source_stale_seconds}",
+            f"{b.sel('dsv4_source_up', only)} == 0\nor\n"
+            f"time() - {b.sel('dsv4_source_last_success_timestamp_seconds', only)}"
+            f" > {c.source_stale_seconds}",
             c.source_down_for,
             "warning",
             f"The sidecar's {label} source is down.",
@@ -375,18 +382,16 @@ def _meta(b: Builder) -> None:
             source_down(
                 "DSV4NVMLDown",
                 "NVML",
-                "dsv4_nvml_up",
-                "dsv4_nvml_last_success_timestamp_seconds",
-                "Read dsv4_nvml_errors_total by error; a lost GPU or driver mismatch needs "
-                "the node drained.",
+                "nvml",
+                'Read dsv4_source_errors_total{source="nvml"} by reason; a lost GPU or driver '
+                "mismatch needs the node drained.",
             ),
             source_down(
                 "DSV4SGLangDown",
                 "SGLang",
-                "dsv4_sglang_up",
-                "dsv4_sglang_last_success_timestamp_seconds",
-                "Read dsv4_sglang_errors_total by reason; check the server's /health and "
-                "the sidecar's upstream URL.",
+                "sglang",
+                'Read dsv4_source_errors_total{source="sglang"} by reason; check the server\'s '
+                "/health and the sidecar's upstream URL.",
             ),
             b.alert(
                 "DSV4ProbeStale",

@@ -8,7 +8,7 @@ Measured in one run against real processes (the simulated SGLang and `dsv4-sidec
   these on the cached path;
 - reference: the cold render itself (prometheus_client generate_latest of the same families,
   in-process), i.e. what every such scrape would pay on the event loop without the cache.
-Target (issue 3): p99 < 5 ms, RSS < 120 MB.
+Target (the scrape budget in docs/architecture.md): p99 < 5 ms, RSS < 120 MB.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def run(quick: bool = False) -> str:
                 )
     cold = _cold_render_ms(text_body, 200 if quick else 1000)
     out = [
-        "## /metrics scrape (issue 3): 8 ranks, all families, per-process memory on",
+        "## /metrics scrape: 8 ranks, all families, per-process memory on",
         "",
         f"{n} sequential scrapes per path over one keep-alive connection (5 ms apart).",
         "",

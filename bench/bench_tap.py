@@ -275,9 +275,9 @@ def _table(cells: dict[tuple[str, int], Cell], names: list[str], levels: tuple[i
             )
     med = statistics.median
     inproc = [
-        f"{level} streams p50 {med(c.inproc50) * 1e6:.0f} µs / p99 {med(c.inproc99) * 1e6:.0f} µs"
+        f"{level} streams p50 {med(t.inproc50) * 1e6:.0f} µs / p99 {med(t.inproc99) * 1e6:.0f} µs"
         for level in levels
-        if (c := cells.get(("tap", level))) is not None and c.inproc50
+        if (t := cells.get(("tap", level))) is not None and t.inproc50
     ]
     if inproc:
         rows += [

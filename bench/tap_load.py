@@ -9,6 +9,7 @@ times are spread as with independent users rather than arriving in lock-step bur
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import random
@@ -148,7 +149,9 @@ async def run_phase(
     phase = _Phase(bodies, now + warmup, now + warmup + window)
     workers: list[_Worker] = []
     for i in range(concurrency):
-        _, worker = await loop.create_connection(lambda i=i: _Worker(phase, i), "127.0.0.1", port)
+        _, worker = await loop.create_connection(
+            functools.partial(_Worker, phase, i), "127.0.0.1", port
+        )
         workers.append(worker)
     rng = random.Random(seed)
     for worker in workers:

@@ -37,6 +37,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from alerts.config import AlertConfig
+from exporter.metrics.catalog import spec_for_series
 
 # Any of the SDK's panel builders (timeseries, stat, ...): they share the panel setters.
 _PanelT = TypeVar("_PanelT", bound=Any)
@@ -69,7 +70,9 @@ _IDENTITY = "dsv4_sidecar_build_info"
 
 
 def sel(metric: str, extra: str = "", rank: bool = False) -> str:
-    """``metric{job=~"$job", instance=~"$instance"[, rank=~"$rank"][, extra]}``."""
+    """``metric{job=~"$job", instance=~"$instance"[, rank=~"$rank"][, extra]}``; ``metric``
+    must be in the metrics catalog (a typo fails the build, not the panel)."""
+    spec_for_series(metric)
     matchers = ['job=~"$job"', 'instance=~"$instance"']
     if rank:
         matchers.append('rank=~"$rank"')

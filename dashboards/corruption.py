@@ -129,7 +129,7 @@ def build() -> dm.Dashboard:
         "s",
         [
             target(
-                f"time() - {sel('dsv4_canary_last_success_timestamp_seconds')}",
+                "time() - " + sel("dsv4_source_last_success_timestamp_seconds", 'source="canary"'),
                 "{{instance}}",
                 instant=True,
             )

@@ -7,9 +7,7 @@ is stale or a dashboard file exists that no generator produces.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards import corruption, hicache, memory, overview
+from exporter import generated
 
 DASHBOARDS_DIR = Path(__file__).resolve().parent
 
@@ -40,31 +39,26 @@ def render_all() -> dict[Path, str]:
     return {DASHBOARDS_DIR / f"{stem}.json": render(stem) for stem in BUILDERS}
 
 
+def unexpected(rendered: dict[Path, str]) -> list[Path]:
+    """Dashboard JSON files no builder produces (hand-made or left from a rename)."""
+    return sorted(p for p in DASHBOARDS_DIR.glob("*.json") if p not in rendered)
+
+
 def stale(rendered: dict[Path, str]) -> list[str]:
     """Files that differ from the rendering, are missing, or are not generated at all."""
-    out = [
-        p.name
-        for p, text in rendered.items()
-        if not p.exists() or p.read_text(encoding="utf-8") != text
-    ]
-    out += [p.name + " (not generated)" for p in DASHBOARDS_DIR.glob("*.json") if p not in rendered]
-    return sorted(out)
+    return generated.stale(rendered, unexpected(rendered))
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="exit 1 if committed JSON is stale")
-    args = ap.parse_args(argv)
+    args = generated.parser(__doc__).parse_args(argv)
     rendered = render_all()
-    if args.check:
-        bad = stale(rendered)
-        if bad:
-            print(f"stale dashboards: {', '.join(bad)}: run `make dashboards`", file=sys.stderr)
-            return 1
-        return 0
-    for path, text in rendered.items():
-        path.write_text(text, encoding="utf-8")
-    return 0
+    return generated.main(
+        lambda: rendered,
+        "dashboards",
+        check=args.check,
+        unexpected=lambda: unexpected(rendered),
+        name="dashboards.generate",
+    )
 
 
 if __name__ == "__main__":

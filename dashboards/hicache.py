@@ -169,4 +169,105 @@ def build() -> dm.Dashboard:
         steps=((None, "green"), (A.probe_stale_seconds, "red")),
         min_val=0,
     )
+    b.timeseries(
+        "Down probes by reason",
+        "Ranks whose probe is down, by reason (stale, writer_exited, writer_dead, unreadable, "
+        "malformed, unsupported_version); 0 while every probe reports.",
+        "short",
+        [
+            target(
+                "sum by (instance, reason) ("
+                + sel("dsv4_probe_down_reason", rank=True)
+                + ")\nor\nvector(0)",
+                "{{reason}} · {{instance}}",
+            )
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "Probe errors",
+        "Exceptions caught inside the probe per second (never raised into SGLang; a hook failing "
+        "100 times is switched off).",
+        "ops",
+        [
+            target(
+                f"sum by (instance, rank) ({rate('dsv4_probe_errors_total', rank=True)})",
+                "rank {{rank}} · {{instance}}",
+            )
+        ],
+        min_val=0,
+    )
+    b.table(
+        "Probe hooks",
+        "Which SGLang methods the probe wrapped on each rank (0: this SGLang version lacks it, "
+        "that measurement is off).",
+        [target(sel("dsv4_probe_hook_installed", rank=True), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__"),
+    )
+    b.table(
+        "Probe build",
+        "Per up rank: how gaps are timed (device_events, host_bound, none), probe version, "
+        "sampled index-K verification.",
+        [target(sel("dsv4_probe_info", rank=True), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+
+    b.row("HiCache load-back detail")
+    b.timeseries(
+        "Layer loads started vs completed",
+        "Per-layer host-to-device loads the probe saw start and complete; a lasting gap means "
+        "loads whose event never fired.",
+        "ops",
+        [
+            target(
+                f"sum by (instance) ({rate('dsv4_hicache_layer_loads_total', rank=True)})",
+                "started · {{instance}}",
+            ),
+            target(
+                "sum by (instance) ("
+                + rate("dsv4_hicache_layer_loads_completed_total", rank=True)
+                + ")",
+                "completed · {{instance}}",
+            ),
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "Main KV reads during loads",
+        "Reads of the main KV accessors while a HiCache load was bound, by gated: the baseline "
+        "the index-K reads compare against.",
+        "ops",
+        [
+            target(
+                f"sum by (instance, gated) ({rate('dsv4_hicache_kv_reads_total', rank=True)})",
+                "gated={{gated}} · {{instance}}",
+            )
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "Load-back tokens by pool",
+        "Tokens SGLang loaded back from host to device per second (sglang:load_back_tokens_total).",
+        "short",
+        [
+            target(
+                f"sum by (instance, pool) ({rate('dsv4_sglang_hicache_load_back_tokens_total')})",
+                "{{pool}} · {{instance}}",
+            )
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "Mean load-back duration",
+        "Seconds per load-back operation: duration total over load-backs, per rate window.",
+        "s",
+        [
+            target(
+                f"{rate('dsv4_sglang_hicache_load_back_duration_seconds_total')}\n/\n"
+                f"{rate('dsv4_sglang_hicache_load_backs_total')}",
+                "{{instance}}",
+            )
+        ],
+        min_val=0,
+    )
     return b.build()

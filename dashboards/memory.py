@@ -205,4 +205,59 @@ def build() -> dm.Dashboard:
         [target(sel("dsv4_gpu_info", rank=True), instant=True, fmt="table")],
         hidden_columns=("Time", "__name__", "Value"),
     )
+
+    b.row("Pool and engine detail")
+    b.timeseries(
+        "Reserve left after the over-commit",
+        "Intended reserve minus over-commit per rank; below 0 the pools ate the whole reserve.",
+        "bytes",
+        [
+            target(
+                sel("dsv4_memory_reserve_remaining_bytes", rank=True),
+                "rank {{rank}} · {{instance}}",
+            )
+        ],
+        steps=((None, "red"), (0, "green")),
+    )
+    b.timeseries(
+        "Full tokens: deployed vs priced by real dtype",
+        "SGLang's max_total_num_tokens against the tokens the same budget gives when every pool "
+        "is priced by its real dtype.",
+        "short",
+        [
+            target(sel("dsv4_sglang_max_total_num_tokens"), "deployed · {{instance}}"),
+            target(
+                sel("dsv4_kv_correct_full_tokens", rank=True),
+                "correct rank {{rank}} · {{instance}}",
+            ),
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "KV token usage and queue",
+        "sglang:token_usage (0-1, max over ranks) and queued requests: a full pool queues.",
+        "percentunit",
+        [
+            target(sel("dsv4_sglang_token_usage_ratio"), "usage · {{instance}}"),
+            target(
+                sel("dsv4_sglang_mem_fraction_static_ratio"), "mem_fraction_static · {{instance}}"
+            ),
+        ],
+        min_val=0,
+        max_val=1,
+    )
+    b.timeseries(
+        "Queued requests",
+        "Requests waiting in SGLang's queue (sglang:num_queue_reqs, summed over DP ranks).",
+        "short",
+        [target(sel("dsv4_sglang_queued_requests"), "{{instance}}")],
+        min_val=0,
+    )
+    b.timeseries(
+        "GPU memory per process",
+        "Per-pid GPU memory (opt-in setting: empty unless per-process collection is on).",
+        "bytes",
+        [target(sel("dsv4_gpu_process_memory_used_bytes", rank=True), "rank {{rank}} pid {{pid}}")],
+        min_val=0,
+    )
     return b.build()

@@ -10,6 +10,7 @@ from dashboards.common import (
     Board,
     increase_range,
     link,
+    rate,
     sel,
     target,
     up_down_mappings,
@@ -91,25 +92,21 @@ def build() -> dm.Dashboard:
     )
     b.states(
         "Sources",
-        "Each source the sidecar polls (NVML, SGLang, canary, tap, probe): 1 when its last poll "
-        "succeeded.",
+        "Each source the sidecar polls (nvml, sglang, footprint, probe, canary): 1 when its last "
+        "poll succeeded.",
         [target(sel("dsv4_source_up"), "{{instance}} · {{source}}")],
         mappings=up_down_mappings(),
         steps=((None, "red"), (1, "green")),
     )
     b.timeseries(
         "Source staleness",
-        f"Age of the last successful NVML and SGLang poll; DSV4NVMLDown / DSV4SGLangDown fire "
-        f"past {A.source_stale_seconds}s.",
+        f"Age of each source's last successful poll; DSV4NVMLDown / DSV4SGLangDown fire past "
+        f"{A.source_stale_seconds}s.",
         "s",
         [
             target(
-                f"time() - {sel('dsv4_nvml_last_success_timestamp_seconds')}",
-                "nvml · {{instance}}",
-            ),
-            target(
-                f"time() - {sel('dsv4_sglang_last_success_timestamp_seconds')}",
-                "sglang · {{instance}}",
+                f"time() - {sel('dsv4_source_last_success_timestamp_seconds')}",
+                "{{source}} · {{instance}}",
             ),
         ],
         steps=((None, "green"), (A.source_stale_seconds, "red")),
@@ -117,26 +114,21 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Source errors",
-        "Poll failures per second by error (NVML) and reason (SGLang).",
+        "Poll failures per second by source and reason.",
         "ops",
         [
             target(
-                f"sum by (instance, error) (rate({sel('dsv4_nvml_errors_total')}"
+                f"sum by (instance, source, reason) (rate({sel('dsv4_source_errors_total')}"
                 "[$__rate_interval]))",
-                "nvml {{error}} · {{instance}}",
-            ),
-            target(
-                f"sum by (instance, reason) (rate({sel('dsv4_sglang_errors_total')}"
-                "[$__rate_interval]))",
-                "sglang {{reason}} · {{instance}}",
+                "{{source}} {{reason}} · {{instance}}",
             ),
         ],
     )
     b.timeseries(
-        "NVML collect duration",
-        "How long one NVML poll takes (collection runs off the scrape path).",
+        "Source poll duration",
+        "How long each source's last poll took (polling runs off the scrape path).",
         "s",
-        [target(sel("dsv4_nvml_collect_duration_seconds"), "{{instance}}")],
+        [target(sel("dsv4_source_poll_duration_seconds"), "{{source}} · {{instance}}")],
         min_val=0,
     )
     b.table(
@@ -212,5 +204,60 @@ def build() -> dm.Dashboard:
         ],
         steps=((None, "green"), (1, "red")),
         links=[link("hicache-transfer-gap", "HiCache transfer gap")],
+    )
+
+    b.row("Pipeline internals")
+    b.states(
+        "Footprint computed",
+        "1 when the footprint is computed; 0 with the reason (unknown_model, no_sglang, "
+        "bad_config, budget) when it is not.",
+        [target(sel("dsv4_footprint_up"), "{{instance}} · {{reason}}")],
+        mappings=up_down_mappings(),
+        steps=((None, "red"), (1, "green")),
+    )
+    b.timeseries(
+        "Samples lost before grading",
+        "Per second: grading queue full, grader raised, tap selections dropped (queue_full, "
+        "too_large). Any of these makes the degenerate ratio a sample of fewer outputs.",
+        "ops",
+        [
+            target(
+                f"sum by (instance, source) ({rate('dsv4_dsml_samples_dropped_total')})",
+                "dropped {{source}} · {{instance}}",
+            ),
+            target(
+                f"sum by (instance, source) ({rate('dsv4_dsml_grading_errors_total')})",
+                "grading error {{source}} · {{instance}}",
+            ),
+            target(
+                f"sum by (instance, reason) ({rate('dsv4_tap_samples_dropped_total')})",
+                "tap {{reason}} · {{instance}}",
+            ),
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "Tap aborts and upstream connections",
+        "Requests ended without a complete response, by reason, and new connections to SGLang "
+        "per second (far above the request rate: keep-alive is not reused).",
+        "ops",
+        [
+            target(
+                f"sum by (instance, reason) ({rate('dsv4_tap_aborted_total')})",
+                "aborted {{reason}} · {{instance}}",
+            ),
+            target(
+                f"sum by (instance) ({rate('dsv4_tap_upstream_connections_total')})",
+                "connections · {{instance}}",
+            ),
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "Stored bad samples",
+        "Degenerate/suspect samples held in the bounded, redacted triage buffer.",
+        "short",
+        [target(sel("dsv4_dsml_stored_samples"), "{{instance}}")],
+        min_val=0,
     )
     return b.build()

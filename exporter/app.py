@@ -30,7 +30,7 @@ def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: 
     async def lifespan(_app: FastAPI):
         await sc.start()
         # Long-lived objects from start-up never need collecting; freezing them keeps
-        # generation-2 GC pauses out of scrape latency (measurements.md).
+        # generation-2 GC pauses out of scrape latency (docs/architecture.md, measurements).
         gc.freeze()
         try:
             yield
@@ -198,7 +198,8 @@ async def _read_limited(request: Request, limit: int) -> bytearray | None:
 
 class MetricsEndpoint:
     """Answers GET /metrics in pure ASGI, ahead of FastAPI's routing and validation, so a
-    cached scrape costs about what serving a static body costs (measurements.md)."""
+    cached scrape costs about what serving a static body costs (docs/architecture.md,
+    "Measurements behind the design")."""
 
     def __init__(self, app: Any, exposition: Any) -> None:
         self.app = app

@@ -1,13 +1,16 @@
-"""Generate docs/configuration.md from the settings models; ``--check FILE`` fails if stale."""
+"""Generate docs/configuration.md from the settings models (``make docs``); ``--check`` fails
+when it is stale.
+
+    python -m exporter.config_docs [--check] [--out docs/configuration.md]
+"""
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
+from exporter import generated
 from exporter.config import SidecarSettings, env_name, flag_name
 from exporter.sim.settings import SimSettings
 
@@ -55,18 +58,12 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--check", metavar="FILE")
+    ap = generated.parser(__doc__)
+    ap.add_argument("--out", type=Path, default=Path("docs/configuration.md"))
     args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        p = Path(args.check)
-        if not p.exists() or p.read_text(encoding="utf-8") != text:
-            print(f"{args.check} is stale: run `make docs` and commit it", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
+    return generated.main(
+        lambda: {args.out: render()}, "docs", check=args.check, name="exporter.config_docs"
+    )
 
 
 if __name__ == "__main__":

@@ -23,11 +23,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.loadgen import LoadGenerator
+from exporter.loadgen import Exchange, LoadGenerator
+from exporter.metrics import catalog as m
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 REPO_ALERTS = Path(__file__).resolve().parent.parent / "alerts"
 DEMO_TOKEN = "demo-token"
@@ -67,6 +71,7 @@ class Stack:
     tmp: Path
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    alert_windows: str = ""  # which rule set Prometheus runs: DEMO_WINDOWS or PRODUCTION_WINDOWS
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -172,9 +177,7 @@ def start_stack(opts: DemoOptions) -> Stack:
         prom = shutil.which("prometheus")
         if opts.prometheus and prom:
             p["prometheus"] = free_port()
-            rules = (
-                sorted(str(f) for f in REPO_ALERTS.glob("*.yaml")) if REPO_ALERTS.is_dir() else []
-            )
+            rules, stack.alert_windows = demo_rules(stack.tmp)
             cfg = stack.tmp / "prometheus.yml"
             cfg.write_text(
                 "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n"
@@ -200,29 +203,34 @@ def start_stack(opts: DemoOptions) -> Stack:
     return stack
 
 
-DEMO_KNOBS = """\
-# The demo's rule file: the shipped rules with windows and `for:` short enough that alerts
-# fire within the two minutes a newcomer watches (production keeps the defaults).
-kv_overcommit_for: 20s
-corruption_window: 2m
-corruption_min_samples: 20
-corruption_warning_for: 20s
-corruption_critical_for: 20s
-canary_degenerate_window: 2m
-canary_degenerate_for: 10s
-index_k_window: 1m
-index_k_for: 10s
-risky_config_for: 10s
-gpu_fill_for: 2m
-"""
+# The demo's alert knobs: the shipped rules with windows and `for:` short enough that alerts
+# fire within the two minutes a newcomer watches. Production keeps alerts/config.py's defaults
+# (5-10 minute `for:`), and the screen says which set is in force.
+DEMO_KNOBS: dict[str, str | int] = {
+    "kv_overcommit_for": "20s",
+    "corruption_window": "2m",
+    "corruption_min_samples": 20,
+    "corruption_warning_for": "20s",
+    "corruption_critical_for": "20s",
+    "canary_degenerate_window": "2m",
+    "canary_degenerate_for": "10s",
+    "index_k_window": "1m",
+    "index_k_for": "10s",
+    "risky_config_for": "10s",
+    "gpu_fill_for": "2m",
+}
+DEMO_WINDOWS = "demo"  # the short-window rules above
+PRODUCTION_WINDOWS = "production"  # the committed rule file (fallback)
 
 
-def demo_rules(tmp: Path) -> list[str]:
-    """Render the rules with demo knobs; fall back to the committed rule files."""
+def demo_rules(tmp: Path) -> tuple[list[str], str]:
+    """Render the rules with :data:`DEMO_KNOBS` into ``tmp``; the rule files and which
+    windows they use. Falls back to the committed (production-window) rule file when the
+    generator cannot run (no repository checkout: ``alerts/`` is not in the wheel)."""
     if not REPO_ALERTS.is_dir():
-        return []
+        return [], PRODUCTION_WINDOWS
     knobs, out = tmp / "demo-knobs.yaml", tmp / "demo.rules.yaml"
-    knobs.write_text(DEMO_KNOBS)
+    knobs.write_text("".join(f"{k}: {v}\n" for k, v in DEMO_KNOBS.items()))
     r = subprocess.run(
         [sys.executable, "-m", "alerts.generate", "--config", str(knobs), "--out", str(out)],
         cwd=REPO_ALERTS.parent,
@@ -230,8 +238,8 @@ def demo_rules(tmp: Path) -> list[str]:
         timeout=60,
     )
     if r.returncode == 0:
-        return [str(out)]
-    return sorted(str(f) for f in REPO_ALERTS.glob("*.yaml"))
+        return [str(out)], DEMO_WINDOWS
+    return sorted(str(f) for f in REPO_ALERTS.glob("*.yaml")), PRODUCTION_WINDOWS
 
 
 # --- the live summary ------------------------------------------------------------------------
@@ -265,29 +273,29 @@ def read_snapshot(stack: Stack) -> Snapshot:
 
 
 def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> None:
-    if name == "dsv4_kv_pool_overcommit_bytes":
+    if name == m.KV_POOL_OVERCOMMIT.name:
         snap.overcommit[labels["rank"]] = value
-    elif name == "dsv4_memory_reserve_bytes":
+    elif name == m.MEMORY_RESERVE.name:
         snap.reserve[labels["rank"]] = value
-    elif name == "dsv4_dsml_samples_total":
+    elif name == m.DSML_SAMPLES.name:
         b = snap.by_bucket.setdefault(labels["concurrency_le"], [0.0, 0.0])
         b[0] += value
         if labels["verdict"] == "degenerate":
             b[1] += value
-    elif name == "dsv4_hicache_index_k_reads_total":
+    elif name == m.HICACHE_INDEX_K_READS.name:
         if labels.get("gated") == "false":
             snap.ungated += value
         else:
             snap.gated += value
-    elif name == "dsv4_hicache_transfer_gap_seconds_sum":
+    elif name == m.HICACHE_GAP.name + "_sum":
         snap.gap_sum += value
-    elif name == "dsv4_hicache_transfer_gap_seconds_count":
+    elif name == m.HICACHE_GAP.name + "_count":
         snap.gap_count += value
-    elif name == "dsv4_deployment_info":
+    elif name == m.DEPLOYMENT_INFO.name:
         snap.deployment = dict(labels)
 
 
-def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> Any:
+def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -339,7 +347,7 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
     probe = Text(
         f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated{gap}"
         + ("  ← the transfer race is live" if snap.ungated else ""),
-        style="red" if snap.ungated else None,
+        style="red" if snap.ungated else "",
     )
     alerts = Text(
         "Alerts: "
@@ -348,7 +356,19 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> A
             or ("none yet" if "prometheus" in stack.ports else "Prometheus not running")
         )
     )
-    return Group(head, mem, corr, probe, alerts)
+    return Group(head, mem, corr, probe, alerts, Text(windows_note(stack), style="dim"))
+
+
+def windows_note(stack: Stack) -> str:
+    """What the screen says about the alert rules in force: the demo's are not production's."""
+    if "prometheus" not in stack.ports:
+        return "Alert windows: no Prometheus, no alerts."
+    if stack.alert_windows == DEMO_WINDOWS:
+        return (
+            "Alert windows: DEMO (for: 10-20s, 1-2m rate windows) so alerts fire within two "
+            "minutes; production rules (alerts/dsv4-sidecar.rules.yaml) wait 5-10 minutes."
+        )
+    return "Alert windows: production (for: 5-10 minutes): most alerts stay pending in a demo."
 
 
 def urls(stack: Stack) -> list[str]:
@@ -366,9 +386,14 @@ def urls(stack: Stack) -> list[str]:
     return out
 
 
-async def drive(
-    stack: Stack, opts: DemoOptions, state: dict[str, Any], stop: asyncio.Event
-) -> None:
+@dataclass
+class LoadState:
+    """What the load driver is doing now, for the live summary."""
+
+    level: int | None = None
+
+
+async def drive(stack: Stack, opts: DemoOptions, state: LoadState, stop: asyncio.Event) -> None:
     """Ramp concurrency through the tap, level by level, repeating until stopped. Like a
     gateway, it also posts every fourth answer it got to the sidecar's ingest API."""
     import aiohttp
@@ -378,7 +403,7 @@ async def drive(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         seen = [0]
 
-        async def to_ingest(ex: Any) -> None:
+        async def to_ingest(ex: Exchange) -> None:
             seen[0] += 1
             if ex.response is None or seen[0] % 4:
                 return
@@ -395,11 +420,11 @@ async def drive(
             for level in opts.levels:
                 if stop.is_set():
                     return
-                state["level"] = level
+                state.level = level
                 await gen.run_level(level, duration=opts.level_seconds, hook=to_ingest, stop=stop)
 
 
-async def run_demo(opts: DemoOptions, console: Any) -> int:
+async def run_demo(opts: DemoOptions, console: Console) -> int:
     from rich.live import Live
 
     stack = start_stack(opts)
@@ -407,7 +432,7 @@ async def run_demo(opts: DemoOptions, console: Any) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    state: dict[str, Any] = {"level": None}
+    state = LoadState()
     t0 = time.monotonic()
     try:
         console.print(
@@ -415,12 +440,13 @@ async def run_demo(opts: DemoOptions, console: Any) -> int:
         )
         for line in urls(stack):
             console.print("  " + line)
+        console.print(windows_note(stack))
         load = asyncio.create_task(drive(stack, opts, state, stop))
         deadline = t0 + opts.duration if opts.duration else float("inf")
 
-        async def tick() -> Any:
+        async def tick() -> RenderableType:
             snap = await asyncio.to_thread(read_snapshot, stack)
-            return render(stack, snap, state["level"], time.monotonic() - t0)
+            return render(stack, snap, state.level, time.monotonic() - t0)
 
         if opts.live and console.is_terminal:
             with Live(await tick(), console=console, refresh_per_second=2) as live:

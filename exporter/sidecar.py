@@ -29,7 +29,7 @@ from exporter.samplers.grading import GradingPipeline, TapHandoff
 from exporter.samplers.prompts import load_prompts
 from exporter.samplers.redact import Redactor
 from exporter.samplers.store import SampleStore
-from exporter.sources.base import Reporter, Source
+from exporter.sources.base import Reporter, Source, health_families
 from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.probe_files import ProbeFileSource
@@ -225,15 +225,7 @@ class _Collector:
     def collect(self) -> Iterable[Metric]:
         sc = self.sidecar
         yield m.BUILD_INFO.info({"version": __version__, "python": platform.python_version()})
-        up = m.SOURCE_UP.family()
-        errors = m.SOURCE_ERRORS.family()
-        for name, src in sc.sources.items():
-            h = src.health
-            up.add_metric([name], 1.0 if h.up else 0.0)
-            for reason, n in sorted(h.errors.items()):
-                errors.add_metric([name, reason], float(n))
-        yield up
-        yield errors
+        yield from health_families(src.health for src in sc.sources.values())
         for src in sc.sources.values():
             yield from src.collect()
         yield from sc.pipeline.collect()

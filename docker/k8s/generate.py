@@ -20,14 +20,14 @@ fail when it lags the sources (tests/deploy/test_k8s.py).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from exporter import generated
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = Path(__file__).resolve().parent / "generated"
@@ -189,32 +189,17 @@ def render_all(root: Path = ROOT) -> dict[str, str]:
 
 def stale(rendered: dict[str, str], out_dir: Path = OUT_DIR) -> list[str]:
     """Generated files that are missing or differ from a fresh rendering."""
-    return sorted(
-        name
-        for name, text in rendered.items()
-        if not (out_dir / name).is_file() or (out_dir / name).read_text(encoding="utf-8") != text
-    )
+    return generated.stale({out_dir / name: text for name, text in rendered.items()})
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="exit 1 if the committed output is stale")
-    args = ap.parse_args(argv)
-    try:
-        rendered = render_all()
-    except GenerateError as exc:
-        print(f"docker/k8s/generate.py: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        bad = stale(rendered)
-        if bad:
-            print(f"stale docker/k8s/generated/: {', '.join(bad)}: run `make k8s`", file=sys.stderr)
-            return 1
-        return 0
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered.items():
-        (OUT_DIR / name).write_text(text, encoding="utf-8")
-    return 0
+    args = generated.parser(__doc__).parse_args(argv)
+    return generated.main(
+        lambda: {OUT_DIR / name: text for name, text in render_all().items()},
+        "k8s",
+        check=args.check,
+        name="docker/k8s/generate.py",
+    )
 
 
 if __name__ == "__main__":

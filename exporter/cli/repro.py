@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from exporter.oncall.repro import DEFAULT_ALPHA, DEFAULT_LEVELS, Arm, is_finite_positive
+from exporter.oncall.repro_report import DEFAULT_ALPHA, DEFAULT_LEVELS, Arm, is_finite_positive
 
 
 class UsageError(Exception):
@@ -134,7 +134,7 @@ def parse_arms(args: argparse.Namespace) -> list[Arm]:
 
 
 def _validate(args: argparse.Namespace) -> tuple[list[Arm], tuple[int, ...]]:
-    from exporter.oncall.repro import parse_levels
+    from exporter.oncall.repro_report import parse_levels
 
     arms = parse_arms(args)
     try:

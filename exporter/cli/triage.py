@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from exporter.oncall.triage.evidence import CollectOptions
+    from exporter.oncall.triage.collect import CollectOptions
 
 
 class UsageError(Exception):
@@ -102,7 +102,7 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def options(args: argparse.Namespace) -> CollectOptions:
-    from exporter.oncall.triage.evidence import CollectOptions
+    from exporter.oncall.triage.collect import CollectOptions
     from exporter.oncall.triage.http import parse_duration
 
     sidecar = _url(args.sidecar, "--sidecar")

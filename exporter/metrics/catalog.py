@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -23,6 +23,18 @@ from prometheus_client.core import (
 from exporter.probe.snapshot import GAP_BUCKETS_S
 
 Kind = Literal["gauge", "counter", "histogram", "info"]
+
+if TYPE_CHECKING:
+
+    class Family(Metric):
+        """What :meth:`MetricSpec.family` returns, for the type checker: a family of the
+        spec's kind. ``add_metric``'s value is the kind's (a float for gauges and counters,
+        ``(le, count)`` buckets then the sum for histograms), hence ``Any``."""
+
+        def add_metric(self, labels: Sequence[str], value: Any, *args: Any, **kw: Any) -> None: ...
+
+else:
+    Family = Metric
 
 
 @dataclass(frozen=True)
@@ -53,16 +65,19 @@ class MetricSpec:
             return self.name.removesuffix("_info")
         return self.name
 
-    def family(self, labels: Sequence[str] | None = None) -> Metric:
+    def family(self, labels: Sequence[str] | None = None) -> Family:
         """A fresh, empty family for this spec; ``add_metric`` label values in spec order."""
         names = list(self.labels if labels is None else labels)
+        fam: Metric
         if self.kind == "gauge":
-            return GaugeMetricFamily(self.family_name, self.help, labels=names)
-        if self.kind == "counter":
-            return CounterMetricFamily(self.family_name, self.help, labels=names)
-        if self.kind == "histogram":
-            return HistogramMetricFamily(self.family_name, self.help, labels=names)
-        return InfoMetricFamily(self.family_name, self.help, labels=[])
+            fam = GaugeMetricFamily(self.family_name, self.help, labels=names)
+        elif self.kind == "counter":
+            fam = CounterMetricFamily(self.family_name, self.help, labels=names)
+        elif self.kind == "histogram":
+            fam = HistogramMetricFamily(self.family_name, self.help, labels=names)
+        else:
+            fam = InfoMetricFamily(self.family_name, self.help, labels=[])
+        return cast(Family, fam)
 
     def one(self, value: float, labels: Sequence[str] = ()) -> Metric:
         """A family holding a single sample (the common case for gauges of a snapshot)."""
@@ -104,18 +119,40 @@ BUILD_INFO = _m(
     ("version", "python"),
     "sidecar",
 )
+# One health family per source, node_exporter style (``node_scrape_collector_*{collector}``):
+# every background source (nvml, sglang, footprint, probe, canary) reports through these four
+# series under the one label name ``source``; no source has an ``*_up`` of its own.
+SOURCE_LABELS = ("source",)
 SOURCE_UP = _m(
     "dsv4_source_up",
     "gauge",
     "1 when the named source's last poll succeeded, 0 when it is down (see its errors).",
-    ("source",),
+    SOURCE_LABELS,
     "sidecar",
 )
 SOURCE_ERRORS = _m(
     "dsv4_source_errors_total",
     "counter",
-    "Failed polls of the named source, by bounded reason.",
-    ("source", "reason"),
+    "Failed polls of the named source, by bounded reason (nvml: library_not_found, "
+    "driver_not_loaded, gpu_lost, uninitialized, version_mismatch, no_gpus, timeout, wedged, "
+    "not_found, unknown; sglang: unreachable, timeout, http_status, bad_json, bad_shape, "
+    "metrics_unavailable).",
+    (*SOURCE_LABELS, "reason"),
+    "sidecar",
+)
+SOURCE_LAST_SUCCESS = _m(
+    "dsv4_source_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the named source's last successful poll (alert on time() - this); absent "
+    "until the first success.",
+    SOURCE_LABELS,
+    "sidecar",
+)
+SOURCE_DURATION = _m(
+    "dsv4_source_poll_duration_seconds",
+    "gauge",
+    "Duration of the named source's last poll, successful or not; absent before the first.",
+    SOURCE_LABELS,
     "sidecar",
 )
 
@@ -170,49 +207,7 @@ GPU_PROCESS_MEMORY = _m(
     (*GPU_LABELS, "pid"),
     "gpu",
 )
-NVML_UP = _m(
-    "dsv4_nvml_up", "gauge", "1 when the last NVML poll succeeded for every GPU.", (), "gpu"
-)
-NVML_LAST_SUCCESS = _m(
-    "dsv4_nvml_last_success_timestamp_seconds",
-    "gauge",
-    "Unix time of the last successful NVML poll (alert on time() - this).",
-    (),
-    "gpu",
-)
-NVML_DURATION = _m(
-    "dsv4_nvml_collect_duration_seconds",
-    "gauge",
-    "Duration of the last NVML poll.",
-    (),
-    "gpu",
-)
-NVML_ERRORS = _m(
-    "dsv4_nvml_errors_total",
-    "counter",
-    "NVML failures by error (library_not_found, driver_not_loaded, gpu_lost, uninitialized, "
-    "version_mismatch, no_gpus, timeout, wedged, not_found, unknown).",
-    ("error",),
-    "gpu",
-)
-
 # --- sglang --------------------------------------------------------------------------------
-SGLANG_UP = _m("dsv4_sglang_up", "gauge", "1 when the last poll of SGLang succeeded.", (), "sglang")
-SGLANG_LAST_SUCCESS = _m(
-    "dsv4_sglang_last_success_timestamp_seconds",
-    "gauge",
-    "Unix time of the last successful SGLang poll.",
-    (),
-    "sglang",
-)
-SGLANG_ERRORS = _m(
-    "dsv4_sglang_errors_total",
-    "counter",
-    "Failed SGLang polls by reason (unreachable, timeout, http_status, bad_json, bad_shape, "
-    "metrics_unavailable).",
-    ("reason",),
-    "sglang",
-)
 SGLANG_INFO = _m(
     "dsv4_sglang_info",
     "info",
@@ -521,13 +516,6 @@ CANARY_REQUESTS = _m(
     ("result",),
     "canary",
 )
-CANARY_LAST_SUCCESS = _m(
-    "dsv4_canary_last_success_timestamp_seconds",
-    "gauge",
-    "Unix time of the last canary request answered with HTTP 200.",
-    (),
-    "canary",
-)
 CANARY_LATENCY = _m(
     "dsv4_canary_latency_seconds",
     "histogram",
@@ -615,3 +603,24 @@ TAP_UPSTREAM_CONNECTIONS = _m(
     (),
     "tap",
 )
+
+
+# --- lookups for everything that queries these names (rules, panels, runbooks, triage, demo) ---
+HISTOGRAM_SERIES_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def spec_for_series(series: str) -> MetricSpec:
+    """The spec behind a scraped series name: the name itself, or a histogram's
+    ``_bucket``/``_sum``/``_count`` series. Raises ``KeyError`` naming the fix, so a dashboard,
+    rule or query that refers to a name the sidecar does not export fails when it is built."""
+    spec = CATALOG.get(series)
+    if spec is not None:
+        return spec
+    for suffix in HISTOGRAM_SERIES_SUFFIXES:
+        stem = series.removesuffix(suffix)
+        if stem != series and stem in CATALOG and CATALOG[stem].kind == "histogram":
+            return CATALOG[stem]
+    raise KeyError(
+        f"{series!r} is not exported by the sidecar: declare it in exporter/metrics/catalog.py "
+        "or fix the name"
+    )

@@ -1,12 +1,14 @@
-"""Generate docs/metrics.md from the catalog; ``--check FILE`` fails when FILE is stale."""
+"""Generate docs/metrics.md from the catalog (``make docs``); ``--check`` fails when stale.
+
+python -m exporter.metrics.docgen [--check] [--out docs/metrics.md]
+"""
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import sys
 from pathlib import Path
 
+from exporter import generated
 from exporter.metrics.catalog import CATALOG
 
 # Modules that register specs into the catalog (imported so every name is present).
@@ -51,18 +53,12 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the output")
+    ap = generated.parser(__doc__)
+    ap.add_argument("--out", type=Path, default=Path("docs/metrics.md"))
     args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        current = Path(args.check).read_text(encoding="utf-8") if Path(args.check).exists() else ""
-        if current != text:
-            print(f"{args.check} is stale: run `make docs` and commit it", file=sys.stderr)
-            return 1
-        return 0
-    sys.stdout.write(text)
-    return 0
+    return generated.main(
+        lambda: {args.out: render()}, "docs", check=args.check, name="exporter.metrics.docgen"
+    )
 
 
 if __name__ == "__main__":

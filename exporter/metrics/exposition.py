@@ -1,11 +1,11 @@
 """Serve /metrics from cached bytes, re-rendered only after a source changed.
 
 prometheus_client renders synchronously (~3-5 ms for a sidecar-sized registry, see
-measurements.md) and its ASGI app would do that on the event loop for every scrape, stalling
-the tap and the API. Here every source bumps a generation counter when its snapshot changes;
-a scrape whose format was already rendered at the current generation gets the cached bytes
-(the HTTP floor), and otherwise one render runs in a worker thread while concurrent scrapes
-wait for it.
+"Measurements behind the design" in docs/architecture.md) and its ASGI app would do that on the
+event loop for every scrape, stalling the tap and the API. Here every source bumps a generation
+counter when its snapshot changes; a scrape whose format was already rendered at the current
+generation gets the cached bytes (the HTTP floor), and otherwise one render runs in a worker
+thread while concurrent scrapes wait for it.
 
 Sources change every few seconds while Prometheus scrapes every 15-30 s, so most scrapes
 would miss the cache. After a change, a background task therefore re-renders (debounced) every

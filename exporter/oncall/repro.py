@@ -8,312 +8,33 @@ per arm and, with two arms, Fisher's exact test on the pooled counts. The arms r
 simultaneously (not one after the other) so that whatever else changes during the run hits
 both alike.
 
-Everything the runner learns is kept on the runner as it happens, so an interrupted run
-(Ctrl-C) still yields a report of what completed.
+The report types and statistics live in :mod:`exporter.oncall.repro_report` (pure); this
+module is the aiohttp runner. Everything the runner learns is kept on the runner as it
+happens, so an interrupted run (Ctrl-C) still yields a report of what completed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from exporter.dsml import DEGENERATE, ERROR, grade_openai_response
 from exporter.loadgen import Exchange, LoadGenerator
+from exporter.oncall.repro_report import (
+    DEFAULT_ALPHA,
+    DEFAULT_LEVELS,
+    DEFAULT_REQUESTS,
+    Arm,
+    ArmResult,
+    LevelResult,
+    ReproReport,
+)
 from exporter.oncall.samples import SampleWriter
-from exporter.stats import fisher_exact, two_proportion_z, wilson_interval
-
-DEFAULT_LEVELS: tuple[int, ...] = (1, 8, 16, 32, 64)
-DEFAULT_REQUESTS = 100
-DEFAULT_ALPHA = 0.05
-P_FLOOR = 1e-20  # below this a p-value is printed as "p < 1e-20": more digits mean nothing
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One endpoint under test. ``label`` names it in reports ("bf16 index-K")."""
-
-    label: str
-    url: str
-    model: str | None = None
-
-
-@dataclass
-class LevelResult:
-    """What one arm produced at one concurrency level."""
-
-    concurrency: int
-    requests: int = 0  # answers graded (HTTP 200 with a readable body)
-    degenerate: int = 0
-    errors: int = 0  # timeouts, connection errors, HTTP errors, unreadable bodies
-    verdicts: Counter = field(default_factory=Counter)
-    reasons: Counter = field(default_factory=Counter)
-    latencies: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        return self.degenerate / self.requests if self.requests else 0.0
-
-    @property
-    def ci(self) -> tuple[float, float]:
-        return wilson_interval(self.degenerate, self.requests)
-
-    def to_json(self) -> dict[str, Any]:
-        low, high = self.ci
-        lat = sorted(self.latencies)
-        return {
-            "concurrency": self.concurrency,
-            "requests": self.requests,
-            "degenerate": self.degenerate,
-            "rate": round(self.rate, 6),
-            "ci_low": round(low, 6),
-            "ci_high": round(high, 6),
-            "errors": self.errors,
-            "verdicts": dict(sorted(self.verdicts.items())),
-            "reasons": dict(self.reasons.most_common()),
-            "latency_p50_s": round(lat[len(lat) // 2], 4) if lat else None,
-            "seconds": round(self.seconds, 3),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> LevelResult:
-        return cls(
-            concurrency=int(d["concurrency"]),
-            requests=int(d["requests"]),
-            degenerate=int(d["degenerate"]),
-            errors=int(d.get("errors", 0)),
-            verdicts=Counter(d.get("verdicts") or {}),
-            reasons=Counter(d.get("reasons") or {}),
-            seconds=float(d.get("seconds", 0.0)),
-        )
-
-
-@dataclass(frozen=True)
-class Trend:
-    """Lowest versus highest concurrency level of one arm: does corruption follow load?"""
-
-    low: int
-    high: int
-    low_rate: float
-    high_rate: float
-    p_value: float
-    rises: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "low": self.low,
-            "high": self.high,
-            "low_rate": round(self.low_rate, 6),
-            "high_rate": round(self.high_rate, 6),
-            "p_value": self.p_value,
-            "rises": self.rises,
-        }
-
-
-def level_trend(levels: list[LevelResult], alpha: float = DEFAULT_ALPHA) -> Trend | None:
-    """Fisher's test between the lowest and the highest level that graded anything."""
-    populated = sorted((lv for lv in levels if lv.requests), key=lambda lv: lv.concurrency)
-    if len(populated) < 2 or populated[0].concurrency == populated[-1].concurrency:
-        return None
-    lo, hi = populated[0], populated[-1]
-    p = fisher_exact(lo.degenerate, lo.requests, hi.degenerate, hi.requests)
-    return Trend(
-        lo.concurrency, hi.concurrency, lo.rate, hi.rate, p, p < alpha and hi.rate > lo.rate
-    )
-
-
-@dataclass
-class ArmResult:
-    arm: Arm
-    levels: list[LevelResult] = field(default_factory=list)
-
-    @property
-    def requests(self) -> int:
-        return sum(lv.requests for lv in self.levels)
-
-    @property
-    def degenerate(self) -> int:
-        return sum(lv.degenerate for lv in self.levels)
-
-    @property
-    def errors(self) -> int:
-        return sum(lv.errors for lv in self.levels)
-
-    def trend(self, alpha: float = DEFAULT_ALPHA) -> Trend | None:
-        return level_trend(self.levels, alpha)
-
-    def to_json(self, alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
-        low, high = wilson_interval(self.degenerate, self.requests)
-        trend = self.trend(alpha)
-        reasons: Counter = Counter()
-        for lv in self.levels:
-            reasons.update(lv.reasons)
-        return {
-            "label": self.arm.label,
-            "url": self.arm.url,
-            "model": self.arm.model,
-            "levels": [lv.to_json() for lv in self.levels],
-            "total": {
-                "requests": self.requests,
-                "degenerate": self.degenerate,
-                "rate": round(self.degenerate / self.requests, 6) if self.requests else 0.0,
-                "ci_low": round(low, 6),
-                "ci_high": round(high, 6),
-                "errors": self.errors,
-                "reasons": dict(reasons.most_common()),
-            },
-            "trend": trend.to_json() if trend else None,
-        }
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A versus B over everything both arms completed (pooled over levels: both arms ran the
-    same levels at the same time, so pooling compares like with like)."""
-
-    a: str
-    b: str
-    a_bad: int
-    a_n: int
-    b_bad: int
-    b_n: int
-    p_value: float
-    z: float
-    z_p_value: float
-    alpha: float
-    per_level: tuple[tuple[int, float], ...]
-
-    @property
-    def significant(self) -> bool:
-        return self.a_n > 0 and self.b_n > 0 and self.p_value < self.alpha
-
-    @property
-    def summary(self) -> str:
-        verdict = "significant" if self.significant else f"not significant at {self.alpha:g}"
-        return (
-            f"{self.a} {self.a_bad}/{self.a_n} vs {self.b} {self.b_bad}/{self.b_n}, "
-            f"{format_p(self.p_value)}: {verdict}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "test": "fisher_exact",
-            "a": self.a,
-            "b": self.b,
-            "a_degenerate": self.a_bad,
-            "a_requests": self.a_n,
-            "b_degenerate": self.b_bad,
-            "b_requests": self.b_n,
-            "p_value": self.p_value,
-            "significant": self.significant,
-            "alpha": self.alpha,
-            "z": round(self.z, 4),
-            "z_p_value": self.z_p_value,
-            "per_level": [{"concurrency": c, "p_value": p} for c, p in self.per_level],
-            "summary": self.summary,
-        }
-
-
-def compare(a: ArmResult, b: ArmResult, alpha: float = DEFAULT_ALPHA) -> Comparison:
-    p = fisher_exact(a.degenerate, a.requests, b.degenerate, b.requests)
-    z, zp = two_proportion_z(a.degenerate, a.requests, b.degenerate, b.requests)
-    per_level = []
-    b_levels = {lv.concurrency: lv for lv in b.levels}
-    for lv in a.levels:
-        other = b_levels.get(lv.concurrency)
-        if other is not None and lv.requests and other.requests:
-            per_level.append(
-                (
-                    lv.concurrency,
-                    fisher_exact(lv.degenerate, lv.requests, other.degenerate, other.requests),
-                )
-            )
-    return Comparison(
-        a.arm.label,
-        b.arm.label,
-        a.degenerate,
-        a.requests,
-        b.degenerate,
-        b.requests,
-        p,
-        z,
-        zp,
-        alpha,
-        tuple(per_level),
-    )
-
-
-def format_p(p: float) -> str:
-    """ "p < 1e-20" for vanishing p-values, otherwise two significant digits."""
-    if p < P_FLOOR:
-        return f"p < {P_FLOOR:.0e}"
-    if p < 1e-3:
-        return f"p = {p:.1e}"
-    return f"p = {p:.3f}" if p < 0.995 else "p = 1"
-
-
-@dataclass
-class ReproReport:
-    arms: list[ArmResult]
-    alpha: float = DEFAULT_ALPHA
-    interrupted: bool = False
-    levels_planned: tuple[int, ...] = ()
-    settings: dict[str, Any] = field(default_factory=dict)
-    started_at: float = field(default_factory=time.time)
-    seconds: float = 0.0
-
-    @property
-    def comparison(self) -> Comparison | None:
-        if len(self.arms) != 2:
-            return None
-        return compare(self.arms[0], self.arms[1], self.alpha)
-
-    @property
-    def graded(self) -> int:
-        return sum(a.requests for a in self.arms)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": "dsv4-sidecar/repro",
-            "arms": [a.to_json(self.alpha) for a in self.arms],
-            "interrupted": self.interrupted,
-            "levels_planned": list(self.levels_planned),
-            "settings": self.settings,
-            "started_at": self.started_at,
-            "seconds": round(self.seconds, 3),
-        }
-        cmp = self.comparison
-        if cmp is not None:
-            out["comparison"] = cmp.to_json()
-        return out
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ReproReport:
-        """Rebuild a report from `repro --json` output (for triage)."""
-        arms = [
-            ArmResult(
-                Arm(a.get("label") or a["url"], a["url"], a.get("model")),
-                [LevelResult.from_json(lv) for lv in a.get("levels") or []],
-            )
-            for a in d.get("arms") or []
-        ]
-        return cls(
-            arms,
-            alpha=float((d.get("comparison") or {}).get("alpha", DEFAULT_ALPHA)),
-            interrupted=bool(d.get("interrupted", False)),
-            levels_planned=tuple(d.get("levels_planned") or ()),
-            settings=dict(d.get("settings") or {}),
-            started_at=float(d.get("started_at") or 0.0),
-            seconds=float(d.get("seconds") or 0.0),
-        )
 
 
 async def discover_model(url: str, timeout: float = 5.0) -> str | None:
@@ -504,18 +225,3 @@ class ReproRunner:
             if self.writer is not None:
                 self.writer.close()
         return self.report
-
-
-def parse_levels(spec: str) -> tuple[int, ...]:
-    """ "1,8,16" -> (1, 8, 16): sorted, de-duplicated, each 1..1024."""
-    try:
-        values = sorted({int(x) for x in spec.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"--concurrency must be comma-separated integers, got {spec!r}") from None
-    if not values or values[0] < 1 or values[-1] > 1024:
-        raise ValueError(f"--concurrency levels must be between 1 and 1024, got {spec!r}")
-    return tuple(values)
-
-
-def is_finite_positive(x: float | None) -> bool:
-    return x is not None and math.isfinite(x) and x > 0

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from rich.console import Console
 from rich.table import Table
 
-from exporter.oncall.repro import ReproReport, format_p
+from exporter.oncall.repro_report import ReproReport, format_p
 
 
 def pct(x: float) -> str:

@@ -100,6 +100,13 @@ class LayerCounts:
     """Counters of one layer. Plain attributes so the probe's hot path is one increment."""
 
     __slots__ = LAYER_FIELDS
+    # Declared for the type checker (the slots above are the storage).
+    loads_started: int
+    loads_completed: int
+    index_k_gated: int
+    index_k_ungated: int
+    kv_gated: int
+    kv_ungated: int
 
     def __init__(self) -> None:
         for name in LAYER_FIELDS:

@@ -62,7 +62,6 @@ class CanaryProber:
         self.latency_buckets = dict.fromkeys(m.CANARY_LATENCY.buckets, 0)
         self.latency_sum = 0.0
         self.latency_count = 0
-        self.last_success: float | None = None
         self._sem = asyncio.Semaphore(self.concurrency)
         self._rng = random.Random(seed)
         self._n = 0
@@ -129,7 +128,6 @@ class CanaryProber:
             except ValueError:
                 return self._record("http_error", "HTTP 200 with a non-JSON body")
             self._observe_latency(elapsed)
-            self.last_success = time.time()
             self.pipeline.submit(
                 GradingRequest(
                     source="canary",
@@ -163,8 +161,6 @@ class CanaryProber:
         for result, n in self.results.items():
             fam.add_metric([result], float(n))
         yield fam
-        if self.last_success is not None:
-            yield m.CANARY_LAST_SUCCESS.one(self.last_success)
         h = m.CANARY_LATENCY.family()
         buckets = [(str(b), float(n)) for b, n in self.latency_buckets.items()]
         buckets.append(("+Inf", float(self.latency_count)))

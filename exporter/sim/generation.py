@@ -1,6 +1,7 @@
 """What the simulated DeepSeek-V4 says: DSML tool calls, prose, and the corruption model.
 
-Well-formed output follows the V4 grammar (dsml.md). The corruption model reproduces the
+Well-formed output follows the V4 grammar (docs/dsml-grading.md). The corruption model
+reproduces the
 reported observations: no corruption with fp8 index-K or with HiCache off (no host-to-device
 index-K transfer to race), and with bf16 index-K + HiCache a probability that is ~0 at one
 session and rises with concurrency to ~17% at 60 (the field report); fp4 index-K moves a

@@ -8,18 +8,22 @@ itself down with a bounded reason and keeps retrying; it never takes the others 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client.core import Metric
 
+from exporter.metrics import catalog as m
+
 
 @dataclass
 class SourceHealth:
-    """Self-health of one source, exported as *_up / *_last_success_timestamp_seconds / errors."""
+    """Self-health of one source; the sidecar exports every source's health as the one
+    ``dsv4_source_*{source}`` family (see :func:`health_families`)."""
 
     name: str
     # Samplers (the canary) report health but must not hold back readiness: a slow model
@@ -57,20 +61,6 @@ class SourceHealth:
             self.errors[reason] = self.errors.get(reason, 0) + 1
             self.last_error = f"{reason}: {detail}"
 
-    def families(self, up: Any, errors: Any, last_success: Any) -> Iterable[Metric]:
-        """The self-health series every source exports: ``*_up``, ``*_errors_total{reason}``
-        (all known reasons, zero-initialised), ``*_last_success_timestamp_seconds``."""
-        yield up.one(1.0 if self.up else 0.0)
-        with self._lock:
-            counts = sorted(self.errors.items())
-            last = self.last_success
-        fam = errors.family()
-        for reason, n in counts:
-            fam.add_metric([reason], float(n))
-        yield fam
-        if last is not None:
-            yield last_success.one(last)
-
     def as_json(self) -> dict[str, Any]:
         with self._lock:
             return {
@@ -82,6 +72,29 @@ class SourceHealth:
                 "last_duration_seconds": self.last_duration,
                 "errors": dict(self.errors),
             }
+
+
+def health_families(healths: Iterable[SourceHealth]) -> Iterator[Metric]:
+    """``dsv4_source_up``, ``_errors_total{reason}``, ``_last_success_timestamp_seconds`` and
+    ``_poll_duration_seconds``, one series per source under the label ``source``: one family
+    for all sources (node_exporter's ``node_scrape_collector_*`` shape), so a new source needs
+    no new metric and a rule written for one source works for every other."""
+    up = m.SOURCE_UP.family()
+    errors = m.SOURCE_ERRORS.family()
+    last = m.SOURCE_LAST_SUCCESS.family()
+    duration = m.SOURCE_DURATION.family()
+    for h in healths:
+        with h._lock:
+            counts = sorted(h.errors.items())
+            is_up, last_success, last_duration = h.up, h.last_success, h.last_duration
+        up.add_metric([h.name], 1.0 if is_up else 0.0)
+        for reason, n in counts:
+            errors.add_metric([h.name, reason], float(n))
+        if last_success is not None:
+            last.add_metric([h.name], last_success)
+        if last_duration is not None:
+            duration.add_metric([h.name], last_duration)
+    yield from (up, errors, last, duration)
 
 
 class Reporter(Protocol):
@@ -96,5 +109,5 @@ class Reporter(Protocol):
 class Source(Reporter, Protocol):
     """A reporter with a polling loop of its own."""
 
-    async def run(self, stop: Any) -> None:
-        """Poll until ``stop`` (an asyncio.Event) is set; never raises."""
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until ``stop`` is set; never raises."""

@@ -269,10 +269,7 @@ class NvmlSource:
 
     # --- exposition ----------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
-        snap, h = self.snapshot, self.health
-        yield from h.families(m.NVML_UP, m.NVML_ERRORS, m.NVML_LAST_SUCCESS)
-        if h.last_duration is not None:
-            yield m.NVML_DURATION.one(h.last_duration)
+        snap = self.snapshot  # health: dsv4_source_*{source="nvml"}, from the sidecar
         yield m.GPU_COUNT.one(len(snap.gpus) if snap else 0)
         if not snap or not snap.gpus:
             return

@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
@@ -103,7 +102,7 @@ class ProbeFileSource:
     def ranks(self) -> tuple[RankView, ...]:
         return self._ranks
 
-    async def run(self, stop: Any) -> None:
+    async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await asyncio.to_thread(self.poll_once)
             self._on_change()
@@ -223,7 +222,8 @@ class ProbeFileSource:
 
 
 def _cumulative(s: Snapshot) -> list[tuple[str, float]]:
-    out, running = [], 0
+    out: list[tuple[str, float]] = []
+    running = 0.0
     for bound, count in zip((*s.gap_bounds, float("inf")), s.gap_counts, strict=True):
         running += count
         out.append((floatToGoString(bound), running))

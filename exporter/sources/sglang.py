@@ -311,8 +311,7 @@ class SglangSource:
 
     # --- exposition ----------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
-        h = self.health
-        yield from h.families(m.SGLANG_UP, m.SGLANG_ERRORS, m.SGLANG_LAST_SUCCESS)
+        h = self.health  # exported as dsv4_source_*{source="sglang"} by the sidecar
         f = self.facts
         if f is None or not h.up:
             return

@@ -17,7 +17,7 @@ from alerts.config import AlertConfig
 from alerts.rules import RULE_FILE as RULE_FILE_NAME
 from tests.obs.conftest import ALERTS_DIR, RULE_FILE, RULE_TESTS, run_promtool
 
-# The alerts issue 7 asks for by name (the meta ones named here by this repo's choice).
+# The alerts the runbooks and docs promise by name (the meta ones by this repo's choice).
 REQUIRED_ALERTS = {
     "DSV4KVPoolOvercommit",
     "DSV4GPUMemoryHeadroomLow",

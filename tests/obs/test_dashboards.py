@@ -53,7 +53,9 @@ def test_check_flags_stale_and_unknown_json(tmp_path: Path, monkeypatch) -> None
     first = next(iter(rendered))
     first.write_text(rendered[first].replace('"refresh": "1m"', '"refresh": "5s"'))
     (tmp_path / "hand-made.json").write_text("{}")
-    assert generate.stale(rendered) == sorted([first.name, "hand-made.json (not generated)"])
+    assert generate.stale(rendered) == sorted(
+        [str(first), f"{tmp_path / 'hand-made.json'} (not generated)"]
+    )
 
 
 @pytest.mark.parametrize("stem", sorted(DASHBOARDS))

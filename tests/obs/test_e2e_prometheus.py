@@ -145,7 +145,9 @@ def test_corrupting_deployment_fires_expected_alerts_and_every_panel_has_data(tm
         background_running=60,
         seed=3,
     )
-    with _run(tmp_path, sim, {"index_k_dtype": "bf16"}) as (_sim, sc, prom), _tap_load(sc):
+    # per-process memory on: its (opt-in) panel must have data too
+    over = {"index_k_dtype": "bf16", "per_process_memory": True}
+    with _run(tmp_path, sim, over) as (_sim, sc, prom), _tap_load(sc):
 
         def fired():
             states = _alerts(prom)

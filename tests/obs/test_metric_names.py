@@ -1,88 +1,32 @@
-"""Every metric a rule, a panel or a runbook queries is one the sidecar exports.
+"""Every metric a rule, a panel, a runbook, the triage report or the demo queries is one the
+sidecar exports, with the labels it exports.
 
-Two layers:
-
-- ``EXPECTED`` mirrors the metric contract of issue 7 (names, kinds, labels) and is the
-  allowlist: a name (or a label) that is not in it fails, which catches typos today.
-- ``exporter.metrics.catalog.CATALOG`` is the source of truth once filled: every used name must
-  be in it, with the same kind and labels, unless it is listed in ``PENDING``. A name in
-  ``PENDING`` that the catalog already has fails too, so the set shrinks to empty as the
-  sidecar lands and the check ends up strict against the catalog alone.
+``exporter.metrics.catalog.CATALOG`` is the only contract: there is no second list here. Each
+check is a function returning its problems, run once on the repository's real expressions
+(must find none) and once on a broken expression (must find it), so none of them can pass by
+construction.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dashboards.queries import iter_queries, load
-from exporter.metrics.catalog import CATALOG
+from exporter.metrics.catalog import CATALOG, spec_for_series
+from exporter.oncall.triage.collect import READINGS
 from tests.obs.conftest import RULE_FILE, RUNBOOKS
-from tests.obs.promql import bare_metric_tokens, grouping_labels, recording_names, selectors
-
-GPU = ("rank", "gpu", "uuid")
-POOL = ("rank", "pool")
-
-# name -> (kind, labels), exactly as the sidecar exports them (histograms by base name).
-EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
-    # GPU / NVML
-    "dsv4_gpu_memory_total_bytes": ("gauge", GPU),
-    "dsv4_gpu_memory_used_bytes": ("gauge", GPU),
-    "dsv4_gpu_memory_free_bytes": ("gauge", GPU),
-    "dsv4_gpu_memory_reserved_bytes": ("gauge", GPU),
-    "dsv4_gpu_info": ("info", (*GPU, "name", "pci_bus_id", "driver_version")),
-    "dsv4_gpu_count": ("gauge", ()),
-    "dsv4_nvml_up": ("gauge", ()),
-    "dsv4_nvml_last_success_timestamp_seconds": ("gauge", ()),
-    "dsv4_nvml_collect_duration_seconds": ("gauge", ()),
-    "dsv4_nvml_errors_total": ("counter", ("error",)),
-    # SGLang
-    "dsv4_sglang_up": ("gauge", ()),
-    "dsv4_sglang_last_success_timestamp_seconds": ("gauge", ()),
-    "dsv4_sglang_errors_total": ("counter", ("reason",)),
-    "dsv4_sglang_info": ("info", ("version", "model")),
-    "dsv4_sglang_running_requests": ("gauge", ()),
-    "dsv4_sglang_max_total_num_tokens": ("gauge", ()),
-    "dsv4_sglang_hicache_host_used_tokens": ("gauge", ()),
-    "dsv4_sglang_hicache_host_total_tokens": ("gauge", ()),
-    # Footprint
-    "dsv4_kv_pool_planned_bytes": ("gauge", POOL),
-    "dsv4_kv_pool_allocated_bytes": ("gauge", POOL),
-    "dsv4_kv_pool_overcommit_bytes": ("gauge", ("rank",)),
-    "dsv4_kv_pool_tokens": ("gauge", POOL),
-    "dsv4_kv_bytes_per_full_token": ("gauge", ("pricing",)),
-    "dsv4_memory_reserve_bytes": ("gauge", ("rank",)),
-    "dsv4_deployment_info": ("info", ("index_k_dtype", "configurator", "hicache", "model")),
-    # Sampling: grading, canary, tap
-    "dsv4_dsml_samples_total": ("counter", ("source", "verdict", "concurrency_le")),
-    "dsv4_dsml_reasons_total": ("counter", ("source", "reason")),
-    "dsv4_canary_requests_total": ("counter", ("result",)),
-    "dsv4_canary_last_success_timestamp_seconds": ("gauge", ()),
-    "dsv4_canary_latency_seconds": ("histogram", ()),
-    "dsv4_tap_requests_total": ("counter", ("code",)),
-    "dsv4_tap_inflight_requests": ("gauge", ()),
-    "dsv4_tap_added_latency_seconds": ("histogram", ()),
-    "dsv4_tap_sampled_total": ("counter", ()),
-    "dsv4_tap_sampling_errors_total": ("counter", ("stage",)),
-    # Probe
-    "dsv4_probe_up": ("gauge", ("rank",)),
-    "dsv4_probe_last_report_timestamp_seconds": ("gauge", ("rank",)),
-    "dsv4_hicache_layer_loads_total": ("counter", ("rank",)),
-    "dsv4_hicache_index_k_reads_total": ("counter", ("rank", "gated")),
-    "dsv4_hicache_transfer_gap_seconds": ("histogram", ("rank",)),
-    "dsv4_hicache_index_k_checksum_mismatches_total": ("counter", ("rank",)),
-    # Sidecar self
-    "dsv4_source_up": ("gauge", ("source",)),
-    "dsv4_sidecar_build_info": ("info", ("version", "python")),
-}
-
-# Not in exporter/metrics/catalog.py YET: the sidecar, sampling and probe work add them in
-# parallel. The integrating engineer empties this set as they land; test_pending_is_current
-# fails for any entry the catalog already has, so it cannot go stale.
-PENDING: set[str] = set()
+from tests.obs.promql import (
+    Selector,
+    bare_metric_tokens,
+    grouping_labels,
+    recording_names,
+    selectors,
+)
 
 # Series Prometheus itself produces, with their labels (target labels added below).
 PROMETHEUS_SERIES: dict[str, tuple[str, ...]] = {
@@ -92,7 +36,10 @@ PROMETHEUS_SERIES: dict[str, tuple[str, ...]] = {
 }
 # Labels every scraped series carries (target labels) and the histogram bucket label.
 TARGET_LABELS = ("job", "instance")
-HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+# Exported names that no rule, panel or runbook shows, each with why. The test below fails
+# when one of them becomes shown (remove it here) or when an unshown name is not listed.
+UNWATCHED: dict[str, str] = {}
 
 
 def _runbook_promql() -> dict[str, str]:
@@ -105,8 +52,8 @@ def _runbook_promql() -> dict[str, str]:
 
 
 def used_expressions() -> dict[str, str]:
-    """Every PromQL expression of the rules, the dashboards (targets and variable queries)
-    and the runbooks, keyed by where it lives."""
+    """Every PromQL expression of the rules, the dashboards (targets and variable queries),
+    the runbooks and the triage evidence table, keyed by where it lives."""
     exprs: dict[str, str] = {}
     for g in yaml.safe_load(RULE_FILE.read_text())["groups"]:
         for r in g["rules"]:
@@ -118,113 +65,196 @@ def used_expressions() -> dict[str, str]:
             if v["type"] == "query":
                 exprs[f"{path.stem}/${v['name']}"] = v["query"]["query"]
     exprs.update(_runbook_promql())
+    for reading in READINGS:
+        exprs[f"triage/{reading.key}"] = reading.promql('job="dsv4-sidecar"', "30m")
     return exprs
 
 
-def base_name(name: str) -> str:
-    """Histogram series -> the histogram's name; anything else unchanged."""
-    for suffix in HISTOGRAM_SUFFIXES:
-        stem = name.removesuffix(suffix)
-        if stem != name and EXPECTED.get(stem, ("",))[0] == "histogram":
-            return stem
-    return name
-
-
-def used_selectors():
-    for where, expr in used_expressions().items():
+def _selectors(exprs: dict[str, str]) -> Iterator[tuple[str, Selector]]:
+    for where, expr in exprs.items():
         for s in selectors(expr):
             yield where, s
 
 
-def test_every_used_metric_is_expected() -> None:
-    bad = [
+def _known(series: str) -> bool:
+    try:
+        spec_for_series(series)
+    except KeyError:
+        return False
+    return True
+
+
+def unknown_names(exprs: dict[str, str]) -> list[str]:
+    return [
         f"{where}: {s.metric}"
-        for where, s in used_selectors()
-        if s.metric not in PROMETHEUS_SERIES and base_name(s.metric) not in EXPECTED
+        for where, s in _selectors(exprs)
+        if s.metric not in PROMETHEUS_SERIES and not _known(s.metric)
     ]
-    assert not bad, "unknown metric names:\n" + "\n".join(bad)
 
 
-def test_histograms_and_counters_referenced_by_series_name() -> None:
-    """A histogram is queried through _bucket/_sum/_count, never bare."""
-    for where, s in used_selectors():
-        kind = EXPECTED.get(s.metric, ("",))[0]
-        assert kind != "histogram", f"{where}: {s.metric} without _bucket/_sum/_count"
+def bare_histograms(exprs: dict[str, str]) -> list[str]:
+    """A histogram is queried through _bucket/_sum/_count, never by its bare name."""
+    return [
+        f"{where}: {s.metric}"
+        for where, s in _selectors(exprs)
+        if s.metric in CATALOG and CATALOG[s.metric].kind == "histogram"
+    ]
 
 
-def test_no_bare_metric_names() -> None:
-    for where, expr in used_expressions().items():
-        assert not bare_metric_tokens(expr), f"{where}: {bare_metric_tokens(expr)}"
+def bare_names(exprs: dict[str, str]) -> list[str]:
+    return [
+        f"{w}: {sorted(bare_metric_tokens(e))}" for w, e in exprs.items() if bare_metric_tokens(e)
+    ]
 
 
-def test_matcher_labels_exist() -> None:
+def _all_labels() -> set[str]:
+    return {label for spec in CATALOG.values() for label in spec.labels}
+
+
+def unknown_matcher_labels(exprs: dict[str, str]) -> list[str]:
     """Matchers only use labels the series has (a typo'd label silently matches nothing)."""
-    for where, s in used_selectors():
+    bad = []
+    for where, s in _selectors(exprs):
         if s.metric in PROMETHEUS_SERIES:
             allowed = set(PROMETHEUS_SERIES[s.metric]) | set(TARGET_LABELS)
             if s.metric == "ALERTS":
-                allowed |= {label for _, labels in EXPECTED.values() for label in labels}
+                allowed |= _all_labels()
+        elif _known(s.metric):
+            spec = spec_for_series(s.metric)
+            allowed = set(spec.labels) | set(TARGET_LABELS)
+            if s.metric.endswith("_bucket"):
+                allowed.add("le")
         else:
-            _, labels = EXPECTED[base_name(s.metric)]
-            allowed = set(labels) | set(TARGET_LABELS) | {"le"}
-        assert s.labels() <= allowed, f"{where}: {s.metric} {s.labels() - allowed}"
+            continue  # reported by unknown_names
+        if not s.labels() <= allowed:
+            bad.append(f"{where}: {s.metric} {sorted(s.labels() - allowed)}")
+    return bad
 
 
-def test_grouping_labels_exist() -> None:
-    known = {label for _, labels in EXPECTED.values() for label in labels}
-    known |= set(TARGET_LABELS) | {"le"} | set(PROMETHEUS_SERIES["ALERTS"])
-    for where, expr in used_expressions().items():
-        assert grouping_labels(expr) <= known, f"{where}: {grouping_labels(expr) - known}"
+def unknown_grouping_labels(exprs: dict[str, str]) -> list[str]:
+    known = _all_labels() | set(TARGET_LABELS) | {"le"} | set(PROMETHEUS_SERIES["ALERTS"])
+    return [
+        f"{where}: {sorted(grouping_labels(e) - known)}"
+        for where, e in exprs.items()
+        if not grouping_labels(e) <= known
+    ]
 
 
-def test_recording_names_are_defined() -> None:
-    recorded = {
+def _recorded() -> set[str]:
+    return {
         r["record"]
         for g in yaml.safe_load(RULE_FILE.read_text())["groups"]
         for r in g["rules"]
         if "record" in r
     }
-    for where, expr in used_expressions().items():
-        assert recording_names(expr) <= recorded, f"{where}: {recording_names(expr) - recorded}"
 
 
-def test_every_exported_metric_is_shown_somewhere() -> None:
-    """The dashboards and rules cover the whole contract: nothing exported goes unwatched."""
-    used = {base_name(s.metric) for _, s in used_selectors()}
-    assert set(EXPECTED) - used == set()
+def undefined_recordings(exprs: dict[str, str]) -> list[str]:
+    recorded = _recorded()
+    return [
+        f"{where}: {sorted(recording_names(e) - recorded)}"
+        for where, e in exprs.items()
+        if not recording_names(e) <= recorded
+    ]
 
 
-def test_used_metrics_are_in_catalog_or_pending() -> None:
-    missing = sorted(
-        {
-            base_name(s.metric)
-            for _, s in used_selectors()
-            if s.metric not in PROMETHEUS_SERIES
-            and base_name(s.metric) not in CATALOG
-            and base_name(s.metric) not in PENDING
-        }
+def shown(exprs: dict[str, str]) -> set[str]:
+    return {spec_for_series(s.metric).name for _, s in _selectors(exprs) if _known(s.metric)}
+
+
+CHECKS = (
+    unknown_names,
+    bare_histograms,
+    bare_names,
+    unknown_matcher_labels,
+    unknown_grouping_labels,
+    undefined_recordings,
+)
+
+# One broken expression per check: each must be reported by its check.
+BROKEN = {
+    unknown_names: 'dsv4_nvml_up{job="x"}',  # renamed to dsv4_source_up{source="nvml"}
+    bare_histograms: 'dsv4_hicache_transfer_gap_seconds{job="x"}',
+    bare_names: "dsv4_gpu_count",
+    unknown_matcher_labels: 'dsv4_source_up{job="x", error="timeout"}',
+    unknown_grouping_labels: 'sum by (collector) (dsv4_source_up{job="x"})',
+    undefined_recordings: 'instance_source:dsv4_nothing:ratio5m{job="x"}',
+}
+
+
+@pytest.fixture(scope="module")
+def exprs() -> dict[str, str]:
+    return used_expressions()
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_repository_expressions_pass(check, exprs: dict[str, str]) -> None:
+    problems = check(exprs)
+    assert not problems, f"{check.__name__}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+def test_each_check_catches_its_mistake(check, exprs: dict[str, str]) -> None:
+    assert check({"broken": BROKEN[check]}), f"{check.__name__} missed {BROKEN[check]!r}"
+    # ... also hidden among the real ones
+    assert check({**exprs, "broken": BROKEN[check]})
+
+
+def test_every_exported_metric_is_shown_somewhere(exprs: dict[str, str]) -> None:
+    """The dashboards, rules and runbooks cover the whole catalog: nothing exported goes
+    unwatched unless UNWATCHED says why, and UNWATCHED lists nothing that is shown."""
+    unshown = set(CATALOG) - shown(exprs)
+    assert unshown - set(UNWATCHED) == set(), "exported but never shown"
+    assert set(UNWATCHED) - unshown == set(), "shown now: remove from UNWATCHED"
+
+
+def test_health_is_one_family_per_source() -> None:
+    """node_exporter style: source health only as dsv4_source_*{source}, one label name."""
+    # Not poll health, so they stay: dsv4_footprint_up{reason} says *why* the footprint is not
+    # computed; dsv4_probe_up{rank} and dsv4_probe_errors_total{rank} are per-rank states of
+    # the in-process probe (exceptions inside SGLang, not failed polls by the sidecar).
+    not_health = {"dsv4_footprint_up", "dsv4_probe_up", "dsv4_probe_errors_total"}
+    per_source = [
+        n
+        for n in CATALOG
+        if re.fullmatch(
+            r"dsv4_(nvml|sglang|canary|footprint|probe)_(up|errors_total|last_succ.*)", n
+        )
+        and n not in not_health
+    ]
+    assert per_source == []
+    health = [s for n, s in CATALOG.items() if n.startswith("dsv4_source_")]
+    assert {s.name for s in health} == {
+        "dsv4_source_up",
+        "dsv4_source_errors_total",
+        "dsv4_source_last_success_timestamp_seconds",
+        "dsv4_source_poll_duration_seconds",
+    }
+    assert all(s.labels[0] == "source" for s in health)
+
+
+def test_spec_for_series_resolves_histogram_series_only() -> None:
+    assert spec_for_series("dsv4_hicache_transfer_gap_seconds_bucket").name == (
+        "dsv4_hicache_transfer_gap_seconds"
     )
-    assert not missing, f"not in exporter.metrics.catalog.CATALOG (nor PENDING): {missing}"
+    assert spec_for_series("dsv4_gpu_count").name == "dsv4_gpu_count"
+    with pytest.raises(KeyError, match="catalog"):
+        spec_for_series("dsv4_gpu_count_sum")  # a gauge has no _sum series
+    with pytest.raises(KeyError, match="catalog"):
+        spec_for_series("dsv4_tap_requests_total_count")
 
 
-def test_pending_is_current() -> None:
-    """PENDING only lists names the catalog does not have yet, all from the contract."""
-    landed = sorted(PENDING & set(CATALOG))
-    assert not landed, f"now in the catalog, remove from PENDING: {landed}"
-    assert set(EXPECTED) >= PENDING
+def test_builders_reject_names_outside_the_catalog() -> None:
+    """Rules and panels are built through sel(), which refuses an unknown name outright."""
+    from alerts.config import AlertConfig
+    from alerts.rules import Builder
+    from dashboards.common import sel
 
-
-@pytest.mark.parametrize("name", sorted(set(EXPECTED) & set(CATALOG)))
-def test_catalog_agrees_with_contract(name: str) -> None:
-    """Where the catalog has a name, its kind and label set are the ones the rules and panels
-    were written against."""
-    kind, labels = EXPECTED[name]
-    spec = CATALOG[name]
-    assert spec.kind == kind
-    assert set(spec.labels) == set(labels)
-
-
-# The helpers the checks above rely on, with cases they must reject.
+    with pytest.raises(KeyError, match="dsv4_nvml_up"):
+        sel("dsv4_nvml_up")
+    with pytest.raises(KeyError, match="dsv4_sglang_up"):
+        Builder(AlertConfig()).sel("dsv4_sglang_up")
+    assert sel("dsv4_source_up").startswith("dsv4_source_up{")
 
 
 def test_helpers_find_what_they_should() -> None:
@@ -238,8 +268,3 @@ def test_helpers_find_what_they_should() -> None:
     assert grouping_labels(expr) == {"le", "job"}
     assert recording_names(expr) == {"instance_source:dsv4_y:ratio30m"}
     assert bare_metric_tokens(expr) == {"dsv4_bare"}
-    assert base_name("dsv4_hicache_transfer_gap_seconds_bucket") == (
-        "dsv4_hicache_transfer_gap_seconds"
-    )
-    assert base_name("dsv4_gpu_count") == "dsv4_gpu_count"
-    assert base_name("dsv4_tap_requests_total_count") == "dsv4_tap_requests_total_count"

@@ -180,7 +180,7 @@ def test_artefact_bound_from_totals_without_samples():
 
 
 def test_repro_evidence_feeds_trend_and_at_one():
-    from exporter.oncall.repro import Arm, ArmResult, LevelResult, ReproReport
+    from exporter.oncall.repro_report import Arm, ArmResult, LevelResult, ReproReport
 
     report = ReproReport(
         [
@@ -200,3 +200,42 @@ def test_repro_evidence_feeds_trend_and_at_one():
     assert diag.cause(RACE).rule == "R2"
     assert any("repro arm bf16" in e for e in diag.cause(RACE).evidence)
     assert diag.facts.at_one[0].origin == "repro arm bf16 at 1"
+
+
+# Modules that do I/O (HTTP clients, servers, sockets, the event loop, the exporter).
+IO_MODULES = (
+    "aiohttp",
+    "urllib.request",
+    "http.client",
+    "socket",
+    "asyncio",
+    "prometheus_client",
+    "fastapi",
+    "uvicorn",
+)
+
+
+def test_diagnosis_is_pure_imports_nothing_that_does_io():
+    """diagnosis.py (and the evidence model, repro report types it reads) imports with every
+    I/O module made unimportable: a regression that pulls in the aiohttp runner or the HTTP
+    collection fails here, in a fresh interpreter so nothing is already imported."""
+    import subprocess
+    import sys
+
+    blocked = ", ".join(repr(m) for m in IO_MODULES)
+    code = (
+        "import sys\n"
+        f"for name in ({blocked},):\n"
+        "    sys.modules[name] = None\n"
+        "import exporter.oncall.triage.diagnosis\n"
+        "import exporter.oncall.triage.evidence\n"
+        "import exporter.oncall.repro_report\n"
+        "print('pure')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "pure"
+    # ... and the same check does catch a module that needs aiohttp
+    bad = code.replace("exporter.oncall.repro_report", "exporter.oncall.repro")
+    run = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "halted; None in sys.modules" in run.stderr

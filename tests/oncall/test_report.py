@@ -190,19 +190,49 @@ def test_triage_with_nothing_answering(capsys, tmp_path):
     assert "## Collection notes" in md and "from nothing (see notes)" in md
 
 
-def test_every_metric_triage_queries_is_exported():
-    """A renamed metric must not silently turn triage evidence into "no data"."""
-    import re
-    from pathlib import Path
+def test_triage_readings_come_from_the_catalog():
+    """A renamed metric must not silently turn triage evidence into "no data": every number
+    triage reads is a row of one table naming a catalog spec, rendered for both paths."""
+    from exporter.metrics.catalog import CATALOG, spec_for_series
+    from exporter.oncall.triage.collect import READINGS
 
-    from exporter.metrics.catalog import CATALOG
+    assert len(READINGS) >= 20
+    for r in READINGS:
+        assert CATALOG[r.spec.name] is r.spec
+        assert spec_for_series(r.name) is r.spec
+        assert r.name in r.promql('job="x"', "5m")
 
-    source = Path("exporter/oncall/triage/evidence.py").read_text()
-    used = set(re.findall(r"\bdsv4_[a-z0-9_]+", source))
-    assert len(used) >= 20
-    for name in used:
-        base = name.removesuffix("_bucket")
-        assert base in CATALOG or name in CATALOG, name
+
+def test_both_paths_read_the_same_table():
+    """The scrape path aggregates exactly as the PromQL says (sum/max/min by the same labels,
+    the same matchers); windowed readings are totals since start in a scrape."""
+    from exporter.oncall.triage.collect import READINGS
+
+    by_key = {r.key: r for r in READINGS}
+    scrape = {
+        "dsv4_hicache_index_k_reads_total": [
+            ({"rank": "0", "gated": "false"}, 3.0),
+            ({"rank": "1", "gated": "false"}, 4.0),
+            ({"rank": "1", "gated": "true"}, 50.0),
+        ],
+        "dsv4_gpu_memory_free_bytes": [
+            ({"rank": "0", "gpu": "0", "uuid": "a"}, 5.0),
+            ({"rank": "0", "gpu": "1", "uuid": "b"}, 2.0),
+        ],
+    }
+    assert by_key["ungated_total"].promql("", "5m") == (
+        'sum(dsv4_hicache_index_k_reads_total{gated="false"})'
+    )
+    assert by_key["ungated_total"].from_scrape(scrape) == [({}, 7.0)]
+    assert sorted(by_key["index_k_reads"].from_scrape(scrape), key=str) == [
+        ({"gated": "false"}, 7.0),
+        ({"gated": "true"}, 50.0),
+    ]
+    assert by_key["index_k_reads"].promql('job="j"', "5m") == (
+        'sum by (gated) (increase(dsv4_hicache_index_k_reads_total{job="j"}[5m]))'
+    )
+    assert by_key["gpu_free"].from_scrape(scrape) == [({"rank": "0"}, 2.0)]
+    assert by_key["gpu_free_min"].from_scrape(scrape) == []  # needs history: Prometheus only
 
 
 def test_rules_doc_block_is_generated_and_current():

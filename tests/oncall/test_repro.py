@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from exporter.cli import main
-from exporter.oncall.repro import Arm, LevelResult, ReproReport, ReproRunner, level_trend
+from exporter.oncall.repro import ReproRunner
+from exporter.oncall.repro_report import Arm, LevelResult, ReproReport, level_trend
 from exporter.oncall.samples import SampleWriter, grade_line, read_graded
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
@@ -170,7 +171,7 @@ def test_report_json_roundtrip_and_trend():
     trend = level_trend(levels)
     assert trend is not None and trend.rises and trend.low == 1 and trend.high == 64
     assert level_trend([LevelResult(8, 10, 1)]) is None
-    from exporter.oncall.repro import ArmResult
+    from exporter.oncall.repro_report import ArmResult
 
     report = ReproReport([ArmResult(Arm("a", "http://a"), levels)], interrupted=True)
     again = ReproReport.from_json(json.loads(json.dumps(report.to_json())))

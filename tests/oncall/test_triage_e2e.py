@@ -1,5 +1,5 @@
-"""`triage` against a real Prometheus and real sidecars beside simulated SGLangs, in the three
-scenarios of issue 9: over-commit only, the index-K transfer race, and a clean deployment.
+"""`triage` against a real Prometheus and real sidecars beside simulated SGLangs, in three
+scenarios: over-commit only, the index-K transfer race, and a clean deployment.
 
 One Prometheus scrapes the three sidecars (1 s interval); triage narrows to each with an
 ``instance`` selector, as an on-call does for one node.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from exporter.oncall.triage.collect import CollectOptions
 from exporter.oncall.triage.diagnosis import ARTEFACT, OVERCOMMIT, RACE, RULED_OUT, UNRELATED
-from exporter.oncall.triage.evidence import CollectOptions
 from exporter.oncall.triage.report import write_report
 from tests.oncall.scenarios import (
     SAMPLES_TOKEN,

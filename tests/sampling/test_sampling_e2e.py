@@ -78,7 +78,7 @@ def test_canary_sees_corruption_at_high_concurrency_only():
     assert 0.08 < bad / graded < 0.30  # the simulator's model gives ~0.17 at 60
     assert abs(bad / graded - sim_bad / sim_n) < 0.08
     assert sample_value(text, "dsv4_canary_requests_total", result="success") >= 150
-    assert sample_value(text, "dsv4_canary_last_success_timestamp_seconds") > 0
+    assert sample_value(text, "dsv4_source_last_success_timestamp_seconds", source="canary") > 0
     assert sample_value(text, "dsv4_canary_latency_seconds_count") >= 150
 
 

@@ -9,6 +9,7 @@ import pynvml
 import pytest
 
 from exporter.sim.fake_nvml import FakeNvml
+from exporter.sources.base import health_families
 from exporter.sources.nvml import NvmlSource, visible_selectors
 from tests.support import sample_value
 
@@ -18,6 +19,7 @@ def _text(src: NvmlSource) -> str:
 
     class C:
         def collect(self):
+            yield from health_families([src.health])  # what the sidecar adds per source
             yield from src.collect()
 
     reg = CollectorRegistry()
@@ -39,13 +41,17 @@ def test_init_failure_marks_down_then_recovers(error):
     assert poll(src) == 1  # first failure: retry after the base interval
     assert poll(src) == 2  # backoff doubles
     t = _text(src)
-    assert sample_value(t, "dsv4_nvml_up") == 0
-    assert sample_value(t, "dsv4_nvml_errors_total", error=error) == 2
+    assert sample_value(t, "dsv4_source_up", source="nvml") == 0
+    assert sample_value(t, "dsv4_source_errors_total", source="nvml", reason=error) == 2
     assert sample_value(t, "dsv4_gpu_memory_used_bytes") is None  # fail closed
     assert sample_value(t, "dsv4_gpu_count") == 0
+    assert sample_value(t, "dsv4_source_last_success_timestamp_seconds", source="nvml") is None
     assert poll(src) == 1  # recovered without restart
     t = _text(src)
-    assert sample_value(t, "dsv4_nvml_up") == 1
+    assert sample_value(t, "dsv4_source_up", source="nvml") == 1
+    last = sample_value(t, "dsv4_source_last_success_timestamp_seconds", source="nvml")
+    assert last is not None and abs(last - time.time()) < 60
+    assert sample_value(t, "dsv4_source_poll_duration_seconds", source="nvml") >= 0
     assert sample_value(t, "dsv4_gpu_count") == 2
     assert sample_value(t, "dsv4_gpu_memory_total_bytes", rank="1") == fake.spec.memory_bytes
 
@@ -54,8 +60,8 @@ def test_zero_gpus():
     src = NvmlSource(nvml=FakeNvml(faults="zero"))
     poll(src)
     t = _text(src)
-    assert sample_value(t, "dsv4_nvml_up") == 0
-    assert sample_value(t, "dsv4_nvml_errors_total", error="no_gpus") == 1
+    assert sample_value(t, "dsv4_source_up", source="nvml") == 0
+    assert sample_value(t, "dsv4_source_errors_total", source="nvml", reason="no_gpus") == 1
 
 
 def test_gpu_lost_mid_run_then_recovered():
@@ -65,15 +71,18 @@ def test_gpu_lost_mid_run_then_recovered():
     fake.lose_gpu(2)
     poll(src)
     t = _text(src)
-    assert sample_value(t, "dsv4_nvml_up") == 0
+    assert sample_value(t, "dsv4_source_up", source="nvml") == 0
     assert sample_value(t, "dsv4_gpu_count") == 3
     assert sample_value(t, "dsv4_gpu_memory_used_bytes", rank="2") is None  # that GPU dropped
     assert sample_value(t, "dsv4_gpu_memory_used_bytes", rank="1") is not None  # others kept
-    assert sample_value(t, "dsv4_nvml_errors_total", error="gpu_lost") == 1
+    assert sample_value(t, "dsv4_source_errors_total", source="nvml", reason="gpu_lost") == 1
     fake.recover_gpu(2)
     poll(src)
     t = _text(src)
-    assert sample_value(t, "dsv4_nvml_up") == 1 and sample_value(t, "dsv4_gpu_count") == 4
+    assert (
+        sample_value(t, "dsv4_source_up", source="nvml") == 1
+        and sample_value(t, "dsv4_gpu_count") == 4
+    )
 
 
 def test_scheduled_loss_from_fault_script():
@@ -110,8 +119,8 @@ def test_hung_call_is_abandoned_and_not_piled_up():
     assert wedged.startswith("wedged")
     assert src.health.up
     t = _text(src)
-    assert sample_value(t, "dsv4_nvml_errors_total", error="timeout") == 1
-    assert sample_value(t, "dsv4_nvml_errors_total", error="wedged") == 1
+    assert sample_value(t, "dsv4_source_errors_total", source="nvml", reason="timeout") == 1
+    assert sample_value(t, "dsv4_source_errors_total", source="nvml", reason="wedged") == 1
 
 
 def test_v1_memory_info_fallback_omits_reserved():

@@ -142,12 +142,18 @@ def test_not_ready_until_sources_cycle_and_sglang_down_visible():
 
         def unreachable_counted():
             t = scrape(sc.url)
-            return t if sample_value(t, "dsv4_sglang_errors_total", reason="unreachable") else None
+            return (
+                t
+                if sample_value(
+                    t, "dsv4_source_errors_total", source="sglang", reason="unreachable"
+                )
+                else None
+            )
 
         text = wait_for(unreachable_counted)
-        assert sample_value(text, "dsv4_sglang_up") == 0
+        assert sample_value(text, "dsv4_source_up", source="sglang") == 0
         assert sample_value(text, "dsv4_footprint_up", reason="no_sglang") == 0
-        assert sample_value(text, "dsv4_nvml_up") == 1  # the rest keeps working
+        assert sample_value(text, "dsv4_source_up", source="nvml") == 1  # the rest keeps working
         assert sample_value(text, "dsv4_kv_pool_overcommit_bytes", rank="0") is None
         assert sample_value(text, "dsv4_source_up", source="sglang") == 0
 
@@ -157,9 +163,14 @@ def test_sglang_recovers_and_counter_moves(legacy_sim):
         wait_for(lambda: _overcommit(sc.url))
         httpx.post(legacy_sim.url + "/_sim/control", json={"fault": "http_500"}, timeout=5)
         try:
-            wait_for(lambda: sample_value(scrape(sc.url), "dsv4_sglang_up") == 0)
+            wait_for(lambda: sample_value(scrape(sc.url), "dsv4_source_up", source="sglang") == 0)
             text = scrape(sc.url)
-            assert sample_value(text, "dsv4_sglang_errors_total", reason="http_status") >= 1
+            assert (
+                sample_value(
+                    text, "dsv4_source_errors_total", source="sglang", reason="http_status"
+                )
+                >= 1
+            )
             assert (
                 sample_value(
                     text, "dsv4_source_errors_total", source="sglang", reason="http_status"
@@ -168,17 +179,22 @@ def test_sglang_recovers_and_counter_moves(legacy_sim):
             )
         finally:
             httpx.post(legacy_sim.url + "/_sim/control", json={"fault": "none"}, timeout=5)
-        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_sglang_up") == 1)
+        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_source_up", source="sglang") == 1)
 
 
 def test_scrapes_stay_fast_while_nvml_hangs_30s(legacy_sim):
     fake = FakeNvml(count=8)
     app = _sidecar(legacy_sim.url, nvml=fake)
     with ServerThread(app) as sc:
-        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_nvml_up") == 1)
+        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_source_up", source="nvml") == 1)
         fake.hang_next(30.0)
         wait_for(
-            lambda: sample_value(scrape(sc.url), "dsv4_nvml_errors_total", error="timeout") == 1,
+            lambda: (
+                sample_value(
+                    scrape(sc.url), "dsv4_source_errors_total", source="nvml", reason="timeout"
+                )
+                == 1
+            ),
             timeout=5,
         )
         lat = []
@@ -190,9 +206,11 @@ def test_scrapes_stay_fast_while_nvml_hangs_30s(legacy_sim):
                 assert r.status_code == 200
                 time.sleep(0.02)
         text = scrape(sc.url)
-        assert sample_value(text, "dsv4_nvml_up") == 0
+        assert sample_value(text, "dsv4_source_up", source="nvml") == 0
         assert sample_value(text, "dsv4_gpu_memory_used_bytes", rank="0") is None
-        assert sample_value(text, "dsv4_sglang_up") == 1  # other sources unaffected
+        assert (
+            sample_value(text, "dsv4_source_up", source="sglang") == 1
+        )  # other sources unaffected
         assert max(lat) < 0.5 and statistics.median(lat) < 0.05
         fake.faults.hang_seconds = 0  # nothing further pending; the wedged thread sleeps on
 
@@ -229,7 +247,7 @@ def test_hicache_activity_from_sglang_metrics_moves(legacy_sim):
     from exporter.loadgen import LoadGenerator
 
     with ServerThread(_sidecar(legacy_sim.url, canary=False)) as sc:
-        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_sglang_up") == 1)
+        wait_for(lambda: sample_value(scrape(sc.url), "dsv4_source_up", source="sglang") == 1)
         before = sample_value(scrape(sc.url), "dsv4_sglang_hicache_load_backs_total") or 0
         asyncio.run(LoadGenerator(legacy_sim.url).run_level(4, requests=12))
 

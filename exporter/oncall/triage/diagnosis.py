@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.dsml import REASON_SPECS
-from exporter.oncall.repro import ReproReport, format_p, level_trend
+from exporter.oncall.repro_report import ReproReport, format_p, level_trend
 from exporter.oncall.triage.evidence import BucketCount, Evidence
 from exporter.samplers.buckets import BUCKET_LABELS
 from exporter.stats import fisher_exact, wilson_interval
@@ -235,9 +235,9 @@ def derive_facts(ev: Evidence) -> Facts:
         r.gpu_free_min_bytes if r.gpu_free_min_bytes is not None else r.gpu_free_bytes
         for r in ev.ranks
     ]
-    frees = [x for x in frees if x is not None]
-    if frees:
-        f["gpu_free_min_bytes"] = min(frees)
+    known_free = [x for x in frees if x is not None]
+    if known_free:
+        f["gpu_free_min_bytes"] = min(known_free)
     if ev.pools and ev.pools[0].overcommit_bytes > 0:
         p = ev.pools[0]
         f.update(

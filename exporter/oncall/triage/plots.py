@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from exporter.oncall.repro import ReproReport
+from exporter.oncall.repro_report import ReproReport
 from exporter.oncall.triage.diagnosis import GIB
 from exporter.oncall.triage.evidence import BucketCount, Evidence, Series
 from exporter.oncall.triage.sections import seconds

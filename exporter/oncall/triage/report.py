@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.oncall.triage import plots as plotlib
+from exporter.oncall.triage.collect import CollectOptions, collect
 from exporter.oncall.triage.diagnosis import POSSIBLE, SUPPORTED, Diagnosis, diagnose
-from exporter.oncall.triage.evidence import CollectOptions, Evidence, collect
+from exporter.oncall.triage.evidence import Evidence
 from exporter.oncall.triage.report_html import NO_PLOTS, render_html
 from exporter.oncall.triage.report_md import render_markdown
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass
@@ -71,7 +75,7 @@ def write_report(opts: CollectOptions, out: Path, *, plots: bool = True) -> Tria
     return TriageResult(ev, diag, *paths, keys, note)
 
 
-def print_summary(result: TriageResult, console: Any) -> None:
+def print_summary(result: TriageResult, console: Console) -> None:
     diag = result.diagnosis
     style = "bold red" if diag.supported else "bold"
     console.print(diag.headline, style=style, markup=False, highlight=False)

@@ -10,7 +10,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from exporter.oncall.repro import ReproReport, format_p
+from exporter.oncall.repro_report import ReproReport, format_p
 from exporter.oncall.triage.diagnosis import GIB, Diagnosis, gib, pct
 from exporter.oncall.triage.evidence import BucketCount, Evidence
 
