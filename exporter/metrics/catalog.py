@@ -114,8 +114,17 @@ SOURCE_UP = _m(
 SOURCE_ERRORS = _m(
     "dsv4_source_errors_total",
     "counter",
-    "Failed polls of the named source, by bounded reason.",
+    "Failed polls of the named source, by bounded reason (each source's own reasons; "
+    "`internal_error` = the source's loop raised, see dsv4_sidecar_task_restarts_total).",
     ("source", "reason"),
+    "sidecar",
+)
+TASK_RESTARTS = _m(
+    "dsv4_sidecar_task_restarts_total",
+    "counter",
+    "Background loops (source pollers, the canary) that raised and were restarted by the "
+    "supervisor, by `task`; the traceback is logged once per task and exception type.",
+    ("task",),
     "sidecar",
 )
 
@@ -209,7 +218,8 @@ SGLANG_ERRORS = _m(
     "dsv4_sglang_errors_total",
     "counter",
     "Failed SGLang polls by reason (unreachable, timeout, http_status, bad_json, bad_shape, "
-    "metrics_unavailable).",
+    "metrics_unavailable, too_large = a body over its cap, too_deep = JSON nested too deep, "
+    "internal_error = the poller raised).",
     ("reason",),
     "sglang",
 )
@@ -516,7 +526,8 @@ DSML_STORED = _m(
 CANARY_REQUESTS = _m(
     "dsv4_canary_requests_total",
     "counter",
-    "Canary tool-call requests by result (success, http_error, timeout, error).",
+    "Canary tool-call requests by result (success, http_error, timeout, error, too_large = "
+    "answer over its cap, too_deep = answer JSON nested too deep).",
     ("result",),
     "canary",
 )
