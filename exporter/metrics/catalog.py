@@ -555,7 +555,9 @@ TAP_REQUESTS = _m(
     "counter",
     "Requests the tap finished, by `code`: `1xx`..`5xx` = status class forwarded from SGLang "
     "(also when the body was later cut short); `400_bad_request` = malformed client request "
-    "answered by the tap; `502_upstream_unreachable` = connecting to SGLang failed; "
+    "answered by the tap; `408_request_timeout` = request body stalled; `501_not_implemented` "
+    "= a transfer coding besides chunked (why: dsv4_tap_rejected_total); "
+    "`502_upstream_unreachable` = connecting to SGLang failed; "
     "`502_upstream_failed` = SGLang closed or broke the connection before a response head; "
     "`client_closed` = the client left before any response head.",
     ("code",),
@@ -567,6 +569,18 @@ TAP_ABORTED = _m(
     "Requests that ended without a complete response, by `reason`: `upstream_reset` (SGLang "
     "closed mid-body; the client got the bytes so far, then a closed connection) or "
     "`client_disconnect` (client left; the upstream request was cancelled at once).",
+    ("reason",),
+    "tap",
+)
+TAP_REJECTED = _m(
+    "dsv4_tap_rejected_total",
+    "counter",
+    "Client requests the tap refused itself (answered 400/408/501, or cut when a response was "
+    "already under way; the client connection is closed and any half-sent SGLang request "
+    "dropped), by `reason`: `malformed_head`, `head_too_large`, `bad_host` (HTTP/1.1 without "
+    "exactly one Host), `bad_transfer_encoding` (final coding not chunked), "
+    "`unsupported_transfer_coding`, `bad_chunked_body` (body framing broke after the head was "
+    "forwarded), `body_timeout`, `junk_after_request` (garbage pipelined after a request).",
     ("reason",),
     "tap",
 )
