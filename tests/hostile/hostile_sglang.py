@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from tests.support import ServerThread
 
@@ -68,7 +69,10 @@ class HostileSglang:
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
-            await request.body()
+            try:
+                await request.body()
+            except ClientDisconnect:  # the caller gave up mid-body (the tap aborts those)
+                return Response(status_code=499)
             return await self._answer(request, "chat", json.dumps(chat_answer()).encode())
 
         return app

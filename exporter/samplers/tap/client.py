@@ -81,6 +81,7 @@ class ClientConnection(asyncio.Protocol):
         "idle_since",
         "last_read",
         "parser",
+        "paused",
         "pending",
         "reading",
         "rejection",
@@ -97,6 +98,7 @@ class ClientConnection(asyncio.Protocol):
         self.current: Exchange | None = None
         self.pending: deque[Exchange] = deque()
         self.closing = False
+        self.paused = False  # reading paused by the tap itself (back-pressure, pipelining)
         self.reading = False  # inside data_received: exchanges queue upstream writes
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -254,10 +256,14 @@ class ClientConnection(asyncio.Protocol):
 
     def pause_reading(self) -> None:
         if not self.closing and self.transport is not None:
+            self.paused = True
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
         if not self.closing and self.transport is not None:
+            if self.paused:  # the stall clock restarts: the pause was the tap's doing
+                self.paused = False
+                self.last_read = time.monotonic()
             self.transport.resume_reading()
 
     def exchange_done(self, exchange: Exchange) -> None:
@@ -297,9 +303,15 @@ class ClientConnection(asyncio.Protocol):
         return self.active is None and not self.pending
 
     def body_stalled_since(self, deadline: float) -> bool:
-        """True when a request body is still owed and nothing was read since ``deadline``."""
+        """True when a request body is still owed and nothing was read since ``deadline``
+        (not while the tap itself paused reading: a slow SGLang is not a stalled client)."""
         active = self.active
-        return active is not None and not active.req_done and self.last_read < deadline
+        return (
+            active is not None
+            and not active.req_done
+            and not self.paused
+            and self.last_read < deadline
+        )
 
     def _refuse(self, reason: str) -> None:
         """Count a refusal and end the connection; see the module docstring."""
