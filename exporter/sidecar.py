@@ -174,6 +174,7 @@ class Sidecar:
 
     async def start(self) -> None:
         self._stop.clear()
+        self.supervisor.install(asyncio.get_running_loop())
         self.exposition.start()
         self.pipeline.start()
         if self.tap is not None:
@@ -200,6 +201,7 @@ class Sidecar:
         if self.tap is not None:
             await self.tap.stop()
         await self.supervisor.stop(grace=3.0)
+        asyncio.get_running_loop().set_exception_handler(None)
         await self.exposition.stop()
         await asyncio.to_thread(self.pipeline.stop)
 

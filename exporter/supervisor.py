@@ -12,6 +12,10 @@ raises it
   ``internal_error``), and
 - restarts it after an exponential backoff (``min_backoff`` doubling to ``max_backoff``; reset
   once a run lasted longer than ``max_backoff``).
+
+Installed as the event loop's exception handler (``install``), it also catches what escapes
+every other task or callback ("Task exception was never retrieved" and friends): counted under
+``task="event_loop"`` and logged once per exception type instead of whenever the GC notices.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class TaskSupervisor:
         self.min_backoff = min_backoff
         self.max_backoff = max_backoff
         self._loops: dict[str, _Supervised] = {}
+        self.loop_errors = 0
+        self._loop_logged: set[str] = set()
 
     def spawn(self, name: str, factory: LoopFactory, on_crash: CrashHook | None = None) -> None:
         """Start ``factory()`` as task ``name`` (names are label values: keep them fixed)."""
@@ -117,8 +123,29 @@ class TaskSupervisor:
             await asyncio.gather(*pending, return_exceptions=True)
         self._loops.clear()
 
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Route the loop's unhandled exceptions to :meth:`loop_exception`."""
+        loop.set_exception_handler(self.loop_exception)
+
+    def loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Count an exception nobody retrieved; log it once per exception type."""
+        exc = context.get("exception")
+        kind = type(exc).__name__ if exc is not None else "error"
+        self.loop_errors += 1
+        if kind in self._loop_logged:
+            log.debug("event loop: %s again (%s)", kind, context.get("message"))
+            return
+        self._loop_logged.add(kind)
+        log.error(
+            "event loop: unhandled %s: %s (logged once per exception type)",
+            kind,
+            context.get("message"),
+            exc_info=exc if isinstance(exc, BaseException) else None,
+        )
+
     def collect(self) -> Iterable[Metric]:
         fam = m.TASK_RESTARTS.family()
         for name, entry in sorted(self._loops.items()):
             fam.add_metric([name], float(entry.restarts))
+        fam.add_metric(["event_loop"], float(self.loop_errors))
         yield fam

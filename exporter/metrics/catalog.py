@@ -123,7 +123,9 @@ TASK_RESTARTS = _m(
     "dsv4_sidecar_task_restarts_total",
     "counter",
     "Background loops (source pollers, the canary) that raised and were restarted by the "
-    "supervisor, by `task`; the traceback is logged once per task and exception type.",
+    'supervisor, by `task`; `task="event_loop"` counts exceptions no task retrieved (caught by '
+    "the loop's exception handler, not restarted). Tracebacks are logged once per task and "
+    "exception type.",
     ("task",),
     "sidecar",
 )

@@ -102,3 +102,31 @@ def test_sidecar_source_crash_is_internal_error_and_restarted(monkeypatch):
     assert sample_value(text, "dsv4_sidecar_task_restarts_total", task="sglang") == 1
     assert sample_value(text, "dsv4_sglang_errors_total", reason="internal_error") == 1
     assert sample_value(text, "dsv4_sglang_up") == 1  # restarted and healthy again
+
+
+def test_exceptions_no_task_retrieved_are_counted_and_logged_once(caplog):
+    """The issue's "Task exception was never retrieved": now counted and logged once."""
+
+    async def boom() -> None:
+        raise RecursionError("deep")
+
+    async def go() -> int:
+        sup = TaskSupervisor(asyncio.Event())
+        sup.install(asyncio.get_running_loop())
+        for _ in range(3):
+            task = asyncio.create_task(boom())
+            await asyncio.sleep(0.01)
+            del task  # never awaited: the loop reports it when the task is collected
+            import gc
+
+            gc.collect()
+        await asyncio.sleep(0.01)
+        fams = {f.name: f for f in sup.collect()}
+        (sample,) = fams["dsv4_sidecar_task_restarts"].samples
+        assert sample.labels == {"task": "event_loop"}
+        return int(sample.value)
+
+    with caplog.at_level(logging.DEBUG, logger="exporter.supervisor"):
+        assert asyncio.run(go()) == 3
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "RecursionError" in errors[0].getMessage()
