@@ -151,3 +151,18 @@ def test_normal_answers_still_pass(hostile):
     canary = _canary(hostile.url)
     assert _probe(canary) == "success"
     assert json.loads(json.dumps(hostile.sent))["chat"] > 0
+
+
+def test_slow_sglang_times_out_for_the_poller_and_the_canary(hostile):
+    hostile.mode.update(server_info="slow", chat="slow")
+    hostile.delay = 1.5
+    src = SglangSource(hostile.url, timeout=0.3)
+
+    async def go() -> str:
+        await src.poll_once()
+        await src.close()
+        canary = CanaryProber(hostile.url, GradingPipeline(), timeout=0.3, seed=1)
+        return await canary._probe_counted()
+
+    assert asyncio.run(go()) == "timeout"
+    assert src.health.errors["timeout"] == 1 and not src.health.up
