@@ -302,9 +302,7 @@ def run(quick: bool = False) -> str:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-tap-") as tmpdir:
         tmp = Path(tmpdir)
-        upstream = _python(
-            "upstream", ["-m", "exporter.samplers.tap.fake_upstream", "--print-port"]
-        )
+        upstream = _python("upstream", ["-m", "tests.tap.fake_upstream", "--print-port"])
         try:
             url = f"http://127.0.0.1:{upstream.port}"
             procs.append(Proc("direct", None, upstream.port))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from httptools import HttpResponseParser
 
-from exporter.samplers.tap.fake_upstream import expected_body
+from tests.tap.fake_upstream import expected_body
 
 PATH = "/v1/chat/completions"
 BODIES = 256

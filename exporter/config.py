@@ -3,7 +3,11 @@
 Every key can be set in a YAML config file (``--config``), as an environment variable
 (``DSV4_SIDECAR_<KEY>``), or as a command-line flag (``--key-with-dashes``); flags win over
 the environment, which wins over the file. A bad value is reported naming the key, where it
-came from, and how to fix it.
+came from, and how to fix it (``ConfigError``; the CLI exits 2 with it): malformed values,
+files named by a key that cannot be read (canary prompts, the samples token), empty tokens
+(an empty token would silently leave an endpoint open or off), unknown presets and fault
+scripts. Unknown ``DSV4_SIDECAR_*`` variables (a typo would otherwise be ignored) are warned
+about with the closest known name.
 
 Deployment facts SGLang does not report (the index-K dtype under the production fork's
 ``SGLANG_DSV4_BF16_INDEX_K``, the compress-state dtype, online compress) are also read from
@@ -12,15 +16,45 @@ the same environment variables SGLang uses, since in a pod the sidecar gets SGLa
 
 from __future__ import annotations
 
+import difflib
+import json
+import logging
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "DSV4_SIDECAR_"
+# Variables with the prefix that are not settings (the test oracle's download cache).
+NOT_SETTINGS = frozenset({"DSV4_SIDECAR_CACHE"})
+
+# How to fix a bad value, per key (the generic hint is the field's description).
+FIXES: dict[str, str] = {
+    "redact_patterns": "give one regex, several separated by newlines, or a JSON list of "
+    "regexes, e.g. 'secret[0-9]+' or '[\"secret[0-9]+\", \"tok_[a-z]+\"]'",
+    "canary_prompts_file": "point it at a readable JSON list or JSON Lines file of "
+    "{messages, tools} objects, or unset it to use the built-in prompts",
+    "fake_faults": "use comma-separated faults: init=ERROR[:TIMES], lost=GPU@FROM[-TO], "
+    "hang=SECONDS[@AT], zero; e.g. 'init=driver_not_loaded:2,lost=1@10'",
+    "model_preset": "use deepseek-v4-flash or deepseek-v4-pro, or set model_config_path "
+    "to the model's config.json instead",
+    "ingest_token": "set a non-empty token (e.g. from a Kubernetes Secret), or unset the key",
+    "samples_token": "set a non-empty token (e.g. from a Kubernetes Secret), or unset the key",
+    "samples_token_file": "mount the Secret holding the token at that path, or unset the key "
+    "(GET /api/v1/samples is then off)",
+}
 
 
 class ConfigError(ValueError):
@@ -97,19 +131,22 @@ class SidecarSettings(BaseSettings):
         None, description="JSON list / JSON Lines of {messages, tools} replacing the built-ins."
     )
     samples_token: SecretStr | None = Field(
-        None, description="Bearer token for GET /api/v1/samples (off when unset)."
+        None, description="Bearer token for GET /api/v1/samples (off when unset; not empty)."
     )
     samples_token_file: Path | None = Field(
         None, description="File holding the samples bearer token (e.g. a mounted Secret)."
     )
     ingest_token: SecretStr | None = Field(
         None,
-        description="Bearer token for POST /api/v1/samples; unset: loopback clients only.",
+        description="Bearer token POST /api/v1/samples requires (not empty). Without one, "
+        "ingest only answers when the sidecar listens on loopback (docs/deploy.md).",
     )
     samples_capacity: int = Field(200, ge=1, le=100_000, description="Bad samples kept.")
     sample_text_cap: int = Field(4096, ge=256, description="Characters kept per stored sample.")
-    redact_patterns: list[str] = Field(
-        default_factory=list, description="Extra regexes redacted from stored samples."
+    redact_patterns: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Extra regexes redacted from stored samples: one regex, several on "
+        "separate lines, or a JSON list.",
     )
     ingest_max_bytes: int = Field(8 << 20, ge=1024, description="Max body of POST /api/v1/samples.")
     grading_queue: int = Field(1000, ge=1, description="Samples waiting for the grader, max.")
@@ -146,16 +183,69 @@ class SidecarSettings(BaseSettings):
     @field_validator("redact_patterns", mode="before")
     @classmethod
     def _patterns(cls, v: Any) -> Any:
-        import re
-
         if isinstance(v, str):
-            v = [p for p in v.split("\n") if p.strip()]
-        for p in v or []:
+            v = _pattern_list(v)
+        if not isinstance(v, list):
+            raise ValueError("expected a regex or a list of regexes")
+        for p in v:
+            if not isinstance(p, str):
+                raise ValueError(f"pattern {p!r} is not a string")
             try:
                 re.compile(p)
             except re.error as exc:
                 raise ValueError(f"pattern {p!r} is not a valid regex: {exc}") from None
         return v
+
+    @field_validator("samples_token", "ingest_token")
+    @classmethod
+    def _token_not_empty(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("is empty (an empty token would leave the endpoint open or off)")
+        return v
+
+    @field_validator("fake_faults")
+    @classmethod
+    def _faults_parse(cls, v: str) -> str:
+        if v.strip():
+            from exporter.sim.fake_nvml import FakeNvml
+
+            try:
+                FakeNvml(count=1, faults=v)
+            except (ValueError, KeyError) as exc:
+                raise ValueError(f"fault script {v!r} does not parse: {exc}") from None
+        return v
+
+    @field_validator("model_preset")
+    @classmethod
+    def _known_preset(cls, v: str | None) -> str | None:
+        if v is not None:
+            from exporter.footprint.presets import PRESETS
+
+            if v.strip().lower() not in PRESETS:
+                raise ValueError(f"unknown preset {v!r}; known: {', '.join(PRESETS)}")
+        return v
+
+    def file_problems(self) -> list[tuple[str, str]]:
+        """(key, problem) for each file a key names that cannot be used: checked when the
+        server starts (``load_settings(check_files=True)``), not whenever settings are parsed,
+        so deployment artefacts can be validated away from the pod."""
+        problems = []
+        path = self.samples_token_file
+        if path is not None:
+            try:
+                if not path.read_text(encoding="utf-8").strip():
+                    problems.append(("samples_token_file", f"{str(path)!r} is empty"))
+            except (OSError, UnicodeDecodeError) as exc:
+                why = getattr(exc, "strerror", None) or type(exc).__name__
+                problems.append(("samples_token_file", f"cannot read {str(path)!r}: {why}"))
+        if self.canary_prompts_file is not None:
+            from exporter.samplers.prompts import PromptsError, load_prompts
+
+            try:
+                load_prompts(self.canary_prompts_file)
+            except PromptsError as exc:
+                problems.append(("canary_prompts_file", str(exc)))
+        return problems
 
     def samples_token_value(self) -> str | None:
         """The samples token from the setting or its file (stripped), None when off."""
@@ -188,6 +278,32 @@ class SidecarSettings(BaseSettings):
         return (init_settings, env_settings)
 
 
+def _pattern_list(text: str) -> list[str]:
+    """A JSON list of regexes, else one regex per non-blank line (a plain regex such as
+    ``[0-9]{16}`` is not JSON, so it is taken as it is)."""
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, list):
+            return data
+    return [line for line in text.split("\n") if line.strip()]
+
+
+def unknown_env(cls: type[BaseSettings], environ: Any = None) -> list[str]:
+    """``DSV4_SIDECAR_*`` variables that name no setting, each with the closest known name."""
+    prefix = cls.model_config.get("env_prefix", ENV_PREFIX)
+    known = {env_name(k, cls) for k in cls.model_fields}
+    out = []
+    for name in sorted(os.environ if environ is None else environ):
+        if name.startswith(prefix) and name not in known and name not in NOT_SETTINGS:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            out.append(f"unknown environment variable {name} ignored{hint}")
+    return out
+
+
 def env_name(key: str, cls: type[BaseSettings] | None = None) -> str:
     prefix = (cls or SidecarSettings).model_config.get("env_prefix", ENV_PREFIX)
     return prefix + key.upper()
@@ -215,19 +331,41 @@ def load_settings(
     flags: dict[str, Any] | None = None,
     config_file: Path | None = None,
     cls: type[BaseSettings] | None = None,
+    check_files: bool = False,
 ) -> Any:
-    """Merge file < env < flags and validate, turning pydantic errors into actionable ones."""
+    """Merge file < env < flags and validate, turning pydantic errors into actionable ones;
+    with ``check_files``, also require the files keys name to be usable (``file_problems``)."""
     cls = cls or SidecarSettings
     file_values = _read_file(config_file) if config_file else {}
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env_keys = {k for k in cls.model_fields if env_name(k, cls) in os.environ}
+    for warning in unknown_env(cls):
+        log.warning("config: %s", warning)
     # File values sit below the environment: drop those the environment sets.
     merged = {k: v for k, v in file_values.items() if k not in env_keys}
     merged.update(flags)
     try:
-        return cls(**merged)
+        settings = cls(**merged)
     except ValidationError as exc:
         raise ConfigError(_explain(cls, exc, flags, env_keys, config_file)) from None
+    except SettingsError as exc:  # the env source could not decode a value
+        m = re.search(r'field "(\w+)"', str(exc))
+        key = m.group(1) if m else "?"
+        raise ConfigError(
+            f"config error: {key}: cannot parse the value (from environment "
+            f"{env_name(key, cls)}); fix: {FIXES.get(key, 'set a valid value')}"
+        ) from None
+    problems = (
+        settings.file_problems() if check_files and hasattr(settings, "file_problems") else []
+    )
+    if problems:
+        lines = [
+            f"{key}: {msg} (from {_origin(cls, key, flags, env_keys, config_file)}); "
+            f"fix: {FIXES.get(key, 'set a valid value')}"
+            for key, msg in problems
+        ]
+        raise ConfigError("config error: " + "; ".join(lines))
+    return settings
 
 
 def add_settings_arguments(parser: Any, cls: type[BaseSettings]) -> None:
@@ -239,7 +377,8 @@ def add_settings_arguments(parser: Any, cls: type[BaseSettings]) -> None:
         ann = info.annotation
         if getattr(ann, "__origin__", None) is Literal:
             choices = list(ann.__args__)
-        default = info.default if info.default is not None else "unset"
+        value = info.get_default(call_default_factory=True)
+        default = "unset" if value is None else ("none" if value == [] else value)
         parser.add_argument(
             flag_name(key),
             dest=key,
@@ -250,9 +389,23 @@ def add_settings_arguments(parser: Any, cls: type[BaseSettings]) -> None:
         )
 
 
-def settings_from_args(args: Any, cls: type[BaseSettings]) -> Any:
+def settings_from_args(args: Any, cls: type[BaseSettings], check_files: bool = False) -> Any:
     flags = {k: getattr(args, k, None) for k in cls.model_fields}
-    return load_settings(flags, getattr(args, "config", None), cls)
+    return load_settings(flags, getattr(args, "config", None), cls, check_files)
+
+
+def _origin(
+    cls: type[BaseSettings],
+    key: str,
+    flags: dict[str, Any],
+    env_keys: set[str],
+    config_file: Path | None,
+) -> str:
+    if key in flags:
+        return f"flag {flag_name(key)}"
+    if key in env_keys:
+        return f"environment {env_name(key, cls)}"
+    return f"{config_file} key {key!r}"
 
 
 def _explain(
@@ -269,13 +422,12 @@ def _explain(
             known = ", ".join(sorted(cls.model_fields))
             lines.append(f"unknown key {key!r} in {config_file}; known keys: {known}")
             continue
-        if key in flags:
-            origin = f"flag {flag_name(key)}"
-        elif key in env_keys:
-            origin = f"environment {env_name(key, cls)}"
-        else:
-            origin = f"{config_file} key {key!r}"
+        origin = _origin(cls, key, flags, env_keys, config_file)
         field = cls.model_fields.get(key)
-        hint = f" ({field.description})" if field and field.description else ""
-        lines.append(f"{key}: {err['msg']} (from {origin}); fix: set a valid value{hint}")
+        fix = FIXES.get(key)
+        if fix is None:
+            hint = f" ({field.description})" if field and field.description else ""
+            fix = f"set a valid value{hint}"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        lines.append(f"{key}: {msg} (from {origin}); fix: {fix}")
     return "config error: " + "; ".join(lines)

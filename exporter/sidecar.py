@@ -8,7 +8,6 @@ SGLang and NVML sources also trigger a recomputation of the footprint view.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import platform
@@ -34,6 +33,7 @@ from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.sglang import SglangSource
+from exporter.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Sidecar:
             self.pollers.append(self.canary)
         self.registry.register(_Collector(self))
         self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self.supervisor = TaskSupervisor(self._stop)
 
     def dsml_dialect(self) -> tuple[str | None, str]:
         """(the deployment's DSML dialect or None for auto, where it came from)."""
@@ -173,6 +173,7 @@ class Sidecar:
 
     async def start(self) -> None:
         self._stop.clear()
+        self.supervisor.install(asyncio.get_running_loop())
         self.exposition.start()
         self.pipeline.start()
         if self.tap is not None:
@@ -180,33 +181,26 @@ class Sidecar:
             await self.tap.start(host, self.settings.tap_port)
             log.info("tap listening on %s:%s -> %s", host, self.tap.port, self.settings.sglang_url)
         for src in self.pollers:
-            self._tasks.append(asyncio.create_task(self._guard(src), name=src.health.name))
+            self.supervisor.spawn(
+                src.health.name, lambda src=src: src.run(self._stop), self._crash_hook(src)
+            )
 
-    async def _guard(self, src: Source) -> None:
-        """A source's loop must never die silently: log, mark down, restart after a pause."""
-        while not self._stop.is_set():
-            try:
-                await src.run(self._stop)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.exception("source %s crashed; restarting in 5 s", src.health.name)
-                src.health.failure("crash", f"{type(exc).__name__}: {exc}")
-                self.exposition.bump()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=5)
+    def _crash_hook(self, src: Source) -> Any:
+        """What a crashed loop leaves behind: its source down with reason ``internal_error``
+        (the supervisor counts, logs once and restarts it)."""
+
+        def hook(exc: BaseException) -> None:
+            src.health.failure("internal_error", type(exc).__name__)
+            self.exposition.bump()
+
+        return hook
 
     async def stop(self) -> None:
         self._stop.set()
         if self.tap is not None:
             await self.tap.stop()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(t, timeout=3)
-        for t in self._tasks:
-            t.cancel()
-        self._tasks.clear()
+        await self.supervisor.stop(grace=3.0)
+        asyncio.get_running_loop().set_exception_handler(None)
         await self.exposition.stop()
         await asyncio.to_thread(self.pipeline.stop)
 
@@ -229,6 +223,7 @@ class _Collector:
         for src in sc.sources.values():
             yield from src.collect()
         yield from sc.pipeline.collect()
+        yield from sc.supervisor.collect()
         if sc.tap is not None:
             yield from sc.tap.collect()
 

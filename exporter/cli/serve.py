@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from exporter.cli._common import LOG_LEVELS, log_level
 from exporter.config import ConfigError, SidecarSettings, add_settings_arguments, settings_from_args
 
 
@@ -15,7 +16,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "DSV4_SIDECAR_<KEY> environment variable; flags win over env, env over the file.",
     )
     add_settings_arguments(p, SidecarSettings)
-    p.add_argument("--log-level", default="info", help="uvicorn/application log level")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        type=log_level,
+        metavar="LEVEL",
+        help=f"uvicorn/application log level: {', '.join(LOG_LEVELS)} (default info)",
+    )
     p.set_defaults(run=run)
 
 
@@ -23,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from exporter.cli._common import fail, setup_logging
 
     try:
-        settings = settings_from_args(args, SidecarSettings)
+        settings = settings_from_args(args, SidecarSettings, check_files=True)
     except ConfigError as exc:
         return fail("serve", str(exc))
     setup_logging(args.log_level)

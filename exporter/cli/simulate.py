@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from exporter.cli._common import log_level
 from exporter.config import ConfigError, add_settings_arguments, settings_from_args
 from exporter.sim.settings import SimSettings
 
@@ -17,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "also a config-file key and a DSV4_SIM_<KEY> environment variable.",
     )
     add_settings_arguments(p, SimSettings)
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-level", default="warning", type=log_level, metavar="LEVEL")
     p.set_defaults(run=run)
 
 

@@ -136,7 +136,8 @@ SOURCE_ERRORS = _m(
     "Failed polls of the named source, by bounded reason (nvml: library_not_found, "
     "driver_not_loaded, gpu_lost, uninitialized, version_mismatch, no_gpus, timeout, wedged, "
     "not_found, unknown; sglang: unreachable, timeout, http_status, bad_json, bad_shape, "
-    "metrics_unavailable).",
+    "metrics_unavailable, too_large = a body over its cap, too_deep = JSON nested too deep; "
+    "any source: internal_error = its loop raised, see dsv4_sidecar_task_restarts_total).",
     (*SOURCE_LABELS, "reason"),
     "sidecar",
 )
@@ -153,6 +154,16 @@ SOURCE_DURATION = _m(
     "gauge",
     "Duration of the named source's last poll, successful or not; absent before the first.",
     SOURCE_LABELS,
+    "sidecar",
+)
+TASK_RESTARTS = _m(
+    "dsv4_sidecar_task_restarts_total",
+    "counter",
+    "Background loops (source pollers, the canary) that raised and were restarted by the "
+    'supervisor, by `task`; `task="event_loop"` counts exceptions no task retrieved (caught by '
+    "the loop's exception handler, not restarted). Tracebacks are logged once per task and "
+    "exception type.",
+    ("task",),
     "sidecar",
 )
 
@@ -512,7 +523,8 @@ DSML_STORED = _m(
 CANARY_REQUESTS = _m(
     "dsv4_canary_requests_total",
     "counter",
-    "Canary tool-call requests by result (success, http_error, timeout, error).",
+    "Canary tool-call requests by result (success, http_error, timeout, error, too_large = "
+    "answer over its cap, too_deep = answer JSON nested too deep).",
     ("result",),
     "canary",
 )
@@ -533,7 +545,9 @@ TAP_REQUESTS = _m(
     "counter",
     "Requests the tap finished, by `code`: `1xx`..`5xx` = status class forwarded from SGLang "
     "(also when the body was later cut short); `400_bad_request` = malformed client request "
-    "answered by the tap; `502_upstream_unreachable` = connecting to SGLang failed; "
+    "answered by the tap; `408_request_timeout` = request body stalled; `501_not_implemented` "
+    "= a transfer coding besides chunked (why: dsv4_tap_rejected_total); "
+    "`502_upstream_unreachable` = connecting to SGLang failed; "
     "`502_upstream_failed` = SGLang closed or broke the connection before a response head; "
     "`client_closed` = the client left before any response head.",
     ("code",),
@@ -545,6 +559,18 @@ TAP_ABORTED = _m(
     "Requests that ended without a complete response, by `reason`: `upstream_reset` (SGLang "
     "closed mid-body; the client got the bytes so far, then a closed connection) or "
     "`client_disconnect` (client left; the upstream request was cancelled at once).",
+    ("reason",),
+    "tap",
+)
+TAP_REJECTED = _m(
+    "dsv4_tap_rejected_total",
+    "counter",
+    "Client requests the tap refused itself (answered 400/408/501, or cut when a response was "
+    "already under way; the client connection is closed and any half-sent SGLang request "
+    "dropped), by `reason`: `malformed_head`, `head_too_large`, `bad_host` (HTTP/1.1 without "
+    "exactly one Host), `bad_transfer_encoding` (final coding not chunked), "
+    "`unsupported_transfer_coding`, `bad_chunked_body` (body framing broke after the head was "
+    "forwarded), `body_timeout`, `junk_after_request` (garbage pipelined after a request).",
     ("reason",),
     "tap",
 )

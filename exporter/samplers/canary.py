@@ -5,13 +5,17 @@ with temperature 0 so a change in output is the server's doing. They identify th
 (``user: dsv4-sidecar-canary``, ``X-Request-Id: dsv4-canary-N``, ``X-DSV4-Canary: 1``) so that
 gateways and dashboards can exclude them from latency SLOs. The prompts are a small built-in
 set of realistic tool tasks, replaceable with a JSON file of ``{messages, tools}`` objects.
+
+Answers are read with a size cap and decoded with a depth bound (``too_large`` / ``too_deep``
+results), and every probe is counted under one of ``RESULTS`` whatever goes wrong: a probe that
+raised for any other reason counts as ``error`` and is logged once per exception type, so the
+canary can neither die silently nor stop counting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -25,11 +29,12 @@ from exporter.metrics import catalog as m
 from exporter.samplers.decode import GradingRequest, ResponseOutput
 from exporter.samplers.grading import GradingPipeline
 from exporter.samplers.prompts import load_prompts
+from exporter.sources import bounded
 from exporter.sources.base import SourceHealth
 
 log = logging.getLogger(__name__)
 
-RESULTS = ("success", "http_error", "timeout", "error")
+RESULTS = ("success", "http_error", "timeout", "error", bounded.TOO_LARGE, bounded.TOO_DEEP)
 CANARY_USER = "dsv4-sidecar-canary"
 
 
@@ -47,7 +52,10 @@ class CanaryProber:
         max_tokens: int = 1024,
         on_change: Callable[[], None] | None = None,
         seed: int | None = None,
+        max_answer_bytes: int = bounded.CANARY_MAX_BYTES,
     ) -> None:
+        self.max_answer_bytes = max_answer_bytes
+        self._logged: set[str] = set()
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
         self.pipeline = pipeline
         self.interval = interval
@@ -76,7 +84,7 @@ class CanaryProber:
                 # Spread one request per slot over the interval, jittered +-20%.
                 delay = self.interval / self.concurrency * self._rng.uniform(0.8, 1.2)
                 if not self._sem.locked():
-                    t = asyncio.create_task(self.probe_once())
+                    t = asyncio.create_task(self._probe_counted())
                     tasks.add(t)
                     t.add_done_callback(tasks.discard)
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -86,6 +94,20 @@ class CanaryProber:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._session.close()
+
+    async def _probe_counted(self) -> str:
+        """``probe_once`` that cannot raise: an unexpected exception is counted as ``error``
+        and logged once per type (a task's exception is never left unretrieved)."""
+        try:
+            return await self.probe_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            kind = type(exc).__name__
+            if kind not in self._logged:
+                self._logged.add(kind)
+                log.error("canary probe raised %s (logged once per type)", kind, exc_info=exc)
+            return self._record("error", f"probe raised {kind}")
 
     async def probe_once(self) -> str:
         """Send one canary request; returns the result label."""
@@ -111,8 +133,12 @@ class CanaryProber:
             t0 = time.perf_counter()
             try:
                 async with session.post(self.url, json=body, headers=headers) as resp:
-                    payload = await resp.read()
                     status = resp.status
+                    payload = b""
+                    if status == 200:
+                        payload = await bounded.read_capped(resp, self.max_answer_bytes)
+            except bounded.BodyRejected as exc:
+                return self._record(exc.reason, str(exc))
             except asyncio.TimeoutError:
                 return self._record("timeout", f"no answer within {self.timeout}s")
             except aiohttp.ClientError as exc:
@@ -124,7 +150,9 @@ class CanaryProber:
             if status != 200:
                 return self._record("http_error", f"HTTP {status}")
             try:
-                response = json.loads(payload)
+                response = bounded.loads_bounded(payload, self.max_answer_bytes)
+            except bounded.BodyRejected as exc:
+                return self._record(exc.reason, str(exc))
             except ValueError:
                 return self._record("http_error", "HTTP 200 with a non-JSON body")
             self._observe_latency(elapsed)

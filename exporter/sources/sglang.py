@@ -2,15 +2,17 @@
 SGLang's own /metrics.
 
 Field names move between SGLang versions, so extraction is defensive and tested against
-recorded shapes from several versions (tests/fixtures/sglang). Unreachable, slow or malformed
-answers mark the source down with a bounded reason; they never raise out of the poller.
+recorded shapes from several versions (tests/fixtures/sglang). Unreachable, slow, malformed,
+oversized or too deeply nested answers mark the source down with a bounded reason (one of
+``ERROR_REASONS``); they never raise out of the poller. Bodies are read with a size cap and JSON
+with a depth bound (``exporter.sources.bounded``), so a hostile or broken upstream costs at
+most the cap in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -22,6 +24,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.metrics import catalog as m
+from exporter.sources import bounded
 from exporter.sources.base import SourceHealth
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,9 @@ ERROR_REASONS = (
     "bad_json",
     "bad_shape",
     "metrics_unavailable",
+    bounded.TOO_LARGE,
+    bounded.TOO_DEEP,
+    "internal_error",  # the poll loop raised (a sidecar bug); the supervisor restarted it
 )
 DSV4_DEFAULT_SWA_RATIO = 0.1
 GLOBAL_DEFAULT_SWA_RATIO = 0.8
@@ -211,8 +217,12 @@ class SglangSource:
         timeout: float = 2.0,
         scrape_metrics: bool = True,
         on_change: Any = None,
+        max_info_bytes: int = bounded.SERVER_INFO_MAX_BYTES,
+        max_metrics_bytes: int = bounded.METRICS_MAX_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.max_info_bytes = max_info_bytes
+        self.max_metrics_bytes = max_metrics_bytes
         self.poll_interval = poll_interval
         self.timeout = timeout
         self.scrape_metrics = scrape_metrics
@@ -247,25 +257,32 @@ class SglangSource:
             )
         return self._session
 
-    async def _get(self, path: str) -> tuple[int, bytes]:
+    async def _get(self, path: str, limit: int) -> tuple[int, bytes]:
+        """Status and body of ``GET path``; a body over ``limit`` bytes is not kept."""
         try:
             async with self._client().get(self.base_url + path) as resp:
-                return resp.status, await resp.read()
+                if resp.status != 200:
+                    return resp.status, b""  # only 200 bodies are read: no cost for errors
+                return resp.status, await bounded.read_capped(resp, limit)
+        except bounded.BodyRejected as exc:
+            raise PollError(exc.reason, f"GET {path}: {exc}") from None
         except asyncio.TimeoutError:
             raise PollError("timeout", f"GET {path} exceeded {self.timeout}s") from None
         except aiohttp.ClientError as exc:
             raise PollError("unreachable", f"GET {path}: {type(exc).__name__}") from None
 
     async def _server_info(self) -> ServerFacts:
-        status, body = await self._get(self._info_path)
+        status, body = await self._get(self._info_path, self.max_info_bytes)
         if status == 404 and self._info_path == "/server_info":
             self._info_path = "/get_server_info"  # older servers only have the alias
-            status, body = await self._get(self._info_path)
+            status, body = await self._get(self._info_path, self.max_info_bytes)
         if status != 200:
             raise PollError("http_status", f"GET {self._info_path} returned {status}")
         try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            data = bounded.loads_bounded(body, self.max_info_bytes)
+        except bounded.BodyRejected as exc:
+            raise PollError(exc.reason, f"GET {self._info_path}: {exc}") from None
+        except ValueError:  # UnicodeDecodeError included
             raise PollError("bad_json", f"GET {self._info_path} returned non-JSON") from None
         try:
             facts = parse_server_info(data)
@@ -293,7 +310,7 @@ class SglangSource:
 
     async def _poll_metrics(self) -> None:
         try:
-            status, body = await self._get("/metrics")
+            status, body = await self._get("/metrics", self.max_metrics_bytes)
             if status != 200:
                 raise PollError("metrics_unavailable", f"GET /metrics returned {status}")
             # Parsing a large exposition is CPU work: keep it off the event loop.
@@ -301,12 +318,16 @@ class SglangSource:
                 parse_sglang_metrics, body.decode("utf-8", "replace")
             )
         except PollError as exc:
-            self._metrics_failed(f"{exc.reason}: {exc}")
+            # an oversized /metrics keeps its own reason; everything else is "unavailable"
+            reason = exc.reason if exc.reason == bounded.TOO_LARGE else "metrics_unavailable"
+            self._metrics_failed(reason, f"{exc.reason}: {exc}")
         except Exception as exc:  # the text parser raises ValueError and friends on garbage
-            self._metrics_failed(f"unparseable /metrics: {type(exc).__name__}")
+            self._metrics_failed(
+                "metrics_unavailable", f"unparseable /metrics: {type(exc).__name__}"
+            )
 
-    def _metrics_failed(self, detail: str) -> None:
-        self.health.count_error("metrics_unavailable", detail)
+    def _metrics_failed(self, reason: str, detail: str) -> None:
+        self.health.count_error(reason, detail)
         self.live = None
 
     # --- exposition ----------------------------------------------------------------------------

@@ -187,6 +187,34 @@ class Exchange:
         if not self.finished and self.req_chunked and self.up is not None:
             self._send_up(http.CHUNK_END)
 
+    def request_broken(self, answer: bytes, code: str) -> None:
+        """The client's body framing broke (or stalled) after the head went to SGLang. SGLang's
+        connection is aborted: the half-sent request can neither complete nor be reused. The
+        client gets ``answer`` (the tap's 400/408) when no response head was sent yet, else the
+        response is cut where it is; either way its connection closes."""
+        if self.finished:
+            return
+        self.close_after = True
+        up, self.up = self.up, None
+        if up is not None:
+            up.abort()
+        self.out.clear()
+        if self.head_sent:
+            self._finish(status_code_label(self.status), complete=False)
+        else:
+            self.write(answer)
+            self._finish(code, complete=False)
+
+    def discard(self) -> None:
+        """A pipelined request refused before it started: it leaves the in-flight count (its
+        refusal is answered and counted by the connection, after the responses before it)."""
+        if self.finished:
+            return
+        self.finished = True
+        self.parser = None
+        self.capture = None
+        self.core.stats.inflight -= 1
+
     def client_lost(self) -> None:
         """The client went away: drop SGLang's connection at once so generation stops."""
         if self.finished:

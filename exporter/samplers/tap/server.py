@@ -112,9 +112,12 @@ class Tap:
         return self.stats.collect()
 
     def _sweep(self) -> None:
-        """Close client connections idle (or stuck mid-head) for client_idle_timeout."""
+        """Close client connections idle (or stuck mid-head) for client_idle_timeout, and refuse
+        (408) requests whose body stalled that long (their SGLang connection is aborted)."""
         deadline = time.monotonic() - self.config.client_idle_timeout
         for client in list(self._core.clients):
             if client.idle and client.idle_since < deadline:
                 client.close()
+            elif client.body_stalled_since(deadline):
+                client.body_stalled()
         self._sweeper = asyncio.get_running_loop().call_later(_SWEEP_SECONDS, self._sweep)

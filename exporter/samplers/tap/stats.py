@@ -18,12 +18,25 @@ REQUEST_CODES = (
     "4xx",
     "5xx",
     "400_bad_request",
+    "408_request_timeout",
+    "501_not_implemented",
     "502_upstream_unreachable",
     "502_upstream_failed",
     "client_closed",
 )
 STATUS_CLASS = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
 ABORT_REASONS = ("upstream_reset", "client_disconnect")
+# Why the tap refused a client's request itself (docs/tap.md, "Hostile input").
+REJECT_REASONS = (
+    "malformed_head",  # llhttp could not parse the request line or headers
+    "head_too_large",  # request line + headers over max_header_bytes
+    "bad_host",  # HTTP/1.1 without exactly one Host header (RFC 9112 §3.2)
+    "bad_transfer_encoding",  # Transfer-Encoding whose final coding is not chunked (§6.1)
+    "unsupported_transfer_coding",  # a coding besides chunked (gzip, ...): 501
+    "bad_chunked_body",  # body framing broke after the head went to SGLang
+    "body_timeout",  # request body stalled for client_idle_timeout
+    "junk_after_request",  # unparseable bytes pipelined after a complete request
+)
 # not_ok / incomplete: the grading hand-off takes only complete HTTP 200 answers
 DROP_REASONS = ("queue_full", "too_large", "not_ok", "incomplete")
 ERROR_STAGES = ("capture", "consumer")
@@ -65,6 +78,7 @@ class TapStats:
     def __init__(self) -> None:
         self.requests = dict.fromkeys(REQUEST_CODES, 0)
         self.aborted = dict.fromkeys(ABORT_REASONS, 0)
+        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
         self.errors = dict.fromkeys(ERROR_STAGES, 0)
         self.sampled = 0
@@ -77,6 +91,7 @@ class TapStats:
         for spec, values in (
             (catalog.TAP_REQUESTS, self.requests),
             (catalog.TAP_ABORTED, self.aborted),
+            (catalog.TAP_REJECTED, self.rejected),
             (catalog.TAP_SAMPLES_DROPPED, self.dropped),
             (catalog.TAP_SAMPLING_ERRORS, self.errors),
         ):

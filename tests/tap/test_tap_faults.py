@@ -13,9 +13,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from exporter.samplers.tap import Sample, Tap, TapConfig
-from exporter.samplers.tap.fake_upstream import expected_body
 from exporter.samplers.tap.sampling import Capture
-from tests.tap_support import (
+from tests.tap.fake_upstream import expected_body
+from tests.tap.support import (
     FAST,
     RawConnection,
     build_request,

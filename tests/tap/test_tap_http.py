@@ -14,8 +14,8 @@ import pytest
 from exporter.samplers.tap import Tap, TapConfig
 from exporter.samplers.tap.client import ClientConnection
 from exporter.samplers.tap.exchange import Exchange
-from exporter.samplers.tap.fake_upstream import expected_body
-from tests.tap_support import (
+from tests.tap.fake_upstream import expected_body
+from tests.tap.support import (
     FAST,
     RawConnection,
     build_request,

@@ -12,8 +12,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from exporter.samplers.tap import Sample, Sampler
-from exporter.samplers.tap.fake_upstream import expected_body
-from tests.tap_support import (
+from tests.tap.fake_upstream import expected_body
+from tests.tap.support import (
     FAST,
     RawConnection,
     RawResponse,
@@ -184,7 +184,7 @@ def test_sample_fields_for_generate_and_request_id_header() -> None:
 def test_samples_can_be_read_from_the_queue_without_a_callback() -> None:
     async def scenario() -> None:
         from exporter.samplers.tap import Tap, TapConfig
-        from exporter.samplers.tap.fake_upstream import FakeUpstream
+        from tests.tap.fake_upstream import FakeUpstream
 
         fake = FakeUpstream()
         await fake.start()
@@ -211,7 +211,7 @@ def test_embeds_in_the_sidecar_app_lifespan_on_uvicorns_loop() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     from exporter.samplers.tap import Tap, TapConfig
-    from exporter.samplers.tap.fake_upstream import FakeUpstream
+    from tests.tap.fake_upstream import FakeUpstream
 
     async def scenario() -> None:
         fake = FakeUpstream()
@@ -256,7 +256,7 @@ def test_standalone_runner_serves_metrics_and_exits_on_sigterm() -> None:
     import sys
     import urllib.request
 
-    from exporter.samplers.tap.fake_upstream import FakeUpstream
+    from tests.tap.fake_upstream import FakeUpstream
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

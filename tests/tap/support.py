@@ -16,7 +16,7 @@ from typing import Any
 from httptools import HttpResponseParser
 
 from exporter.samplers.tap import Sample, Tap, TapConfig
-from exporter.samplers.tap.fake_upstream import FakeUpstream
+from tests.tap.fake_upstream import FakeUpstream
 
 
 def run(coro: Coroutine[Any, Any, Any], timeout: float = 30.0, uvloop: bool = False) -> Any:
