@@ -100,8 +100,11 @@ def test_sidecar_source_crash_is_internal_error_and_restarted(monkeypatch):
 
         text = asyncio.run(go())
     assert sample_value(text, "dsv4_sidecar_task_restarts_total", task="sglang") == 1
-    assert sample_value(text, "dsv4_sglang_errors_total", reason="internal_error") == 1
-    assert sample_value(text, "dsv4_sglang_up") == 1  # restarted and healthy again
+    assert (
+        sample_value(text, "dsv4_source_errors_total", source="sglang", reason="internal_error")
+        == 1
+    )
+    assert sample_value(text, "dsv4_source_up", source="sglang") == 1  # restarted and healthy again
 
 
 def test_exceptions_no_task_retrieved_are_counted_and_logged_once(caplog):

@@ -18,11 +18,10 @@ from exporter.samplers.decode import (
     from_exchange,
     resolve,
 )
-from exporter.samplers.tap import Sample
-from exporter.samplers.tap.fake_upstream import FakeUpstream
 from exporter.samplers.tap.sampling import CapturedExchange, Handoff
 from exporter.sidecar import Sidecar
-from tests.tap_support import FAST, chat_body, counter, one_request, settle
+from tests.tap.fake_upstream import FakeUpstream
+from tests.tap.support import FAST, chat_body, counter, one_request, settle
 
 pytestmark = pytest.mark.e2e
 CHAT = "/v1/chat/completions"
@@ -119,7 +118,7 @@ def _exchange(request: bytes, response: bytes, streaming: bool = False) -> Captu
 
 
 def test_exchange_and_request_are_distinct_types_and_decoding_waits_for_the_grader() -> None:
-    assert Sample is CapturedExchange and not issubclass(CapturedExchange, GradingRequest)
+    assert CapturedExchange is CapturedExchange and not issubclass(CapturedExchange, GradingRequest)
     tools = b'{"tools": [{"type": "function", "function": {"name": "f"}}]}'
     req = from_exchange(_exchange(tools, b'{"choices": []}'))
     assert isinstance(req.output, ExchangeOutput) and req.tools is None  # nothing parsed yet

@@ -15,7 +15,7 @@ from typing import Any
 
 from httptools import HttpResponseParser
 
-from exporter.samplers.tap import Sample, Tap, TapConfig
+from exporter.samplers.tap import CapturedExchange, Tap, TapConfig
 from tests.tap.fake_upstream import FakeUpstream
 
 
@@ -167,17 +167,17 @@ FAST = {"first_ms": 3, "every_ms": 1, "chunks": 12}
 
 @contextlib.asynccontextmanager
 async def tap_env(
-    on_sample: Callable[[Sample], Any] | None = None,
+    on_sample: Callable[[CapturedExchange], Any] | None = None,
     *,
     upstream_idle: float | None = None,
     **config: Any,
-) -> AsyncIterator[tuple[FakeUpstream, Tap, list[Sample]]]:
+) -> AsyncIterator[tuple[FakeUpstream, Tap, list[CapturedExchange]]]:
     """Fake SGLang + a tap in front of it; samples land in the yielded list by default."""
     fake = FakeUpstream(idle_timeout=upstream_idle)
     port = await fake.start()
-    got: list[Sample] = []
+    got: list[CapturedExchange] = []
 
-    async def collect(sample: Sample) -> None:
+    async def collect(sample: CapturedExchange) -> None:
         got.append(sample)
 
     tap = Tap(

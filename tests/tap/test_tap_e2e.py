@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 
-from exporter.samplers.tap import Sample, Sampler
+from exporter.samplers.tap import CapturedExchange, Sampler
 from tests.tap.fake_upstream import expected_body
 from tests.tap.support import (
     FAST,
@@ -193,7 +193,7 @@ def test_samples_can_be_read_from_the_queue_without_a_callback() -> None:
         conn = await RawConnection.open(port)
         body = chat_body(5, stream=True, **FAST)
         resp = await conn.request("POST", "/v1/chat/completions", body)
-        sample: Sample = await asyncio.wait_for(tap.samples.get(), 2)
+        sample: CapturedExchange = await asyncio.wait_for(tap.samples.get(), 2)
         assert sample.response_body == resp.body == expected_body("/v1/chat/completions", body)
         await conn.close()
         await tap.stop()
@@ -216,7 +216,7 @@ def test_embeds_in_the_sidecar_app_lifespan_on_uvicorns_loop() -> None:
     async def scenario() -> None:
         fake = FakeUpstream()
         await fake.start()
-        got: list[Sample] = []
+        got: list[CapturedExchange] = []
         tap = Tap(TapConfig(upstream=fake.url, sample_rate=1.0), on_sample=got.append)
         registry = CollectorRegistry()
         registry.register(tap)

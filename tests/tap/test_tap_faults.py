@@ -12,7 +12,7 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from exporter.samplers.tap import Sample, Tap, TapConfig
+from exporter.samplers.tap import CapturedExchange, Tap, TapConfig
 from exporter.samplers.tap.sampling import Capture
 from tests.tap.fake_upstream import expected_body
 from tests.tap.support import (
@@ -110,7 +110,7 @@ def test_client_disconnect_cancels_the_upstream_request_within_a_second() -> Non
 
 
 def test_raising_consumer_never_affects_responses_and_is_counted() -> None:
-    def explode(sample: Sample) -> None:
+    def explode(sample: CapturedExchange) -> None:
         raise RuntimeError("grader bug")
 
     async def scenario() -> None:
@@ -132,10 +132,10 @@ def test_raising_consumer_never_affects_responses_and_is_counted() -> None:
 def test_slow_consumers_only_fill_the_queue_and_drops_are_counted() -> None:
     release = asyncio.Event()
 
-    async def stuck(sample: Sample) -> None:
+    async def stuck(sample: CapturedExchange) -> None:
         await release.wait()
 
-    def blocking(sample: Sample) -> None:
+    def blocking(sample: CapturedExchange) -> None:
         time.sleep(0.3)  # runs on the worker thread, not the loop
 
     async def timed_burst(port: int, n: int) -> float:

@@ -14,7 +14,7 @@ sampling and grading run beside the byte path and fail open.
 """
 
 from exporter.samplers.tap.config import TapConfig
-from exporter.samplers.tap.sampling import CapturedExchange, Handoff, Sample, Sampler
+from exporter.samplers.tap.sampling import CapturedExchange, Handoff, Sampler
 from exporter.samplers.tap.server import Tap
 
-__all__ = ["CapturedExchange", "Handoff", "Sample", "Sampler", "Tap", "TapConfig"]
+__all__ = ["CapturedExchange", "Handoff", "Sampler", "Tap", "TapConfig"]

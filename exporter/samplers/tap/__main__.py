@@ -14,7 +14,7 @@ import contextlib
 import gc
 import signal
 
-from exporter.samplers.tap import Sample, Tap, TapConfig
+from exporter.samplers.tap import CapturedExchange, Tap, TapConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve(config: TapConfig, args: argparse.Namespace) -> None:
     received = 0
 
-    async def count(sample: Sample) -> None:
+    async def count(sample: CapturedExchange) -> None:
         nonlocal received
         received += len(sample.response_body)
 

@@ -59,10 +59,6 @@ class CapturedExchange:
     duration_seconds: float
 
 
-# The name callers of the standalone tap (``on_sample`` consumers) have always used.
-Sample = CapturedExchange
-
-
 @runtime_checkable
 class Handoff(Protocol):
     """A consumer that takes an exchange without blocking, on the loop, and says what became

@@ -15,7 +15,7 @@ from prometheus_client.core import Metric
 from exporter.samplers.tap.client import ClientConnection
 from exporter.samplers.tap.config import TapConfig
 from exporter.samplers.tap.core import TapCore
-from exporter.samplers.tap.sampling import Sample, SampleCallback, SampleSink
+from exporter.samplers.tap.sampling import CapturedExchange, SampleCallback, SampleSink
 from exporter.samplers.tap.stats import TapStats
 
 _SWEEP_SECONDS = 1.0
@@ -24,10 +24,10 @@ _SWEEP_SECONDS = 1.0
 class Tap:
     """Reverse proxy in front of SGLang that samples responses for grading.
 
-    ``on_sample`` receives each sampled :class:`Sample` (coroutine functions are awaited on
-    the loop, plain functions run on a worker thread); without it, read ``samples`` (a bounded
-    ``asyncio.Queue``). Either way a full queue drops and counts, and nothing the consumer
-    does reaches a response. ``collect()`` yields the ``dsv4_tap_*`` families (register the
+    ``on_sample`` receives each sampled :class:`CapturedExchange` (coroutine functions are
+    awaited on the loop, plain functions run on a worker thread); without it, read ``samples``
+    (a bounded ``asyncio.Queue``). Either way a full queue drops and counts, and nothing the
+    consumer does reaches a response. ``collect()`` yields the ``dsv4_tap_*`` families (register the
     tap itself as a prometheus_client collector, or chain it into the app's collector).
     """
 
@@ -40,7 +40,7 @@ class Tap:
         self._sweeper: asyncio.TimerHandle | None = None
 
     @property
-    def samples(self) -> asyncio.Queue[Sample]:
+    def samples(self) -> asyncio.Queue[CapturedExchange]:
         """The bounded hand-off queue (read it only when no ``on_sample`` was given)."""
         return self._sink.queue
 
