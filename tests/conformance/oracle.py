@@ -84,27 +84,18 @@ def _context(case: dict[str, Any]) -> dict[str, SimpleNamespace]:
     }
 
 
-def _install_context(ctx: dict[str, SimpleNamespace], drafts: int | None) -> None:
-    """Point every imported release module's runtime-context getters at this case."""
-    try:
-        import sglang.srt.runtime_context as rc
-    except ImportError:  # releases before 0.5.19 read everything from server_args
-        return
-    originals = {name: getattr(rc, name, None) for name in (*ctx, "max_speculative_num_draft_tokens")}
+def _install_context(getters: dict[str, Any]) -> None:
+    """Point every loaded release module's runtime getters (``get_schedule()``,
+    ``get_global_server_args()``, ...) at this case's values. Releases import these names
+    into each module, so each module's binding is replaced, not only the defining one."""
+    import types
+
     for mod in list(sys.modules.values()):
         if not getattr(mod, "__name__", "").startswith("sglang"):
             continue
-        for name, value in ctx.items():
-            orig = originals.get(name)
-            if orig is not None and getattr(mod, name, None) is orig:
-                setattr(mod, name, (lambda v: lambda: v)(value))
-        orig = originals["max_speculative_num_draft_tokens"]
-        if orig is not None and getattr(mod, "max_speculative_num_draft_tokens", None) is orig:
-            mod.max_speculative_num_draft_tokens = lambda: drafts
-        # Keep the replaced getters recognisable for the next case.
-    for name, value in ctx.items():
-        if originals.get(name) is not None:
-            setattr(rc, f"_oracle_{name}", value)
+        for name, value in getters.items():
+            if isinstance(getattr(mod, name, None), types.FunctionType):
+                setattr(mod, name, (lambda v: lambda *a, **k: v)(value))
 
 
 def _runner(case: dict[str, Any]) -> SimpleNamespace:
@@ -167,9 +158,12 @@ def _runner(case: dict[str, Any]) -> SimpleNamespace:
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     import sglang.srt.model_executor.pool_configurator as pc
 
-    ctx = _context(case)
-    _install_context(ctx, ctx["get_spec"].max_speculative_num_draft_tokens)
+    ctx: dict[str, Any] = dict(_context(case))
     runner = _runner(case)
+    ctx["max_speculative_num_draft_tokens"] = ctx["get_spec"].max_speculative_num_draft_tokens
+    ctx["get_server_args"] = runner.server_args
+    ctx["get_global_server_args"] = runner.server_args
+    _install_context(ctx)
     configurator = pc.DSV4PoolConfigurator(runner)
     config = configurator.calculate_pool_sizes(case["available_bytes"], case["page_size"])
     if hasattr(configurator, "finalize_with_max_running_requests"):
@@ -186,7 +180,113 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             "c128_state_pool_size",
         )
     }
-    return {"bytes_per_full_token": configurator.bytes_per_full_token, **sizes}
+    result: dict[str, Any] = {"bytes_per_full_token": configurator.bytes_per_full_token, **sizes}
+    if case.get("build_pool", True):
+        result["pool_tensors"] = _pool_tensor_bytes(case, runner, sizes)
+    return result
+
+
+def _pool_kwargs(case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]) -> dict[str, Any]:
+    """Every argument any release's DeepSeekV4TokenToKVPool takes, as its model runner passes it."""
+    import torch
+
+    state_dtype = torch.bfloat16 if case.get("state_dtype") == "bfloat16" else torch.float32
+    mc = runner.model_config
+    mrr = case["max_running_requests"]
+    return {
+        "max_num_reqs": mrr,
+        "num_req_slots": mrr + 1,
+        "swa_size": sizes["swa_max_total_num_tokens"],
+        "c4_size": sizes["c4_max_total_num_tokens"],
+        "c128_size": sizes["c128_max_total_num_tokens"],
+        "full_size": sizes["full_max_total_num_tokens"],
+        "c4_state_pool_size": sizes["c4_state_pool_size"],
+        "c128_state_pool_size": sizes["c128_state_pool_size"],
+        "page_size": case["page_size"],
+        "swa_page_size": case["page_size"],
+        "sliding_window": mc.window_size,
+        "dtype": torch.float8_e4m3fn,
+        "state_dtype": state_dtype,
+        "c4_state_dtype": state_dtype,
+        "c128_state_dtype": state_dtype,
+        "qk_nope_head_dim": mc.qk_nope_head_dim,
+        "qk_rope_head_dim": mc.qk_rope_head_dim,
+        "indexer_head_dim": mc.index_head_dim,
+        "layer_num": runner.end_layer - runner.start_layer,
+        "device": "meta",
+        "enable_memory_saver": False,
+        "compression_ratios": list(mc.compress_ratios),
+        "start_layer": runner.start_layer,
+        "end_layer": runner.end_layer,
+        "enable_hisparse": False,
+        "online_mtp_max_draft_tokens": 0,
+        "kv_source_layers": list(mc.hf_config.kv_source_layer_ids),
+        "is_draft_worker": False,
+    }
+
+
+def _pool_tensor_bytes(case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]) -> dict[str, int]:
+    """Build the release's device pool on the meta device; bytes of every tensor by path."""
+    import inspect
+
+    import torch
+
+    import sglang.srt.mem_cache.deepseek_v4_memory_pool as mp
+
+    wanted = _pool_kwargs(case, runner, sizes)
+    params = inspect.signature(mp.DeepSeekV4TokenToKVPool.__init__).parameters
+    if "select_dsv4_kv_layout" in vars(mp) and "kv_layout" in params:
+        wanted["kv_layout"], wanted["compressed_kv_layout"] = mp.select_dsv4_kv_layout()
+    pool = mp.DeepSeekV4TokenToKVPool(**{k: v for k, v in wanted.items() if k in params})
+    found: dict[str, tuple[int, int]] = {}
+    seen: set[int] = set()
+
+    def walk(obj: Any, path: str, depth: int) -> None:
+        if id(obj) in seen or depth > 6:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            found[path] = (obj.nbytes, obj.shape[-1] if obj.dim() else 0)
+            return
+        if isinstance(obj, (list, tuple)):
+            for i, item in enumerate(obj):
+                walk(item, f"{path}[{i}]", depth + 1)
+            return
+        if isinstance(obj, dict):
+            for k, item in obj.items():
+                walk(item, f"{path}[{k!r}]", depth + 1)
+            return
+        if hasattr(obj, "__dict__") and type(obj).__module__.startswith("sglang"):
+            for k, item in vars(obj).items():
+                walk(item, f"{path}.{k}" if path else k, depth + 1)
+
+    walk(pool, "", 0)
+    return _by_pool(found, wanted["qk_nope_head_dim"] + wanted["qk_rope_head_dim"])
+
+
+# Attribute paths of each sub-pool across releases (0.5.12: one attribute per pool;
+# 0.5.21+: dicts keyed by compress ratio, with the old names kept as aliases).
+_PATHS = (
+    ("swa_kv", ("swa_kv_pool.",)),
+    ("c4_kv", ("c4_kv_pool.", "kv_pools[4].")),
+    ("c128_kv", ("c128_kv_pool.", "kv_pools[128].")),
+    ("c4_index_k", ("c4_indexer_kv_pool.", "index_pools[4].")),
+    ("c4_index_state", ("indexer_compress_state_pools[",)),
+)
+
+
+def _by_pool(found: dict[str, tuple[int, int]], head_dim: int) -> dict[str, int]:
+    """Sum tensor bytes per sub-pool. Compress-state tensors of c4 and c128 layers share one
+    list; their rows tell them apart (c4 keeps an overlapped pair: 4 x head_dim wide)."""
+    out: dict[str, int] = {}
+    for path, (nbytes, last_dim) in found.items():
+        name = next((n for n, prefixes in _PATHS if path.startswith(prefixes)), None)
+        if name is None and path.startswith("compress_state_pools["):
+            name = "c4_state" if last_dim == 4 * head_dim else "c128_state"
+        if name is None:
+            name = f"other:{path}"
+        out[name] = out.get(name, 0) + nbytes
+    return out
 
 
 def main() -> None:
