@@ -9,6 +9,7 @@ from exporter.footprint.allocation import allocated_bytes
 from exporter.footprint.geometry import ModelGeometry, StageSlice, stage_slice
 from exporter.footprint.pricing import (
     POOLS,
+    BudgetError,
     TokenCoefficient,
     c128_state_fixed_bytes,
     counts_for_full_tokens,
@@ -16,6 +17,7 @@ from exporter.footprint.pricing import (
     priced_index_k_dtype,
     token_coefficient,
 )
+from exporter.footprint.releases import NEWEST, ReleaseRules, RuleChoice
 from exporter.footprint.settings import Configurator, DeploymentSettings
 
 
@@ -43,8 +45,10 @@ class Footprint:
     c128_state_fixed_bytes: int
     full_tokens: int
     pools: dict[str, PoolFootprint]
+    rules: ReleaseRules = NEWEST
     available_bytes: int | None = None
     correct_full_tokens: int | None = None
+    release: RuleChoice | None = None
 
     @property
     def planned_bytes(self) -> int:
@@ -59,6 +63,12 @@ class Footprint:
         return self.allocated_bytes - self.planned_bytes
 
     @property
+    def reclaimable_bytes(self) -> int:
+        """Planned but never allocated (fp4 index-K priced as fp8 on NVIDIA): KV capacity the
+        budget holds back for nothing. 0 when the plan is over-committed instead."""
+        return max(0, -self.overcommit_bytes)
+
+    @property
     def bytes_per_full_token(self) -> dict[str, float]:
         return {k: c.total for k, c in self.coefficients.items()}
 
@@ -68,6 +78,9 @@ class Footprint:
             "model": self.model,
             "index_k_dtype": self.settings.index_k_dtype,
             "configurator": self.configurator,
+            "sglang_version": self.release.version if self.release else None,
+            "rules": self.rules.name,
+            "rules_verified": self.release.verified if self.release else True,
             "bytes_per_full_token": {k: round(v, 4) for k, v in self.bytes_per_full_token.items()},
             "bytes_per_full_token_terms": {
                 k: {p: round(b, 4) for p, b in c.terms.items()}
@@ -87,6 +100,7 @@ class Footprint:
             "planned_bytes": self.planned_bytes,
             "allocated_bytes": self.allocated_bytes,
             "overcommit_bytes": self.overcommit_bytes,
+            "reclaimable_bytes": self.reclaimable_bytes,
             "correct_full_tokens": self.correct_full_tokens,
             "available_bytes": self.available_bytes,
             "stage": {
@@ -112,11 +126,11 @@ class Footprint:
 
 
 def _coefficients(
-    geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings
+    geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings, rules: ReleaseRules
 ) -> dict[str, TokenCoefficient]:
     return {
         variant: token_coefficient(
-            geom, stage, settings, priced_index_k_dtype(variant, settings.index_k_dtype)
+            geom, stage, settings, priced_index_k_dtype(variant, settings.index_k_dtype), rules
         )
         for variant in ("legacy", "fixed")
     }
@@ -129,27 +143,38 @@ def footprint_for_tokens(
     full_tokens: int,
     stage: StageSlice | None = None,
     available_bytes: int | None = None,
+    rules: ReleaseRules | RuleChoice = NEWEST,
 ) -> Footprint:
     """Plan and allocation for a known full-pool token count (e.g. SGLang's max_total_num_tokens).
 
     ``planned`` is what the chosen configurator variant budgeted for these tokens;
-    ``allocated`` is what the device pool takes for them.
+    ``allocated`` is what the device pool takes for them. With ``available_bytes`` (given,
+    or recovered from the token count when None: the configurator spent its budget on these
+    tokens to within one page), ``correct_full_tokens`` is what a dtype-true plan would give.
     """
+    choice = rules if isinstance(rules, RuleChoice) else None
+    rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     stage = stage or stage_slice(geom)
-    coeffs = _coefficients(geom, stage, settings)
-    bias = c128_state_fixed_bytes(geom, stage, settings)
-    counts = counts_for_full_tokens(geom, settings, full_tokens)
-    alloc = allocated_bytes(geom, stage, settings, counts)
+    coeffs = _coefficients(geom, stage, settings, rule_set)
+    bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
+    counts = counts_for_full_tokens(geom, settings, full_tokens, rule_set)
+    alloc = allocated_bytes(geom, stage, settings, counts, rule_set)
     plan_terms = coeffs[configurator].terms
     pools = {}
     for name in POOLS:
-        planned = bias if name == "c128_state" else round(plan_terms[name] * full_tokens)
+        planned = round(plan_terms.get(name, 0.0) * full_tokens)
+        if name == "c128_state":
+            planned += bias
         pools[name] = PoolFootprint(name, counts.for_pool(name), planned, alloc[name])
-    correct = None
-    if available_bytes is not None:
-        correct = full_tokens_for_budget(
-            available_bytes, bias, coeffs["fixed"].total, settings.page_size
+    budget = available_bytes
+    if budget is None:
+        budget = bias + round(coeffs[configurator].total * full_tokens)
+    try:
+        correct: int | None = full_tokens_for_budget(
+            budget, bias, coeffs["fixed"].total, settings.page_size
         )
+    except BudgetError:
+        correct = None
     return Footprint(
         model=geom.name,
         stage=stage,
@@ -159,8 +184,10 @@ def footprint_for_tokens(
         c128_state_fixed_bytes=bias,
         full_tokens=full_tokens,
         pools=pools,
+        rules=rule_set,
         available_bytes=available_bytes,
         correct_full_tokens=correct,
+        release=choice,
     )
 
 
@@ -170,12 +197,14 @@ def plan_for_budget(
     configurator: Configurator,
     available_bytes: int,
     stage: StageSlice | None = None,
+    rules: ReleaseRules | RuleChoice = NEWEST,
 ) -> Footprint:
     """What SGLang does at start-up: budget -> full tokens (by the chosen variant) -> pools."""
+    rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     stage = stage or stage_slice(geom)
-    coeffs = _coefficients(geom, stage, settings)
-    bias = c128_state_fixed_bytes(geom, stage, settings)
+    coeffs = _coefficients(geom, stage, settings, rule_set)
+    bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
     full = full_tokens_for_budget(
         available_bytes, bias, coeffs[configurator].total, settings.page_size
     )
-    return footprint_for_tokens(geom, settings, configurator, full, stage, available_bytes)
+    return footprint_for_tokens(geom, settings, configurator, full, stage, available_bytes, rules)
