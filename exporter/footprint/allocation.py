@@ -21,6 +21,7 @@ from exporter.footprint.pricing import (
     indexer_bytes_per_token,
     kv_page_bytes,
     state_bytes,
+    stored_index_k_dtype,
 )
 from exporter.footprint.releases import NEWEST, PageReserve, ReleaseRules
 from exporter.footprint.settings import DeploymentSettings
@@ -66,7 +67,7 @@ def allocated_bytes(
     n_all = stage.main.total + draft.total
     n_c4 = stage.main.c4 + draft.c4
     n_c128 = stage.main.c128 + draft.c128
-    ib = indexer_bytes_per_token(geom.index_head_dim, settings.index_k_dtype)
+    ib = indexer_bytes_per_token(geom.index_head_dim, stored_index_k_dtype(settings, rules))
     c4_rows = state_rows(counts.c4_state, settings.ring_c4, 4)
     c128_rows = state_rows(
         counts.c128_state, settings.ring_c128, 128, online=settings.online_compress

@@ -15,6 +15,7 @@ from exporter.footprint.pricing import (
     counts_for_full_tokens,
     full_tokens_for_budget,
     priced_index_k_dtype,
+    stored_index_k_dtype,
     token_coefficient,
 )
 from exporter.footprint.releases import NEWEST, ReleaseRules, RuleChoice
@@ -130,7 +131,11 @@ def _coefficients(
 ) -> dict[str, TokenCoefficient]:
     return {
         variant: token_coefficient(
-            geom, stage, settings, priced_index_k_dtype(variant, settings.index_k_dtype), rules
+            geom,
+            stage,
+            settings,
+            priced_index_k_dtype(variant, stored_index_k_dtype(settings, rules)),
+            rules,
         )
         for variant in ("legacy", "fixed")
     }

@@ -62,6 +62,13 @@ def state_bytes(settings: DeploymentSettings, rules: ReleaseRules) -> int:
     return settings.state_dtype_bytes if rules.state_dtype_from_env else FP32_BYTES
 
 
+def stored_index_k_dtype(settings: DeploymentSettings, rules: ReleaseRules) -> IndexKDtype:
+    """The dtype the index-K pool really stores: fp4 needs a release that has the fp4 indexer."""
+    if settings.index_k_dtype == "fp4" and not rules.has_fp4_indexer:
+        return "fp8"
+    return settings.index_k_dtype
+
+
 def indexer_bytes_per_token(index_head_dim: int, dtype: IndexKDtype) -> int:
     """Index-K bytes per compressed token: fp8 d + d/128*4 scales; bf16 2d; fp4 d/2 + d/32."""
     d = index_head_dim

@@ -69,6 +69,8 @@ class ReleaseRules:
     # pools (and from 0.5.22 the index-K pool) reserve the allocator's dummy *logical* page,
     # ceil((size + page_size) / physical_page) (_num_dsv4_physical_kv_pages).
     kv_reserve: PageReserve = "own_page"
+    # --enable-deepseek-v4-fp4-indexer exists from 0.5.13; 0.5.12 stores fp8 index-K always.
+    has_fp4_indexer: bool = True
     index_reserve: PageReserve = "own_page"
     # 0.5.15-0.5.20 subtract the bias from the budget without a floor; 0.5.21+ clamp at 0.
     # (Either way a budget below the bias yields no tokens.)
@@ -91,6 +93,7 @@ RULES: tuple[ReleaseRules, ...] = (
         c128_state="per_swa_token",
         kv_pricing="logical",
         c4_state_unit="window",
+        has_fp4_indexer=False,
     ),
     ReleaseRules(
         name="0.5.13",

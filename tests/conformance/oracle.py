@@ -158,6 +158,11 @@ def _runner(case: dict[str, Any]) -> SimpleNamespace:
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     import sglang.srt.model_executor.pool_configurator as pc
 
+    # Read when sizing (envs.X.get()), so set per case: SGLang's own switch for the state dtype.
+    if case.get("state_dtype") == "bfloat16":
+        os.environ["SGLANG_DSV4_COMPRESS_STATE_DTYPE"] = "bfloat16"
+    else:
+        os.environ.pop("SGLANG_DSV4_COMPRESS_STATE_DTYPE", None)
     ctx: dict[str, Any] = dict(_context(case))
     runner = _runner(case)
     ctx["max_speculative_num_draft_tokens"] = ctx["get_spec"].max_speculative_num_draft_tokens
@@ -190,7 +195,13 @@ def _pool_kwargs(case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str,
     """Every argument any release's DeepSeekV4TokenToKVPool takes, as its model runner passes it."""
     import torch
 
-    state_dtype = torch.bfloat16 if case.get("state_dtype") == "bfloat16" else torch.float32
+    import sglang.srt.model_executor.pool_configurator as pc
+
+    # As the model runner does: float32 state until the release reads
+    # SGLANG_DSV4_COMPRESS_STATE_DTYPE (_get_dsv4_compress_state_dtype_sizes, 0.5.14+).
+    reads_env = hasattr(pc, "_get_dsv4_compress_state_dtype_sizes")
+    bf16 = reads_env and case.get("state_dtype") == "bfloat16"
+    state_dtype = torch.bfloat16 if bf16 else torch.float32
     mc = runner.model_config
     mrr = case["max_running_requests"]
     return {
