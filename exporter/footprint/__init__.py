@@ -26,9 +26,18 @@ from exporter.footprint.pricing import (
     kv_bytes_per_token,
     token_coefficient,
 )
+from exporter.footprint.releases import (
+    NEWEST_RELEASE,
+    RULES,
+    ReleaseRules,
+    RuleChoice,
+    VersionError,
+    rules_for_version,
+)
 from exporter.footprint.settings import (
     CONFIGURATORS,
     INDEX_K_DTYPES,
+    NOT_MODELLED_SWITCHES,
     Configurator,
     DeploymentSettings,
     IndexKDtype,
@@ -38,6 +47,13 @@ from exporter.footprint.settings import (
 __all__ = [
     "CONFIGURATORS",
     "INDEX_K_DTYPES",
+    "NEWEST_RELEASE",
+    "NOT_MODELLED_SWITCHES",
+    "RULES",
+    "ReleaseRules",
+    "RuleChoice",
+    "VersionError",
+    "rules_for_version",
     "POOLS",
     "PRESETS",
     "BudgetError",

@@ -20,6 +20,11 @@ class GeometryError(ValueError):
 
 
 VALID_RATIOS = (0, 4, 128)
+# DeepSeek-V4.1 (sglang/srt/configs/deepseek_v41.py, served from 0.5.21) adds ratio-1 and
+# ratio-2 compressed layers, whose storage lives on their kv_source layers.
+V41_RATIOS = (0, 1, 2, 4, 128)
+V41_MODEL_TYPES = ("deepseek_v41", "deepseek_v41_text")
+V41_ARCHITECTURES = ("DeepseekV41ForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,17 @@ class ModelGeometry:
     index_topk: int
     num_nextn_predict_layers: int
     compress_ratios: tuple[int, ...]  # main layers first, then MTP/draft entries
+    model_type: str = "deepseek_v4"
+    kv_source_layer_ids: tuple[int, ...] = ()
+    index_source_layer_ids: tuple[int, ...] = ()
+
+    @property
+    def not_modelled(self) -> tuple[str, ...]:
+        """V4.1's low-ratio layers (fp4 low-ratio index pools, ratio-2 pair state, low-ratio
+        page padding) and its default SWA cap mode are not modelled: no number for them."""
+        if self.model_type in V41_MODEL_TYPES or any(r in (1, 2) for r in self.compress_ratios):
+            return ("deepseek-v4.1",)
+        return ()
 
     @property
     def qk_nope_head_dim(self) -> int:
@@ -143,16 +159,39 @@ _REQUIRED_INT_FIELDS = (
 )
 
 
+def _flatten_v41(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """V4.1 nests the text model under ``text_config``; SGLang merges it into the top level,
+    top-level keys winning (``normalize_deepseek_v41_config``)."""
+    values = dict(cfg)
+    text = values.pop("text_config", None)
+    if isinstance(text, Mapping):
+        text = {k: v for k, v in text.items() if k != "model_type"}
+        values = {**text, **values}
+    return values
+
+
+def _layer_ids(cfg: Mapping[str, Any], key: str, name: str) -> tuple[int, ...]:
+    raw = cfg.get(key) or ()
+    if not isinstance(raw, (list, tuple)) or any(
+        isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in raw
+    ):
+        raise GeometryError(f"{name}: field {key!r} must be a list of layer indices, got {raw!r}")
+    return tuple(raw)
+
+
 def geometry_from_config(cfg: Mapping[str, Any], name: str = "config.json") -> ModelGeometry:
     """Validate a parsed HF config and keep the pool-relevant fields."""
     if not isinstance(cfg, Mapping):
         raise GeometryError(f"{name}: expected a JSON object at the top level")
     model_type = cfg.get("model_type")
     archs = cfg.get("architectures") or []
-    if model_type != "deepseek_v4" and "DeepseekV4ForCausalLM" not in archs:
+    is_v41 = model_type in V41_MODEL_TYPES or any(a in V41_ARCHITECTURES for a in archs)
+    if is_v41:
+        cfg = _flatten_v41(cfg)
+    elif model_type != "deepseek_v4" and "DeepseekV4ForCausalLM" not in archs:
         raise GeometryError(
             f"{name}: not a DeepSeek-V4 config (model_type={model_type!r}, "
-            f"architectures={archs!r}); expected model_type 'deepseek_v4'"
+            f"architectures={archs!r}); expected model_type 'deepseek_v4' or 'deepseek_v41'"
         )
     values: dict[str, int] = {}
     for key in _REQUIRED_INT_FIELDS:
@@ -173,11 +212,13 @@ def geometry_from_config(cfg: Mapping[str, Any], name: str = "config.json") -> M
     ratios = cfg.get("compress_ratios")
     if not isinstance(ratios, list) or not ratios:
         raise GeometryError(f"{name}: field 'compress_ratios' is missing or not a list")
-    bad = [r for r in ratios if isinstance(r, bool) or r not in VALID_RATIOS]
+    valid = V41_RATIOS if is_v41 else VALID_RATIOS
+    bad = [r for r in ratios if isinstance(r, bool) or r not in valid]
     if bad:
+        kind = "DeepSeek-V4.1" if is_v41 else "DeepSeek-V4"
         raise GeometryError(
             f"{name}: field 'compress_ratios' has values {sorted(set(map(repr, bad)))}; "
-            f"only {VALID_RATIOS} are DeepSeek-V4 layer kinds"
+            f"only {valid} are {kind} layer kinds"
         )
     if len(ratios) < values["num_hidden_layers"]:
         raise GeometryError(
@@ -195,6 +236,9 @@ def geometry_from_config(cfg: Mapping[str, Any], name: str = "config.json") -> M
         index_topk=values["index_topk"],
         num_nextn_predict_layers=mtp,
         compress_ratios=tuple(int(r) for r in ratios),
+        model_type="deepseek_v41" if is_v41 else "deepseek_v4",
+        kv_source_layer_ids=_layer_ids(cfg, "kv_source_layer_ids", name),
+        index_source_layer_ids=_layer_ids(cfg, "index_source_layer_ids", name),
     )
 
 
