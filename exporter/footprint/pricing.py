@@ -131,9 +131,13 @@ def token_coefficient(
 
 
 def c128_state_rows_planned(settings: DeploymentSettings) -> int:
-    """Rows of the request-scoped c128 state: ceil128((mrr+1)*ring + ring + 1)."""
+    """Rows of the request-scoped c128 state: ceil128((mrr+1)*ring + ring + 1); with online
+    compress one row per request slot plus ring + 1, unpadded (``_get_c128_state_fixed_bytes``)."""
     ring = settings.ring_c128
-    return math.ceil(((settings.max_running_requests + 1) * ring + ring + 1) / 128) * 128
+    slots = settings.max_running_requests + 1
+    if settings.online_compress:
+        return slots + ring + 1
+    return math.ceil((slots * ring + ring + 1) / 128) * 128
 
 
 def c128_state_width_bytes(

@@ -104,8 +104,9 @@ def test_c128_state_fixed_bias():
 
 def test_c128_state_online_compress_and_bf16_state():
     s = DeploymentSettings(online_compress=True, compress_state_dtype="bfloat16")
-    # ring 1: rows = ceil128(257*1 + 1 + 1) = 384; width 3*512*2 B
-    assert c128_state_fixed_bytes(FLASH, stage_slice(FLASH), s, rules=R20) == 384 * 3072 * 20
+    # ring 1: rows = slots + ring + 1 = 257 + 1 + 1, unpadded (_get_c128_state_fixed_bytes,
+    # online branch); width 3*512*2 B
+    assert c128_state_fixed_bytes(FLASH, stage_slice(FLASH), s, rules=R20) == 259 * 3072 * 20
 
 
 def test_speculative_inflation_and_rings():
