@@ -157,6 +157,21 @@ def build() -> dm.Dashboard:
             (A.kv_overcommit_critical_reserve_ratio, "red"),
         ),
     )
+    b.timeseries(
+        "Reclaimable KV budget (under-commit)",
+        "Per rank: bytes the configurator planned that the pools never allocate (fp4 index-K "
+        "priced as fp8 on NVIDIA, every upstream release). Not a danger, lost capacity: "
+        "priced by its real dtype the same budget holds dsv4_kv_correct_full_tokens tokens. "
+        "Rules unverified for this SGLang version: dsv4_footprint_rules_unverified.",
+        "bytes",
+        [
+            target(
+                sel("dsv4_kv_pool_reclaimable_bytes", rank=True),
+                "reclaimable · rank {{rank}}",
+            ),
+        ],
+        min_val=0,
+    )
     b.stat(
         "Bytes per full token",
         "The configurator's coefficient: what the legacy formula prices per full-pool token "

@@ -1,4 +1,4 @@
-"""Deployment switches that change the DSV4 pool footprint (see dsv4-memory.md §5)."""
+"""Deployment switches that change the DSV4 pool footprint (docs/footprint.md, "Switches")."""
 
 from __future__ import annotations
 
