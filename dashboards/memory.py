@@ -157,21 +157,6 @@ def build() -> dm.Dashboard:
             (A.kv_overcommit_critical_reserve_ratio, "red"),
         ),
     )
-    b.timeseries(
-        "Reclaimable KV budget (under-commit)",
-        "Per rank: bytes the configurator planned that the pools never allocate (fp4 index-K "
-        "priced as fp8 on NVIDIA, every upstream release). Not a danger, lost capacity: "
-        "priced by its real dtype the same budget holds dsv4_kv_correct_full_tokens tokens. "
-        "Rules unverified for this SGLang version: dsv4_footprint_rules_unverified.",
-        "bytes",
-        [
-            target(
-                sel("dsv4_kv_pool_reclaimable_bytes", rank=True),
-                "reclaimable · rank {{rank}}",
-            ),
-        ],
-        min_val=0,
-    )
     b.stat(
         "Bytes per full token",
         "The configurator's coefficient: what the legacy formula prices per full-pool token "
@@ -197,6 +182,22 @@ def build() -> dm.Dashboard:
         [target(sel("dsv4_sglang_running_requests"), "{{instance}}")],
         min_val=0,
     )
+    b.timeseries(
+        "Reclaimable KV budget (under-commit)",
+        "Per rank: bytes the configurator planned that the pools never allocate (fp4 index-K "
+        "priced as fp8 on NVIDIA, every upstream release). Not a danger, lost capacity: "
+        "priced by its real dtype the same budget holds dsv4_kv_correct_full_tokens tokens. "
+        "Rules unverified for this SGLang version: dsv4_footprint_rules_unverified.",
+        "bytes",
+        [
+            target(
+                sel("dsv4_kv_pool_reclaimable_bytes", rank=True),
+                "reclaimable · rank {{rank}}",
+            ),
+        ],
+        min_val=0,
+        w=24,
+    )
 
     b.row("Deployment")
     b.table(
@@ -219,5 +220,18 @@ def build() -> dm.Dashboard:
         "GPU inventory from NVML: name, PCI bus id, driver version per rank.",
         [target(sel("dsv4_gpu_info", rank=True), instant=True, fmt="table")],
         hidden_columns=("Time", "__name__", "Value"),
+    )
+    b.table(
+        "Footprint rules",
+        "Which SGLang release's pool rules price this deployment; Value 1 in the first table "
+        "means the version is newer than every release they were checked against "
+        "(unverified). Any switch listed below is not modelled: no pool numbers are exported.",
+        [
+            target(sel("dsv4_footprint_rules_unverified"), instant=True, fmt="table"),
+            target(sel("dsv4_footprint_not_modelled"), instant=True, fmt="table"),
+        ],
+        hidden_columns=("Time", "__name__"),
+        w=24,
+        h=5,
     )
     return b.build()

@@ -26,9 +26,10 @@ class SimSettings(BaseSettings):
         "dtype (a fork with the fix).",
     )
     sglang_version: str = Field(
-        NEWEST_RELEASE,
+        "0.5.20",
         description="SGLang release whose configurator and pool rules the simulator runs "
-        "(reported as <version>+sim).",
+        "(reported as <version>+sim). The default deployment is the README's bf16 index-K "
+        f"fork, built on 0.5.20; upstream's newest supported release is {NEWEST_RELEASE}.",
     )
     hicache: Literal["on", "off"] = Field("on", description="Hierarchical cache (HiCache).")
     available_gib: float = Field(50.0, gt=0, description="Budget handed to the configurator.")
