@@ -1,0 +1,134 @@
+"""Version -> rule set: boundaries read from the released wheels, suffixes, unverified, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.footprint import (
+    PRESETS,
+    DeploymentSettings,
+    GeometryError,
+    VersionError,
+    geometry_from_config,
+    plan_for_budget,
+    rules_for_version,
+)
+
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("version", "rules"),
+    [
+        ("0.5.12", "0.5.12"),
+        ("0.5.12.post1", "0.5.12"),
+        ("0.5.13", "0.5.13"),
+        ("0.5.14", "0.5.14"),
+        ("0.5.15", "0.5.15-0.5.20"),
+        ("0.5.20rc2", "0.5.15-0.5.20"),
+        ("0.5.21", "0.5.21"),
+        ("0.5.22", "0.5.22-0.5.23"),
+        ("0.5.23+sim", "0.5.22-0.5.23"),
+        ("v0.5.23", "0.5.22-0.5.23"),
+    ],
+)
+def test_each_release_has_its_rules(version, rules):
+    choice = rules_for_version(version)
+    assert choice.rules.name == rules and choice.verified
+
+
+def test_default_is_the_newest_release():
+    choice = rules_for_version(None)
+    assert (choice.version, choice.rules.name, choice.verified) == ("0.5.23", "0.5.22-0.5.23", True)
+
+
+@pytest.mark.parametrize("version", ["0.5.24", "0.6.0rc1", "1.0.0"])
+def test_newer_is_newest_rules_unverified(version):
+    choice = rules_for_version(version)
+    assert choice.rules.name == "0.5.22-0.5.23" and not choice.verified
+    assert "UNVERIFIED" in choice.note and version in choice.note
+
+
+@pytest.mark.parametrize(("version", "fragment"), [("0.5.11", "0.5.12"), ("nightly", "X.Y.Z")])
+def test_unsupported_versions_say_why(version, fragment):
+    with pytest.raises(VersionError, match=fragment.replace(".", r"\.")):
+        rules_for_version(version)
+
+
+def test_releases_differ_where_the_code_does():
+    """V4-Flash fp8 at 50 GiB: the figures each release's own configurator gives
+    (tests/conformance runs the real code)."""
+    flash = PRESETS["deepseek-v4-flash"]
+    tokens = {
+        v: plan_for_budget(
+            flash,
+            DeploymentSettings(index_k_dtype="fp8"),
+            "legacy",
+            50 * GIB,
+            rules=rules_for_version(v),
+        ).full_tokens
+        for v in ("0.5.12", "0.5.20", "0.5.23")
+    }
+    assert tokens == {"0.5.12": 3_364_608, "0.5.20": 6_614_784, "0.5.23": 7_192_320}
+    pro = PRESETS["deepseek-v4-pro"]
+    pro_tokens = plan_for_budget(
+        pro,
+        DeploymentSettings(index_k_dtype="fp8"),
+        "legacy",
+        50 * GIB,
+        rules=rules_for_version("0.5.23"),
+    ).full_tokens
+    assert pro_tokens == 4_891_136
+
+
+def _v41(**over):
+    text = {
+        "num_hidden_layers": 4,
+        "head_dim": 512,
+        "qk_rope_head_dim": 64,
+        "sliding_window": 128,
+        "index_head_dim": 128,
+        "index_n_heads": 64,
+        "index_topk": 512,
+        "compress_ratios": [1, 2, 4, 128, 0],
+        "kv_source_layer_ids": [0, 1],
+        "index_source_layer_ids": [0],
+    }
+    text.update(over)
+    return {
+        "architectures": ["DeepseekV41ForCausalLM"],
+        "model_type": "deepseek_v41",
+        "text_config": text,
+    }
+
+
+def test_v41_config_reads_text_config_and_source_layers():
+    g = geometry_from_config(_v41())
+    assert g.model_type == "deepseek_v41" and g.num_hidden_layers == 4
+    assert g.compress_ratios == (1, 2, 4, 128, 0)
+    assert (g.kv_source_layer_ids, g.index_source_layer_ids) == ((0, 1), (0,))
+    assert g.not_modelled == ("deepseek-v4.1",)
+
+
+def test_v41_top_level_keys_win_over_text_config():
+    cfg = _v41()
+    cfg["sliding_window"] = 256
+    assert geometry_from_config(cfg).sliding_window == 256
+
+
+def test_ratio_1_is_still_rejected_for_v4():
+    cfg = {
+        "model_type": "deepseek_v4",
+        **{k: v for k, v in _v41()["text_config"].items() if "source" not in k},
+    }
+    with pytest.raises(GeometryError, match="compress_ratios"):
+        geometry_from_config(cfg)
+
+
+def test_v41_bad_source_layers_name_the_field():
+    with pytest.raises(GeometryError, match="kv_source_layer_ids"):
+        geometry_from_config(_v41(kv_source_layer_ids=["a"]))
+
+
+def test_v4_presets_are_modelled():
+    assert PRESETS["deepseek-v4-flash"].not_modelled == ()
