@@ -9,8 +9,8 @@ import sys
 
 from exporter.footprint import (
     CONFIGURATORS,
-    NOT_MODELLED_SWITCHES,
     INDEX_K_DTYPES,
+    NOT_MODELLED_SWITCHES,
     BudgetError,
     DeploymentSettings,
     Footprint,
@@ -222,8 +222,8 @@ def verdict(fp: Footprint, reserve: int | None) -> str:
     of_reserve = f" = {over / reserve:.0%} of the {_gib(reserve)} GiB reserve" if reserve else ""
     if fp.reclaimable_bytes > 0.25 * GIB:
         return (
-            f"UNDER-COMMIT: the {fp.configurator} configurator planned {_gib(fp.reclaimable_bytes)} "
-            f"GiB per rank that the device pool never allocates (index-K stored as "
+            f"UNDER-COMMIT: the {fp.configurator} configurator planned "
+            f"{_gib(fp.reclaimable_bytes)} GiB per rank that the device pool never allocates (index-K stored as "
             f"{fp.settings.index_k_dtype}, priced as fp8){tokens}: reclaimable KV capacity."
         )
     if over > 0.25 * GIB and ik > 0.5 * over:

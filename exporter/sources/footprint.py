@@ -56,7 +56,11 @@ STATUS_REASONS = (
     "not_modelled",
 )
 # SGLang's own switches that turn on unified-KV ring pools (pool_configurator.py, 0.5.20+).
-UNIFIED_KV_ENV = ("SGLANG_DSV4_UNIFIED_KV", "SGLANG_DSV4_UNIFIED_KV_TRITON", "SGLANG_DSV4_UNIFIED_KV_FP8")
+UNIFIED_KV_ENV = (
+    "SGLANG_DSV4_UNIFIED_KV",
+    "SGLANG_DSV4_UNIFIED_KV_TRITON",
+    "SGLANG_DSV4_UNIFIED_KV_FP8",
+)
 TRUTHY = ("1", "true", "yes", "on")
 
 

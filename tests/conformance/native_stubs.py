@@ -150,8 +150,7 @@ class _LastFinder(importlib.abc.MetaPathFinder):
             return None
         frame = sys._getframe(1)
         while frame is not None and (
-            frame.f_code.co_filename.startswith("<frozen")
-            or frame.f_code.co_filename == __file__
+            frame.f_code.co_filename.startswith("<frozen") or frame.f_code.co_filename == __file__
         ):
             frame = frame.f_back
         if frame is not None and "/torch/" in frame.f_code.co_filename:
@@ -166,8 +165,8 @@ def install(release_dir: str) -> None:
     machine as it is. ``sglang`` and ``sglang.srt`` are registered as bare packages: their
     ``__init__`` files start the whole serving stack, which sizing does not need.
     """
-    import torch  # noqa: F401
-    import torch._inductor.runtime.triton_compat  # noqa: F401
+    import torch
+    import torch._inductor.runtime.triton_compat
     import torch.utils.flop_counter  # noqa: F401
 
     sys.path.insert(0, release_dir)

@@ -191,11 +191,12 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _pool_kwargs(case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]) -> dict[str, Any]:
+def _pool_kwargs(
+    case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]
+) -> dict[str, Any]:
     """Every argument any release's DeepSeekV4TokenToKVPool takes, as its model runner passes it."""
-    import torch
-
     import sglang.srt.model_executor.pool_configurator as pc
+    import torch
 
     # As the model runner does: float32 state until the release reads
     # SGLANG_DSV4_COMPRESS_STATE_DTYPE (_get_dsv4_compress_state_dtype_sizes, 0.5.14+).
@@ -236,13 +237,14 @@ def _pool_kwargs(case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str,
     }
 
 
-def _pool_tensor_bytes(case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]) -> dict[str, int]:
+def _pool_tensor_bytes(
+    case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]
+) -> dict[str, int]:
     """Build the release's device pool on the meta device; bytes of every tensor by path."""
     import inspect
 
-    import torch
-
     import sglang.srt.mem_cache.deepseek_v4_memory_pool as mp
+    import torch
 
     wanted = _pool_kwargs(case, runner, sizes)
     params = inspect.signature(mp.DeepSeekV4TokenToKVPool.__init__).parameters

@@ -164,10 +164,15 @@ def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: 
     for i, (case, real) in enumerate(zip(CASES, oracle[version], strict=True)):
         assert real["ok"], f"case {i} did not run on sglang {version}: {real['error']}"
         fp, target = _model(version, case)
-        label = f"case {i} ({case['model']}, {case['index_k']}, pp={case['pp_size']}/{case['pp_rank']}, spec={case['speculative']}, mrr={case['max_running_requests']}, {case['state_dtype']})"
+        label = (
+            f"case {i} ({case['model']}, {case['index_k']}, "
+            f"pp={case['pp_size']}/{case['pp_rank']}, spec={case['speculative']}, "
+            f"mrr={case['max_running_requests']}, {case['state_dtype']})"
+        )
         if fp.full_tokens != real["full_max_total_num_tokens"]:
             mismatches.append(
-                f"{label}: full tokens model {fp.full_tokens} real {real['full_max_total_num_tokens']}"
+                f"{label}: full tokens model {fp.full_tokens} "
+                f"real {real['full_max_total_num_tokens']}"
             )
             continue
         counts = counts_for_full_tokens(
@@ -181,7 +186,9 @@ def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: 
                 mismatches.append(f"{label}: {key} model {getattr(counts, attr)} real {real[key]}")
         for pool, real_bytes in real["pool_tensors"].items():
             if target.get(pool) != real_bytes:
-                mismatches.append(f"{label}: {pool} bytes model {target.get(pool)} real {real_bytes}")
+                mismatches.append(
+                    f"{label}: {pool} bytes model {target.get(pool)} real {real_bytes}"
+                )
     assert not mismatches, "\n".join(mismatches)
 
 

@@ -11,8 +11,8 @@ from exporter.footprint import (
     indexer_bytes_per_token,
     kv_bytes_per_token,
     plan_for_budget,
-    stage_slice,
     rules_for_version,
+    stage_slice,
     token_coefficient,
 )
 from exporter.footprint.allocation import allocated_bytes, kv_page_bytes, pages, state_rows
