@@ -223,7 +223,8 @@ def verdict(fp: Footprint, reserve: int | None) -> str:
     if fp.reclaimable_bytes > 0.25 * GIB:
         return (
             f"UNDER-COMMIT: the {fp.configurator} configurator planned "
-            f"{_gib(fp.reclaimable_bytes)} GiB per rank that the device pool never allocates (index-K stored as "
+            f"{_gib(fp.reclaimable_bytes)} GiB per rank that the device pool never allocates "
+            f"(index-K stored as "
             f"{fp.settings.index_k_dtype}, priced as fp8){tokens}: reclaimable KV capacity."
         )
     if over > 0.25 * GIB and ik > 0.5 * over:
