@@ -15,7 +15,7 @@ never silently.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 C128StatePricing = Literal["per_swa_token", "fixed_bias"]
@@ -83,73 +83,44 @@ class ReleaseRules:
         return self.first <= release <= self.last
 
 
-RULES: tuple[ReleaseRules, ...] = (
-    ReleaseRules(
-        name="0.5.12",
-        first=(0, 5, 12),
-        last=(0, 5, 12),
-        prices_stage_slice=False,
-        state_dtype_from_env=False,
-        c128_state="per_swa_token",
-        kv_pricing="logical",
-        c4_state_unit="window",
-        has_fp4_indexer=False,
-    ),
-    ReleaseRules(
-        name="0.5.13",
-        first=(0, 5, 13),
-        last=(0, 5, 13),
-        prices_stage_slice=True,
-        state_dtype_from_env=False,
-        c128_state="per_swa_token",
-        kv_pricing="logical",
-        c4_state_unit="window",
-    ),
-    ReleaseRules(
-        name="0.5.14",
-        first=(0, 5, 14),
-        last=(0, 5, 14),
-        prices_stage_slice=True,
-        state_dtype_from_env=True,
-        c128_state="per_swa_token",
-        kv_pricing="logical",
-        c4_state_unit="window",
-    ),
-    ReleaseRules(
-        name="0.5.15-0.5.20",
-        first=(0, 5, 15),
-        last=(0, 5, 20),
-        prices_stage_slice=True,
-        state_dtype_from_env=True,
-        c128_state="fixed_bias",
-        kv_pricing="logical",
-        c4_state_unit="window",
-    ),
-    ReleaseRules(
-        name="0.5.21",
-        first=(0, 5, 21),
-        last=(0, 5, 21),
-        prices_stage_slice=True,
-        state_dtype_from_env=True,
-        c128_state="fixed_bias",
-        kv_pricing="page_layout",
-        c4_state_unit="swa_page",
-        kv_reserve="global_page",
-    ),
-    ReleaseRules(
-        name="0.5.22-0.5.23",
-        first=(0, 5, 22),
-        last=(0, 5, 23),
-        prices_stage_slice=True,
-        state_dtype_from_env=True,
-        c128_state="fixed_bias",
-        kv_pricing="page_layout",
-        c4_state_unit="swa_page",
-        kv_reserve="global_page",
-        index_reserve="global_page",
-    ),
+# Each rule set is its predecessor plus what that release changed.
+_R12 = ReleaseRules(
+    name="0.5.12",
+    first=(0, 5, 12),
+    last=(0, 5, 12),
+    prices_stage_slice=False,
+    state_dtype_from_env=False,
+    c128_state="per_swa_token",
+    kv_pricing="logical",
+    c4_state_unit="window",
+    has_fp4_indexer=False,
+)
+_R13 = replace(
+    _R12,
+    name="0.5.13",
+    first=(0, 5, 13),
+    last=(0, 5, 13),
+    prices_stage_slice=True,
+    has_fp4_indexer=True,
+)
+_R14 = replace(_R13, name="0.5.14", first=(0, 5, 14), last=(0, 5, 14), state_dtype_from_env=True)
+_R15 = replace(
+    _R14, name="0.5.15-0.5.20", first=(0, 5, 15), last=(0, 5, 20), c128_state="fixed_bias"
+)
+_R21 = replace(
+    _R15,
+    name="0.5.21",
+    first=(0, 5, 21),
+    last=(0, 5, 21),
+    kv_pricing="page_layout",
+    c4_state_unit="swa_page",
+    kv_reserve="global_page",
+)
+_R22 = replace(
+    _R21, name="0.5.22-0.5.23", first=(0, 5, 22), last=(0, 5, 23), index_reserve="global_page"
 )
 
+RULES: tuple[ReleaseRules, ...] = (_R12, _R13, _R14, _R15, _R21, _R22)
 NEWEST: ReleaseRules = RULES[-1]
 NEWEST_RELEASE = "0.5.23"
 FIRST_RELEASE = "0.5.12"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from exporter.footprint import (
@@ -81,25 +84,14 @@ def test_releases_differ_where_the_code_does():
     assert pro_tokens == 4_891_136
 
 
+V41_CONFIG = Path(__file__).parent.parent / "fixtures" / "deepseek-v41-shaped.config.json"
+
+
 def _v41(**over):
-    text = {
-        "num_hidden_layers": 4,
-        "head_dim": 512,
-        "qk_rope_head_dim": 64,
-        "sliding_window": 128,
-        "index_head_dim": 128,
-        "index_n_heads": 64,
-        "index_topk": 512,
-        "compress_ratios": [1, 2, 4, 128, 0],
-        "kv_source_layer_ids": [0, 1],
-        "index_source_layer_ids": [0],
-    }
-    text.update(over)
-    return {
-        "architectures": ["DeepseekV41ForCausalLM"],
-        "model_type": "deepseek_v41",
-        "text_config": text,
-    }
+    """A V4.1-shaped config (text_config nesting, ratios 1/2, source layers), small on purpose."""
+    cfg = json.loads(V41_CONFIG.read_text())
+    cfg["text_config"].update(over)
+    return cfg
 
 
 def test_v41_config_reads_text_config_and_source_layers():

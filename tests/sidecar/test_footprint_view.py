@@ -138,24 +138,8 @@ def test_not_modelled_switch_exports_no_number():
     assert "dsv4_kv_pool_planned_bytes" not in samples
 
 
-def test_v41_geometry_is_not_modelled(tmp_path):
-    cfg = {
-        "architectures": ["DeepseekV41ForCausalLM"],
-        "model_type": "deepseek_v41",
-        "text_config": {
-            "num_hidden_layers": 4,
-            "head_dim": 512,
-            "qk_rope_head_dim": 64,
-            "sliding_window": 128,
-            "index_head_dim": 128,
-            "index_n_heads": 64,
-            "index_topk": 512,
-            "compress_ratios": [1, 2, 4, 128, 0],
-            "kv_source_layer_ids": [0, 1],
-        },
-    }
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
+def test_v41_geometry_is_not_modelled():
+    path = FIX / "deepseek-v41-shaped.config.json"
     view = FootprintView(load_settings({"model_config_path": str(path)}), env={})
     view.refresh(replace(FLASH_FACTS, version="0.5.23"), {}, {})
     assert view.geometry.kv_source_layer_ids == (0, 1)
