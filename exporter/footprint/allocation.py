@@ -15,7 +15,10 @@ import math
 
 from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice
 from exporter.footprint.pricing import (
+    FP32_BYTES,
     KV_PAGE_ALIGN,
+    RING_C2,
+    V41_INDEX_PAGE,
     TokenCounts,
     c128_state_width_bytes,
     indexer_bytes_per_token,
@@ -73,7 +76,7 @@ def allocated_bytes(
         counts.c128_state, settings.ring_c128, 128, online=settings.online_compress
     )
     kv_res, ix_res = rules.kv_reserve, rules.index_reserve
-    return {
+    out = {
         "swa_kv": pages(counts.swa, page, kv_res, page) * kv_page_bytes(geom, page) * n_all,
         "c4_kv": pages(counts.c4, c4_page, kv_res, page) * kv_page_bytes(geom, c4_page) * n_c4,
         "c128_kv": pages(counts.c128, c128_page, kv_res, page)
@@ -84,3 +87,33 @@ def allocated_bytes(
         "c4_index_state": c4_rows * (2 * 2 * geom.index_head_dim * sdb) * n_c4,
         "c128_state": c128_rows * c128_state_width_bytes(geom, settings, rules) * n_c128,
     }
+    out.update(_low_ratio_pools(geom, stage, settings, counts, rules))
+    return out
+
+
+def _low_ratio_pools(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    counts: TokenCounts,
+    rules: ReleaseRules,
+) -> dict[str, int]:
+    """DeepSeek-V4.1 kv_source layers of ratio 1 / 2 (0.5.21+): a latent pool of full // r
+    slots in pages of page_size // r, an always-fp4 index pool of (full + page) // r slots in
+    64-slot pages, and for ratio 2 the request-scoped pending-pair state (fp32, ring 2)."""
+    page = settings.page_size
+    fp4 = indexer_bytes_per_token(geom.index_head_dim, "fp4")
+    out: dict[str, int] = {}
+    for ratio, n in ((1, stage.main.c1), (2, stage.main.c2)):
+        if not n:
+            continue
+        kv_page = page // ratio
+        kv_pages = pages(counts.full // ratio, kv_page, rules.kv_reserve, page)
+        out[f"c{ratio}_kv"] = kv_pages * kv_page_bytes(geom, kv_page) * n
+        index_size = (counts.full + page) // ratio
+        index_pages = pages(index_size, V41_INDEX_PAGE, rules.index_reserve, V41_INDEX_PAGE)
+        out[f"c{ratio}_index_k"] = index_pages * V41_INDEX_PAGE * fp4 * n
+    if stage.main.c2:
+        rows = state_rows(counts.c2_state, RING_C2, 2)
+        out["c2_state"] = rows * 2 * geom.head_dim * FP32_BYTES * stage.main.c2
+    return out

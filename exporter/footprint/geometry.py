@@ -70,22 +70,36 @@ class ModelGeometry:
 
 @dataclass(frozen=True)
 class LayerCounts:
-    """Layer mix of one pipeline stage (or of the draft layers)."""
+    """Layer mix of one pipeline stage (or of the draft layers).
+
+    DeepSeek-V4.1's ratio-1/2 layers: ``low_ratio`` counts them all (each has SWA KV);
+    ``c1`` / ``c2`` count only their kv_source layers, which own the compressed storage
+    (``collect_sources_by_ratio``, SGLang 0.5.21+).
+    """
 
     swa_only: int
     c4: int
     c128: int
+    low_ratio: int = 0
+    c1: int = 0
+    c2: int = 0
 
     @property
     def total(self) -> int:
-        return self.swa_only + self.c4 + self.c128
+        return self.swa_only + self.c4 + self.c128 + self.low_ratio
 
     @classmethod
-    def of(cls, ratios: Sequence[int]) -> LayerCounts:
+    def of(cls, ratios: Sequence[int], sources: Sequence[int] = (), offset: int = 0) -> LayerCounts:
+        """Counts of ``ratios`` (layer ``offset + i`` for entry ``i``); ``sources`` are the
+        kv_source layer ids of the ratio-1/2 layers."""
+        owned = {i - offset for i in sources}
         return cls(
             swa_only=sum(1 for r in ratios if r == 0),
             c4=sum(1 for r in ratios if r == 4),
             c128=sum(1 for r in ratios if r == 128),
+            low_ratio=sum(1 for r in ratios if r in (1, 2)),
+            c1=sum(1 for i, r in enumerate(ratios) if r == 1 and i in owned),
+            c2=sum(1 for i, r in enumerate(ratios) if r == 2 and i in owned),
         )
 
 
@@ -144,7 +158,7 @@ def stage_slice(
         end=end,
         pp_rank=pp_rank,
         pp_size=pp_size,
-        main=LayerCounts.of(geom.main_ratios[start:end]),
+        main=LayerCounts.of(geom.main_ratios[start:end], geom.kv_source_layer_ids, start),
         draft=LayerCounts.of(geom.draft_ratios if is_last else ()),
     )
 

@@ -6,14 +6,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.footprint.allocation import allocated_bytes
-from exporter.footprint.geometry import ModelGeometry, StageSlice, stage_slice
+from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice, stage_slice
 from exporter.footprint.pricing import (
     POOLS,
     BudgetError,
     TokenCoefficient,
+    c2_state_fixed_bytes,
     c128_state_fixed_bytes,
     counts_for_full_tokens,
     full_tokens_for_budget,
+    kv_priced_bytes,
+    low_ratio_padding_bytes,
     priced_index_k_dtype,
     stored_index_k_dtype,
     token_coefficient,
@@ -162,21 +165,27 @@ def footprint_for_tokens(
     stage = stage or stage_slice(geom)
     coeffs = _coefficients(geom, stage, settings, rule_set)
     bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
+    c2_bias = c2_state_fixed_bytes(geom, stage, settings)
     counts = counts_for_full_tokens(geom, settings, full_tokens, rule_set)
     alloc = allocated_bytes(geom, stage, settings, counts, rule_set)
     plan_terms = coeffs[configurator].terms
+    # The low-ratio pages the configurator reserves beyond the coefficient (V4.1), planned
+    # against the pools they belong to.
+    padding = _low_ratio_padding_by_pool(geom, stage, settings, full_tokens, rule_set)
     pools = {}
-    for name in POOLS:
-        planned = round(plan_terms.get(name, 0.0) * full_tokens)
+    for name in (*POOLS, *(k for k in alloc if k not in POOLS)):
+        planned = round(plan_terms.get(name, 0.0) * full_tokens) + padding.get(name, 0)
         if name == "c128_state":
             planned += bias
+        if name == "c2_state":
+            planned += c2_bias
         pools[name] = PoolFootprint(name, counts.for_pool(name), planned, alloc[name])
     budget = available_bytes
     if budget is None:
-        budget = bias + round(coeffs[configurator].total * full_tokens)
+        budget = bias + c2_bias + round(coeffs[configurator].total * full_tokens)
     try:
-        correct: int | None = full_tokens_for_budget(
-            budget, bias, coeffs["fixed"].total, settings.page_size
+        correct: int | None = _full_tokens(
+            geom, stage, settings, rule_set, budget, coeffs["fixed"].total
         )
     except BudgetError:
         correct = None
@@ -208,8 +217,54 @@ def plan_for_budget(
     rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     stage = stage or stage_slice(geom)
     coeffs = _coefficients(geom, stage, settings, rule_set)
-    bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
-    full = full_tokens_for_budget(
-        available_bytes, bias, coeffs[configurator].total, settings.page_size
+    full = _full_tokens(
+        geom, stage, settings, rule_set, available_bytes, coeffs[configurator].total
     )
     return footprint_for_tokens(geom, settings, configurator, full, stage, available_bytes, rules)
+
+
+def _full_tokens(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    rules: ReleaseRules,
+    available_bytes: int,
+    coefficient: float,
+) -> int:
+    """``calculate_pool_sizes``: budget minus the fixed biases, over the coefficient, then
+    (V4.1) whole pages off until the low-ratio reserved pages fit."""
+    bias = c128_state_fixed_bytes(geom, stage, settings, rules)
+    bias += c2_state_fixed_bytes(geom, stage, settings)
+    padding = None
+    if stage.main.c1 or stage.main.c2:
+
+        def padding(full: int) -> float:
+            return low_ratio_padding_bytes(geom, stage, settings, full, rules)
+
+    return full_tokens_for_budget(available_bytes, bias, coefficient, settings.page_size, padding)
+
+
+def _low_ratio_padding_by_pool(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    full: int,
+    rules: ReleaseRules,
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ratio, n in ((1, stage.main.c1), (2, stage.main.c2)):
+        if not n:
+            continue
+        one = StageSlice(
+            stage.start,
+            stage.end,
+            stage.pp_rank,
+            stage.pp_size,
+            LayerCounts(0, 0, 0, c1=n if ratio == 1 else 0, c2=n if ratio == 2 else 0),
+            stage.draft,
+        )
+        total = low_ratio_padding_bytes(geom, one, settings, full, rules)
+        kv = settings.page_size * kv_priced_bytes(geom, settings.page_size // ratio, rules) * n
+        out[f"c{ratio}_kv"] = round(kv)
+        out[f"c{ratio}_index_k"] = round(total - kv)
+    return out

@@ -12,6 +12,7 @@ which pool a number comes from.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice
@@ -26,6 +27,12 @@ KV_SCALE_PAD = 1
 INDEX_QUANT_BLOCK = 128
 KV_PAGE_ALIGN = 576  # DeepSeekV4SingleKVPool pads each page's bytes to a multiple of 576
 FP32_BYTES = 4
+# DeepSeek-V4.1 low-ratio (1, 2) index pools: always fp4 (force_fp4=True), 64-slot pages
+# (DSV41_INDEX_PAGE_SIZE; 128 only with DeepGEMM's paged sparse MQA logits on Blackwell,
+# where the V4.1 KV layouts apply too: not modelled).
+V41_INDEX_PAGE = 64
+LOW_RATIOS = (1, 2)
+RING_C2 = 2  # ratio-2 pair ring without speculative decoding (get_compress_state_ring_size)
 
 
 class BudgetError(ValueError):
@@ -122,6 +129,13 @@ def token_coefficient(
         "c4_state": r * ring_share * (2 * 2 * geom.head_dim * sdb) * L4,
         "c4_index_state": r * ring_share * (2 * 2 * geom.index_head_dim * sdb) * L4,
     }
+    # V4.1 kv_source layers of ratio 1 / 2 (0.5.21+, ``_compressed_bytes_per_full_token``):
+    # their latent plus an always-fp4 index-K slot per compressed token.
+    low_index = indexer_bytes_per_token(geom.index_head_dim, "fp4")
+    for ratio, n in ((1, layers.c1), (2, layers.c2)):
+        if n:
+            terms[f"c{ratio}_kv"] = kv_priced_bytes(geom, page // ratio, rules) / ratio * n
+            terms[f"c{ratio}_index_k"] = low_index / ratio * n
     if rules.c128_state == "per_swa_token":
         ring128_share = settings.ring_c128 / geom.sliding_window
         width = c128_state_width_bytes(geom, settings, rules)
@@ -162,6 +176,42 @@ def c128_state_fixed_bytes(
     return c128_state_rows_planned(settings) * width * stage.main.c128
 
 
+def c2_state_fixed_bytes(
+    geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings
+) -> int:
+    """V4.1 ratio-2 pending-pair state (``_get_c2_state_fixed_bytes``): per ratio-2 kv_source
+    layer, ceil2((mrr+1)*ring2 + ring2 + 1) rows of fp32 (kv, score), 2 x head_dim wide."""
+    if not stage.main.c2:
+        return 0
+    ring = RING_C2
+    rows = (settings.max_running_requests + 1) * ring + ring + 1
+    rows = -(-rows // 2) * 2
+    return rows * 2 * geom.head_dim * FP32_BYTES * stage.main.c2
+
+
+def low_ratio_padding_bytes(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    full: int,
+    rules: ReleaseRules,
+) -> float:
+    """Reserved ratio-1/2 pages beyond the per-token bytes (``_get_low_ratio_kv_padding_bytes``):
+    a full logical page of compressed latent, and the index pool's own page on top of the
+    compressed logical page."""
+    page = settings.page_size
+    low_index = indexer_bytes_per_token(geom.index_head_dim, "fp4")
+    total = 0.0
+    for ratio, n in ((1, stage.main.c1), (2, stage.main.c2)):
+        if not n:
+            continue
+        main = page * kv_priced_bytes(geom, page // ratio, rules)
+        index_size = (full + page) // ratio
+        slots = -(-(index_size + V41_INDEX_PAGE) // V41_INDEX_PAGE) * V41_INDEX_PAGE
+        total += (main + (slots - full // ratio) * low_index) * n
+    return total
+
+
 @dataclass(frozen=True)
 class TokenCounts:
     """Token (slot) counts of every pool, as the configurator derives them."""
@@ -172,6 +222,7 @@ class TokenCounts:
     c128: int
     c4_state: int
     c128_state: int
+    c2_state: int = 0
 
     def for_pool(self, pool: str) -> int:
         return {
@@ -182,6 +233,11 @@ class TokenCounts:
             "c4_state": self.c4_state,
             "c4_index_state": self.c4_state,
             "c128_state": self.c128_state,
+            "c1_kv": self.full,
+            "c1_index_k": self.full,
+            "c2_kv": self.full // 2,
+            "c2_index_k": self.full // 2,
+            "c2_state": self.c2_state,
         }[pool]
 
 
@@ -212,15 +268,24 @@ def counts_for_full_tokens(
         c128=full_tokens // 128,
         c4_state=swa // unit * settings.ring_c4,
         c128_state=c128_state,
+        c2_state=(settings.max_running_requests + 1) * RING_C2,
     )
 
 
 def full_tokens_for_budget(
-    available_bytes: int, fixed_bytes: int, coefficient: float, page: int
+    available_bytes: int,
+    fixed_bytes: int,
+    coefficient: float,
+    page: int,
+    padding: Callable[[int], float] | None = None,
 ) -> int:
-    """int((available - fixed biases) / bytes_per_full_token), aligned down to the page."""
+    """int((available - fixed biases) / bytes_per_full_token), aligned down to the page; then,
+    with V4.1 low-ratio layers, whole pages removed until their reserved pages fit too."""
     usable = available_bytes - fixed_bytes
     full = align_down(int(usable / coefficient), page) if usable > 0 else 0
+    if padding is not None:
+        while full > 0 and full * coefficient + padding(full) > usable:
+            full -= page
     if full <= 0:
         raise BudgetError(
             f"available bytes {available_bytes} leave no page of tokens after the fixed c128 "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from types import SimpleNamespace
 from typing import Any
@@ -274,7 +275,7 @@ def _pool_tensor_bytes(
                 walk(item, f"{path}.{k}" if path else k, depth + 1)
 
     walk(pool, "", 0)
-    return _by_pool(found, wanted["qk_nope_head_dim"] + wanted["qk_rope_head_dim"])
+    return _by_pool(found, wanted["compression_ratios"])
 
 
 # Attribute paths of each sub-pool across releases (0.5.12: one attribute per pool;
@@ -283,19 +284,25 @@ _PATHS = (
     ("swa_kv", ("swa_kv_pool.",)),
     ("c4_kv", ("c4_kv_pool.", "kv_pools[4].")),
     ("c128_kv", ("c128_kv_pool.", "kv_pools[128].")),
+    ("c1_kv", ("kv_pools[1].",)),
+    ("c2_kv", ("kv_pools[2].",)),
     ("c4_index_k", ("c4_indexer_kv_pool.", "index_pools[4].")),
+    ("c1_index_k", ("index_pools[1].",)),
+    ("c2_index_k", ("index_pools[2].",)),
     ("c4_index_state", ("indexer_compress_state_pools[",)),
 )
+_STATE = re.compile(r"^compress_state_pools\[(\d+)\]")
 
 
-def _by_pool(found: dict[str, tuple[int, int]], head_dim: int) -> dict[str, int]:
-    """Sum tensor bytes per sub-pool. Compress-state tensors of c4 and c128 layers share one
-    list; their rows tell them apart (c4 keeps an overlapped pair: 4 x head_dim wide)."""
+def _by_pool(found: dict[str, tuple[int, int]], ratios: list[int]) -> dict[str, int]:
+    """Sum tensor bytes per sub-pool. Compress-state pools sit in one list indexed by layer:
+    the layer's compress ratio names the pool (c4, c128, or V4.1's ratio-2 pair state)."""
     out: dict[str, int] = {}
-    for path, (nbytes, last_dim) in found.items():
+    for path, (nbytes, _last_dim) in found.items():
         name = next((n for n, prefixes in _PATHS if path.startswith(prefixes)), None)
-        if name is None and path.startswith("compress_state_pools["):
-            name = "c4_state" if last_dim == 4 * head_dim else "c128_state"
+        state = _STATE.match(path)
+        if name is None and state:
+            name = f"c{ratios[int(state.group(1))]}_state"
         if name is None:
             name = f"other:{path}"
         out[name] = out.get(name, 0) + nbytes
