@@ -17,6 +17,7 @@ from exporter.footprint import (
     GeometryError,
     SettingsError,
     available_bytes_from_gpu,
+    not_modelled,
     plan_for_budget,
     resolve_model,
     stage_slice,
@@ -83,7 +84,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     budget.add_argument("--mem-fraction-static", type=float, help="with --gpu-memory-gib")
     p.add_argument("--max-running-requests", type=int, default=256)
-    p.add_argument("--swa-full-tokens-ratio", type=float, default=0.1)
+    p.add_argument(
+        "--swa-full-tokens-ratio",
+        type=float,
+        default=None,
+        help="SGLang's --swa-full-tokens-ratio (default 0.1, what SGLang sets for V4; left "
+        "unset, a V4.1 deployment on 0.5.21+ runs SWA cap mode, which is not modelled)",
+    )
     p.add_argument("--page-size", type=int, default=256)
     p.add_argument("--compress-state-dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--speculative", action="store_true", help="MTP speculative decoding on")
@@ -157,7 +164,10 @@ def compute(args: argparse.Namespace) -> tuple[Footprint, int | None]:
     geom = resolve_model(args.model)
     settings = DeploymentSettings(
         index_k_dtype=args.index_k_dtype,
-        swa_full_tokens_ratio=args.swa_full_tokens_ratio,
+        swa_full_tokens_ratio=(
+            0.1 if args.swa_full_tokens_ratio is None else args.swa_full_tokens_ratio
+        ),
+        swa_ratio_explicit=args.swa_full_tokens_ratio is not None or not geom.is_v41,
         page_size=args.page_size,
         max_running_requests=args.max_running_requests,
         compress_state_dtype=args.compress_state_dtype,
@@ -166,7 +176,7 @@ def compute(args: argparse.Namespace) -> tuple[Footprint, int | None]:
         hisparse_ratio=args.hisparse_ratio,
     )
     release = rules_for_version(args.sglang_version)
-    switches = [*args.not_modelled, *settings.not_modelled, *geom.not_modelled]
+    switches = [*args.not_modelled, *not_modelled(geom, settings, release)]
     if switches:
         raise NotModelled(switches, release)
     stage = stage_slice(geom, args.pp_size, args.pp_rank, _layer_range(args.layer_range))

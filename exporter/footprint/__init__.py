@@ -16,7 +16,13 @@ from exporter.footprint.geometry import (
     pp_partition,
     stage_slice,
 )
-from exporter.footprint.model import Footprint, PoolFootprint, footprint_for_tokens, plan_for_budget
+from exporter.footprint.model import (
+    Footprint,
+    PoolFootprint,
+    footprint_for_tokens,
+    not_modelled,
+    plan_for_budget,
+)
 from exporter.footprint.presets import PRESETS, preset_for_served_name, resolve_model
 from exporter.footprint.pricing import (
     POOLS,
@@ -73,6 +79,7 @@ __all__ = [
     "indexer_bytes_per_token",
     "kv_bytes_per_token",
     "load_config_json",
+    "not_modelled",
     "plan_for_budget",
     "pp_partition",
     "preset_for_served_name",

@@ -46,12 +46,8 @@ class ModelGeometry:
     index_source_layer_ids: tuple[int, ...] = ()
 
     @property
-    def not_modelled(self) -> tuple[str, ...]:
-        """V4.1's low-ratio layers (fp4 low-ratio index pools, ratio-2 pair state, low-ratio
-        page padding) and its default SWA cap mode are not modelled: no number for them."""
-        if self.model_type in V41_MODEL_TYPES or any(r in (1, 2) for r in self.compress_ratios):
-            return ("deepseek-v4.1",)
-        return ()
+    def is_v41(self) -> bool:
+        return self.model_type in V41_MODEL_TYPES or any(r in (1, 2) for r in self.compress_ratios)
 
     @property
     def qk_nope_head_dim(self) -> int:

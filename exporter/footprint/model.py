@@ -129,6 +129,21 @@ class Footprint:
         return out
 
 
+def not_modelled(
+    geom: ModelGeometry, settings: DeploymentSettings, rules: ReleaseRules | RuleChoice
+) -> tuple[str, ...]:
+    """Switches of this deployment whose footprint the model does not reproduce: where any
+    is on, give no number (docs/footprint.md, "Switches that are not modelled")."""
+    rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
+    found = list(settings.not_modelled)
+    if geom.is_v41:
+        if rule_set.kv_pricing != "page_layout" or settings.speculative:
+            found.append("deepseek-v4.1")
+        if not settings.swa_ratio_explicit:
+            found.append("swa-cap-mode")
+    return tuple(found)
+
+
 def _coefficients(
     geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings, rules: ReleaseRules
 ) -> dict[str, TokenCoefficient]:

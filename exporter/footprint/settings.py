@@ -30,8 +30,8 @@ NOT_MODELLED_SWITCHES: dict[str, str] = {
     "encoder-replay": "encoder SWA bounded replay (request-window SWA)",
     "pd-decode-slots": "PD disaggregation decode extra slots",
     "swa-cap-mode": "SWA cap mode (--swa-full-tokens-ratio left unset on 0.5.21+ V4.1)",
-    "deepseek-v4.1": "DeepSeek-V4.1 ratio-1/2 layers (fp4 low-ratio index pools, ratio-2 pair "
-    "state, low-ratio page padding, SWA cap mode by default)",
+    "deepseek-v4.1": "DeepSeek-V4.1 before 0.5.21 (no release serves it) or with speculative "
+    "decoding (ratio-2 ring sized by the draft-token count)",
 }
 
 
@@ -52,6 +52,9 @@ class DeploymentSettings:
     online_compress: bool = False
     hisparse_ratio: float | None = None  # host-to-device ratio of HiSparse c4, None when off
     unmodelled: tuple[str, ...] = ()  # switches in use from NOT_MODELLED_SWITCHES
+    # --swa-full-tokens-ratio given by the operator. Left unset, SGLang 0.5.21+ sizes a V4.1
+    # SWA pool in cap mode (not modelled); for V4 its DSV4 defaults set 0.1 explicitly.
+    swa_ratio_explicit: bool = True
 
     def __post_init__(self) -> None:
         if self.index_k_dtype not in INDEX_K_DTYPES:

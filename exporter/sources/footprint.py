@@ -34,6 +34,7 @@ from exporter.footprint import (
     VersionError,
     footprint_for_tokens,
     load_config_json,
+    not_modelled,
     preset_for_served_name,
     resolve_model,
     rules_for_version,
@@ -152,6 +153,7 @@ class FootprintView:
         self.geometry_source = ""
         self.ranks: list[RankFootprint] = []
         self.release: RuleChoice | None = None
+        self.switches: tuple[str, ...] = ()
         self._geometry_key: str | None = None
         # Read the model's config.json once, here (start-up), never on the event loop.
         self._config_geometry: ModelGeometry | None = None
@@ -217,10 +219,6 @@ class FootprintView:
             self.release = None
             self._down("unsupported_version", str(exc))
             return
-        switches = (*dep.not_modelled, *geom.not_modelled)
-        if switches:
-            self._down("not_modelled", "not modelled: " + ", ".join(switches))
-            return
         try:
             settings = DeploymentSettings(
                 index_k_dtype=dep.index_k_dtype,
@@ -230,10 +228,18 @@ class FootprintView:
                 compress_state_dtype=dep.compress_state_dtype,
                 speculative=facts.speculative,
                 online_compress=dep.online_compress,
+                unmodelled=dep.not_modelled,
+                # /server_info shows the resolved ratio, not whether the operator gave it: a
+                # V4.1 deployment is read as SWA cap mode (SGLang's default for it).
+                swa_ratio_explicit=not geom.is_v41,
             )
             stages = [stage_slice(geom, facts.pp_size, r) for r in range(facts.pp_size)]
         except (SettingsError, GeometryError) as exc:
             self._down("bad_config", str(exc))
+            return
+        self.switches = not_modelled(geom, settings, self.release)
+        if self.switches:
+            self._down("not_modelled", "not modelled: " + ", ".join(self.switches))
             return
         # The core prices the configurator's own budget (recovered from the token count) by
         # real dtypes too: correct_full_tokens is the capacity the fix costs or frees.
@@ -296,9 +302,7 @@ class FootprintView:
         }
 
     def _not_modelled(self) -> list[str]:
-        dep_switches = self.deployment.not_modelled if self.deployment else ()
-        geom_switches = self.geometry.not_modelled if self.geometry else ()
-        return [*dep_switches, *geom_switches]
+        return list(self.switches) if self.status == "not_modelled" else []
 
     def collect(self) -> Iterable[Metric]:
         yield m.FOOTPRINT_STATUS.one(1.0 if self.status == "ok" else 0.0, [self.status])

@@ -13,6 +13,7 @@ from exporter.footprint import (
     GeometryError,
     VersionError,
     geometry_from_config,
+    not_modelled,
     plan_for_budget,
     rules_for_version,
 )
@@ -99,7 +100,12 @@ def test_v41_config_reads_text_config_and_source_layers():
     assert g.model_type == "deepseek_v41" and g.num_hidden_layers == 4
     assert g.compress_ratios == (1, 2, 4, 128, 0)
     assert (g.kv_source_layer_ids, g.index_source_layer_ids) == ((0, 1), (0,))
-    assert g.not_modelled == ("deepseek-v4.1",)
+    assert g.is_v41
+    v23, v20 = rules_for_version("0.5.23"), rules_for_version("0.5.20")
+    assert not_modelled(g, DeploymentSettings(), v23) == ()
+    assert not_modelled(g, DeploymentSettings(swa_ratio_explicit=False), v23) == ("swa-cap-mode",)
+    assert not_modelled(g, DeploymentSettings(speculative=True), v23) == ("deepseek-v4.1",)
+    assert not_modelled(g, DeploymentSettings(), v20) == ("deepseek-v4.1",)
 
 
 def test_v41_top_level_keys_win_over_text_config():
@@ -123,4 +129,22 @@ def test_v41_bad_source_layers_name_the_field():
 
 
 def test_v4_presets_are_modelled():
-    assert PRESETS["deepseek-v4-flash"].not_modelled == ()
+    flash = PRESETS["deepseek-v4-flash"]
+    assert not flash.is_v41
+    settings = DeploymentSettings(swa_ratio_explicit=False, speculative=True)
+    assert not_modelled(flash, settings, rules_for_version("0.5.12")) == ()
+
+
+def test_v41_plan_through_the_cli(capsys):
+    """V4.1 with an explicit SWA ratio is priced (low-ratio pools named); left unset it is SWA
+    cap mode, which is not modelled."""
+    from exporter.cli import main
+
+    assert (
+        main(["plan", "--json", "--model", str(V41_CONFIG), "--swa-full-tokens-ratio", "0.1"]) == 0
+    )
+    d = json.loads(capsys.readouterr().out)
+    assert {"c1_kv", "c1_index_k", "c2_kv", "c2_index_k", "c2_state"} <= set(d["pools"])
+    assert d["pools"]["c2_state"]["planned_bytes"] == d["pools"]["c2_state"]["allocated_bytes"]
+    assert main(["plan", "--model", str(V41_CONFIG)]) == 3
+    assert "not modelled: swa-cap-mode" in capsys.readouterr().out
