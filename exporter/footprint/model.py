@@ -268,7 +268,7 @@ def _low_ratio_padding_by_pool(
 ) -> dict[str, int]:
     out: dict[str, int] = {}
     for ratio, n in ((1, stage.main.c1), (2, stage.main.c2)):
-        if not n:
+        if not n or not rules.low_ratio_paged:
             continue
         one = StageSlice(
             stage.start,

@@ -134,7 +134,12 @@ def token_coefficient(
     low_index = indexer_bytes_per_token(geom.index_head_dim, "fp4")
     for ratio, n in ((1, layers.c1), (2, layers.c2)):
         if n:
-            terms[f"c{ratio}_kv"] = kv_priced_bytes(geom, page // ratio, rules) / ratio * n
+            low_kv = (
+                kv_priced_bytes(geom, page // ratio, rules)
+                if rules.low_ratio_paged
+                else float(kv_bytes_per_token(geom))
+            )
+            terms[f"c{ratio}_kv"] = low_kv / ratio * n
             terms[f"c{ratio}_index_k"] = low_index / ratio * n
     if rules.c128_state == "per_swa_token":
         ring128_share = settings.ring_c128 / geom.sliding_window
@@ -199,6 +204,8 @@ def low_ratio_padding_bytes(
     """Reserved ratio-1/2 pages beyond the per-token bytes (``_get_low_ratio_kv_padding_bytes``):
     a full logical page of compressed latent, and the index pool's own page on top of the
     compressed logical page."""
+    if not rules.low_ratio_paged:
+        return 0.0
     page = settings.page_size
     low_index = indexer_bytes_per_token(geom.index_head_dim, "fp4")
     total = 0.0

@@ -71,6 +71,10 @@ class ReleaseRules:
     kv_reserve: PageReserve = "own_page"
     # --enable-deepseek-v4-fp4-indexer exists from 0.5.13; 0.5.12 stores fp8 index-K always.
     has_fp4_indexer: bool = True
+    # DeepSeek-V4.1 ratio-1/2 layers (0.5.21+): 0.5.21-0.5.22 price their latent at the
+    # logical 584 B with no reserved pages; 0.5.23 prices the page layout's bytes and removes
+    # whole pages until the reserved low-ratio pages fit (_get_low_ratio_kv_padding_bytes).
+    low_ratio_paged: bool = False
     index_reserve: PageReserve = "own_page"
     # 0.5.15-0.5.20 subtract the bias from the budget without a floor; 0.5.21+ clamp at 0.
     # (Either way a budget below the bias yields no tokens.)
@@ -116,11 +120,10 @@ _R21 = replace(
     c4_state_unit="swa_page",
     kv_reserve="global_page",
 )
-_R22 = replace(
-    _R21, name="0.5.22-0.5.23", first=(0, 5, 22), last=(0, 5, 23), index_reserve="global_page"
-)
+_R22 = replace(_R21, name="0.5.22", first=(0, 5, 22), last=(0, 5, 22), index_reserve="global_page")
+_R23 = replace(_R22, name="0.5.23", first=(0, 5, 23), last=(0, 5, 23), low_ratio_paged=True)
 
-RULES: tuple[ReleaseRules, ...] = (_R12, _R13, _R14, _R15, _R21, _R22)
+RULES: tuple[ReleaseRules, ...] = (_R12, _R13, _R14, _R15, _R21, _R22, _R23)
 NEWEST: ReleaseRules = RULES[-1]
 NEWEST_RELEASE = "0.5.23"
 FIRST_RELEASE = "0.5.12"

@@ -31,9 +31,9 @@ GIB = 1024**3
         ("0.5.15", "0.5.15-0.5.20"),
         ("0.5.20rc2", "0.5.15-0.5.20"),
         ("0.5.21", "0.5.21"),
-        ("0.5.22", "0.5.22-0.5.23"),
-        ("0.5.23+sim", "0.5.22-0.5.23"),
-        ("v0.5.23", "0.5.22-0.5.23"),
+        ("0.5.22", "0.5.22"),
+        ("0.5.23+sim", "0.5.23"),
+        ("v0.5.23", "0.5.23"),
     ],
 )
 def test_each_release_has_its_rules(version, rules):
@@ -43,13 +43,13 @@ def test_each_release_has_its_rules(version, rules):
 
 def test_default_is_the_newest_release():
     choice = rules_for_version(None)
-    assert (choice.version, choice.rules.name, choice.verified) == ("0.5.23", "0.5.22-0.5.23", True)
+    assert (choice.version, choice.rules.name, choice.verified) == ("0.5.23", "0.5.23", True)
 
 
 @pytest.mark.parametrize("version", ["0.5.24", "0.6.0rc1", "1.0.0"])
 def test_newer_is_newest_rules_unverified(version):
     choice = rules_for_version(version)
-    assert choice.rules.name == "0.5.22-0.5.23" and not choice.verified
+    assert choice.rules.name == "0.5.23" and not choice.verified
     assert "UNVERIFIED" in choice.note and version in choice.note
 
 

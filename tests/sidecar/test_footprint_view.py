@@ -83,7 +83,7 @@ def test_deployment_facts_sources():
 
 @pytest.mark.parametrize(
     ("version", "rules", "tokens"),
-    [("0.5.20", "0.5.15-0.5.20", 6_614_784), ("0.5.23", "0.5.22-0.5.23", 7_192_320)],
+    [("0.5.20", "0.5.15-0.5.20", 6_614_784), ("0.5.23", "0.5.23", 7_192_320)],
 )
 def test_rules_follow_the_version_in_server_info(version, rules, tokens):
     """SGLang's own token count at 50 GiB on each release, priced by that release's rules:
@@ -106,10 +106,10 @@ def test_newer_version_is_computed_with_newest_rules_and_flagged():
     view = FootprintView(load_settings({}), env={})
     view.refresh(replace(FLASH_FACTS, version="0.6.1"), {}, {})
     assert view.status == "ok"
-    assert view.ranks[0].footprint.rules.name == "0.5.22-0.5.23"
+    assert view.ranks[0].footprint.rules.name == "0.5.23"
     samples = _samples(view)
     assert samples["dsv4_footprint_rules_unverified"] == [
-        ({"sglang_version": "0.6.1", "rules": "0.5.22-0.5.23"}, 1.0)
+        ({"sglang_version": "0.6.1", "rules": "0.5.23"}, 1.0)
     ]
     body = view.as_json()
     assert body["rules_verified"] is False and "UNVERIFIED" in body["rules_note"]
