@@ -340,8 +340,8 @@ FOOTPRINT_RULES_UNVERIFIED = _m(
 FOOTPRINT_NOT_MODELLED = _m(
     "dsv4_footprint_not_modelled",
     "gauge",
-    "1 for each deployment switch in use whose footprint is not modelled; no pool numbers are "
-    "exported while any is.",
+    "Per known deployment switch whose footprint is not modelled: 1 when in use (then no pool "
+    "numbers are exported), 0 otherwise.",
     ("switch",),
     "footprint",
 )

@@ -23,6 +23,7 @@ from prometheus_client.core import Metric
 
 from exporter.config import SidecarSettings
 from exporter.footprint import (
+    NOT_MODELLED_SWITCHES,
     Configurator,
     DeploymentSettings,
     Footprint,
@@ -198,6 +199,7 @@ class FootprintView:
         """Recompute from the latest SGLang facts and NVML readings. Pure and cheap (no I/O:
         config.json was read at construction), so it runs on the event loop."""
         if facts is None:
+            self.release = None
             self._down("no_sglang", "waiting for SGLang's /server_info")
             return
         geom = self._geometry(facts)
@@ -311,11 +313,12 @@ class FootprintView:
                 0.0 if self.release.verified else 1.0,
                 [self.release.version, self.release.rules.name],
             )
-        switches = self._not_modelled()
-        if switches:
+            # Every known switch, 1 when in use: a bounded label set, present from the first
+            # /server_info on, so "nothing unmodelled" is a 0 and not a missing series.
+            in_use = set(self._not_modelled())
             fam = m.FOOTPRINT_NOT_MODELLED.family()
-            for switch in switches:
-                fam.add_metric([switch], 1.0)
+            for switch in NOT_MODELLED_SWITCHES:
+                fam.add_metric([switch], 1.0 if switch in in_use else 0.0)
             yield fam
         dep = self.deployment
         if self.status != "ok" or dep is None or not self.ranks:

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from exporter.config import load_settings
-from exporter.footprint import PRESETS, DeploymentSettings, plan_for_budget, rules_for_version
+from exporter.footprint import (
+    NOT_MODELLED_SWITCHES,
+    PRESETS,
+    DeploymentSettings,
+    plan_for_budget,
+    rules_for_version,
+)
 from exporter.sources.footprint import FootprintView, resolve_facts
 from exporter.sources.sglang import parse_server_info
 
@@ -99,6 +105,7 @@ def test_rules_follow_the_version_in_server_info(version, rules, tokens):
     assert samples["dsv4_footprint_rules_unverified"] == [
         ({"sglang_version": version, "rules": rules}, 0.0)
     ]
+    assert not any(v for _, v in samples["dsv4_footprint_not_modelled"])
     assert view.as_json()["rules_verified"] is True
 
 
@@ -131,10 +138,9 @@ def test_not_modelled_switch_exports_no_number():
     assert view.status == "not_modelled" and not view.ranks
     assert "dspark-draft" in view.detail and "unified-kv" in view.detail
     samples = _samples(view)
-    assert sorted(lbl["switch"] for lbl, _ in samples["dsv4_footprint_not_modelled"]) == [
-        "dspark-draft",
-        "unified-kv",
-    ]
+    in_use = sorted(lbl["switch"] for lbl, v in samples["dsv4_footprint_not_modelled"] if v)
+    assert in_use == ["dspark-draft", "unified-kv"]
+    assert len(samples["dsv4_footprint_not_modelled"]) == len(NOT_MODELLED_SWITCHES)
     assert "dsv4_kv_pool_planned_bytes" not in samples
 
 
