@@ -182,6 +182,22 @@ def build() -> dm.Dashboard:
         [target(sel("dsv4_sglang_running_requests"), "{{instance}}")],
         min_val=0,
     )
+    b.timeseries(
+        "Reclaimable KV budget (under-commit)",
+        "Per rank: bytes the configurator planned that the pools never allocate (fp4 index-K "
+        "priced as fp8 on NVIDIA, every upstream release). Not a danger, lost capacity: "
+        "priced by its real dtype the same budget holds dsv4_kv_correct_full_tokens tokens. "
+        "Rules unverified for this SGLang version: dsv4_footprint_rules_unverified.",
+        "bytes",
+        [
+            target(
+                sel("dsv4_kv_pool_reclaimable_bytes", rank=True),
+                "reclaimable · rank {{rank}}",
+            ),
+        ],
+        min_val=0,
+        w=24,
+    )
 
     b.row("Deployment")
     b.table(
@@ -259,5 +275,18 @@ def build() -> dm.Dashboard:
         "bytes",
         [target(sel("dsv4_gpu_process_memory_used_bytes", rank=True), "rank {{rank}} pid {{pid}}")],
         min_val=0,
+    )
+    b.table(
+        "Footprint rules",
+        "Which SGLang release's pool rules price this deployment; Value 1 in the first table "
+        "means the version is newer than every release they were checked against "
+        "(unverified). Any switch listed below is not modelled: no pool numbers are exported.",
+        [
+            target(sel("dsv4_footprint_rules_unverified"), instant=True, fmt="table"),
+            target(sel("dsv4_footprint_not_modelled"), instant=True, fmt="table"),
+        ],
+        hidden_columns=("Time", "__name__"),
+        w=24,
+        h=5,
     )
     return b.build()

@@ -109,12 +109,11 @@ class SidecarSettings(BaseSettings):
         None, description="Default: SGLANG_OPT_USE_ONLINE_COMPRESS."
     )
     configurator: Literal["auto", "legacy", "fixed"] = Field(
-        "auto", description="Configurator variant SGLang has; auto decides by version."
-    )
-    configurator_fixed_in: str = Field(
-        "0.5.12",
-        description="auto: SGLang versions >= this price index-K by dtype (set it to your "
-        "build's; unknown versions count as legacy, the conservative choice).",
+        "auto",
+        description="Index-K pricing of the deployed configurator: legacy = as fp8 (every "
+        "upstream release on NVIDIA; a bf16 fork without the fix), fixed = by dtype (a fork "
+        "with the fix). auto = legacy, what upstream does; the release's other rules follow "
+        "the version in /server_info.",
     )
     # Sampling and grading
     dsml_dialect: Literal["auto", "v3.2", "v4", "v4.1"] = Field(

@@ -149,9 +149,14 @@ class Sidecar:
             live = self.sglang.live
             return alloc, int(live.running or 0) if live else 0
 
-        return FakeNvml(
-            count=s.fake_gpu_count or 8, spec=spec, workload=workload, faults=s.fake_faults
-        )
+        def count() -> int:
+            """Read when NVML is polled: the configured count, else SGLang's TP x PP."""
+            if s.fake_gpu_count is not None:
+                return s.fake_gpu_count
+            facts = self.sglang.facts if self.sglang.health.up else None
+            return facts.tp_size * facts.pp_size if facts is not None else 8
+
+        return FakeNvml(count=count, spec=spec, workload=workload, faults=s.fake_faults)
 
     def sglang_running(self) -> int | None:
         """Concurrency right now as SGLang reports it (sglang:num_running_reqs)."""
@@ -160,12 +165,6 @@ class Sidecar:
 
     def _changed(self) -> None:
         facts = self.sglang.facts if self.sglang.health.up else None
-        if (
-            self.fake_nvml is not None
-            and self.settings.fake_gpu_count is None
-            and facts is not None
-        ):
-            self.fake_nvml.set_count(facts.tp_size * facts.pp_size)
         self.footprint.refresh(
             facts, self.nvml.total_bytes_by_rank(), self.nvml.free_bytes_by_rank()
         )

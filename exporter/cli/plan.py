@@ -10,15 +10,24 @@ import sys
 from exporter.footprint import (
     CONFIGURATORS,
     INDEX_K_DTYPES,
+    NOT_MODELLED_SWITCHES,
     BudgetError,
     DeploymentSettings,
     Footprint,
     GeometryError,
     SettingsError,
     available_bytes_from_gpu,
+    not_modelled,
     plan_for_budget,
     resolve_model,
     stage_slice,
+)
+from exporter.footprint.releases import (
+    NEWEST_RELEASE,
+    RULES,
+    RuleChoice,
+    VersionError,
+    rules_for_version,
 )
 
 GIB = 1024**3
@@ -46,7 +55,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--configurator",
         choices=CONFIGURATORS,
         default="legacy",
-        help="legacy prices index-K as fp8 always (the bug); fixed prices it by dtype",
+        help="legacy prices index-K as fp8 always (every upstream release on NVIDIA, and the "
+        "bf16 forks' bug); fixed prices it by dtype (the forks' fix)",
+    )
+    p.add_argument(
+        "--sglang-version",
+        default=None,
+        help=f"SGLang release whose configurator and pool rules to use (default: the newest "
+        f"supported, {NEWEST_RELEASE}; rule sets: {', '.join(r.name for r in RULES)}). Newer "
+        "releases are computed with the newest rules and reported as unverified",
+    )
+    p.add_argument(
+        "--not-modelled",
+        action="append",
+        default=[],
+        choices=NOT_MODELLED_SWITCHES,
+        help="a deployment switch in use whose footprint is not modelled: plan then says so "
+        "and prints no number (repeatable)",
     )
     budget = p.add_argument_group("budget (one of)")
     budget.add_argument("--available-bytes", type=int, help="bytes handed to the configurator")
@@ -59,7 +84,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     budget.add_argument("--mem-fraction-static", type=float, help="with --gpu-memory-gib")
     p.add_argument("--max-running-requests", type=int, default=256)
-    p.add_argument("--swa-full-tokens-ratio", type=float, default=0.1)
+    p.add_argument(
+        "--swa-full-tokens-ratio",
+        type=float,
+        default=None,
+        help="SGLang's --swa-full-tokens-ratio (default 0.1, what SGLang sets for V4; left "
+        "unset, a V4.1 deployment on 0.5.21+ runs SWA cap mode, which is not modelled)",
+    )
     p.add_argument("--page-size", type=int, default=256)
     p.add_argument("--compress-state-dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--speculative", action="store_true", help="MTP speculative decoding on")
@@ -118,13 +149,25 @@ def _layer_range(spec: str | None) -> tuple[int, int] | None:
         raise UsageError(f"--layer-range must look like START:END, got {spec!r}") from None
 
 
+class NotModelled(Exception):
+    """The deployment uses a switch whose footprint the model does not reproduce."""
+
+    def __init__(self, switches: list[str], release: RuleChoice) -> None:
+        super().__init__(", ".join(switches))
+        self.switches = switches
+        self.release = release
+
+
 def compute(args: argparse.Namespace) -> tuple[Footprint, int | None]:
     if args.layer_range and (args.pp_size != 1 or args.pp_rank != 0):
         raise UsageError("--layer-range replaces --pp-size/--pp-rank; give one or the other")
     geom = resolve_model(args.model)
     settings = DeploymentSettings(
         index_k_dtype=args.index_k_dtype,
-        swa_full_tokens_ratio=args.swa_full_tokens_ratio,
+        swa_full_tokens_ratio=(
+            0.1 if args.swa_full_tokens_ratio is None else args.swa_full_tokens_ratio
+        ),
+        swa_ratio_explicit=args.swa_full_tokens_ratio is not None or not geom.is_v41,
         page_size=args.page_size,
         max_running_requests=args.max_running_requests,
         compress_state_dtype=args.compress_state_dtype,
@@ -132,15 +175,34 @@ def compute(args: argparse.Namespace) -> tuple[Footprint, int | None]:
         online_compress=args.online_compress,
         hisparse_ratio=args.hisparse_ratio,
     )
+    release = rules_for_version(args.sglang_version)
+    switches = [*args.not_modelled, *not_modelled(geom, settings, release)]
+    if switches:
+        raise NotModelled(switches, release)
     stage = stage_slice(geom, args.pp_size, args.pp_rank, _layer_range(args.layer_range))
     available, reserve = _budget(args)
-    return plan_for_budget(geom, settings, args.configurator, available, stage), reserve
+    fp = plan_for_budget(geom, settings, args.configurator, available, stage, release)
+    return fp, reserve
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         fp, reserve = compute(args)
-    except (UsageError, GeometryError, SettingsError, BudgetError) as exc:
+    except NotModelled as exc:
+        if args.json:
+            out = {
+                "sglang_version": exc.release.version,
+                "rules": exc.release.rules.name,
+                "rules_verified": exc.release.verified,
+                "not_modelled": exc.switches,
+            }
+            print(json.dumps(out, sort_keys=True))
+        else:
+            for switch in exc.switches:
+                print(f"not modelled: {switch}")
+            print("no footprint computed: a number would be wrong for this deployment")
+        return 3
+    except (UsageError, GeometryError, SettingsError, BudgetError, VersionError) as exc:
         print(f"dsv4-sidecar plan: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -168,6 +230,13 @@ def verdict(fp: Footprint, reserve: int | None) -> str:
             f"({delta / fp.full_tokens:+.1%})"
         )
     of_reserve = f" = {over / reserve:.0%} of the {_gib(reserve)} GiB reserve" if reserve else ""
+    if fp.reclaimable_bytes > 0.25 * GIB:
+        return (
+            f"UNDER-COMMIT: the {fp.configurator} configurator planned "
+            f"{_gib(fp.reclaimable_bytes)} GiB per rank that the device pool never allocates "
+            f"(index-K stored as "
+            f"{fp.settings.index_k_dtype}, priced as fp8){tokens}: reclaimable KV capacity."
+        )
     if over > 0.25 * GIB and ik > 0.5 * over:
         return (
             f"OVER-COMMIT: the device pool allocates {_gib(over)} GiB per rank more than "
@@ -226,4 +295,7 @@ def _print_human(fp: Footprint, reserve: int | None) -> None:
         f"c128 state fixed {_gib(fp.c128_state_fixed_bytes)} GiB; "
         f"budget {_gib(fp.available_bytes or 0)} GiB"
     )
+    if fp.release is not None:
+        style = None if fp.release.verified else "bold yellow"
+        console.print(fp.release.note, style=style)
     console.print(verdict(fp, reserve), style="bold")

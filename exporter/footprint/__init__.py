@@ -16,7 +16,13 @@ from exporter.footprint.geometry import (
     pp_partition,
     stage_slice,
 )
-from exporter.footprint.model import Footprint, PoolFootprint, footprint_for_tokens, plan_for_budget
+from exporter.footprint.model import (
+    Footprint,
+    PoolFootprint,
+    footprint_for_tokens,
+    not_modelled,
+    plan_for_budget,
+)
 from exporter.footprint.presets import PRESETS, preset_for_served_name, resolve_model
 from exporter.footprint.pricing import (
     POOLS,
@@ -26,9 +32,18 @@ from exporter.footprint.pricing import (
     kv_bytes_per_token,
     token_coefficient,
 )
+from exporter.footprint.releases import (
+    NEWEST_RELEASE,
+    RULES,
+    ReleaseRules,
+    RuleChoice,
+    VersionError,
+    rules_for_version,
+)
 from exporter.footprint.settings import (
     CONFIGURATORS,
     INDEX_K_DTYPES,
+    NOT_MODELLED_SWITCHES,
     Configurator,
     DeploymentSettings,
     IndexKDtype,
@@ -38,8 +53,11 @@ from exporter.footprint.settings import (
 __all__ = [
     "CONFIGURATORS",
     "INDEX_K_DTYPES",
+    "NEWEST_RELEASE",
+    "NOT_MODELLED_SWITCHES",
     "POOLS",
     "PRESETS",
+    "RULES",
     "BudgetError",
     "Configurator",
     "DeploymentSettings",
@@ -49,8 +67,11 @@ __all__ = [
     "LayerCounts",
     "ModelGeometry",
     "PoolFootprint",
+    "ReleaseRules",
+    "RuleChoice",
     "SettingsError",
     "StageSlice",
+    "VersionError",
     "allocated_bytes",
     "available_bytes_from_gpu",
     "footprint_for_tokens",
@@ -58,10 +79,12 @@ __all__ = [
     "indexer_bytes_per_token",
     "kv_bytes_per_token",
     "load_config_json",
+    "not_modelled",
     "plan_for_budget",
     "pp_partition",
     "preset_for_served_name",
     "resolve_model",
+    "rules_for_version",
     "stage_slice",
     "token_coefficient",
 ]

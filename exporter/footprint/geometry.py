@@ -20,6 +20,11 @@ class GeometryError(ValueError):
 
 
 VALID_RATIOS = (0, 4, 128)
+# DeepSeek-V4.1 (sglang/srt/configs/deepseek_v41.py, served from 0.5.21) adds ratio-1 and
+# ratio-2 compressed layers, whose storage lives on their kv_source layers.
+V41_RATIOS = (0, 1, 2, 4, 128)
+V41_MODEL_TYPES = ("deepseek_v41", "deepseek_v41_text")
+V41_ARCHITECTURES = ("DeepseekV41ForCausalLM",)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,13 @@ class ModelGeometry:
     index_topk: int
     num_nextn_predict_layers: int
     compress_ratios: tuple[int, ...]  # main layers first, then MTP/draft entries
+    model_type: str = "deepseek_v4"
+    kv_source_layer_ids: tuple[int, ...] = ()
+    index_source_layer_ids: tuple[int, ...] = ()
+
+    @property
+    def is_v41(self) -> bool:
+        return self.model_type in V41_MODEL_TYPES or any(r in (1, 2) for r in self.compress_ratios)
 
     @property
     def qk_nope_head_dim(self) -> int:
@@ -54,22 +66,36 @@ class ModelGeometry:
 
 @dataclass(frozen=True)
 class LayerCounts:
-    """Layer mix of one pipeline stage (or of the draft layers)."""
+    """Layer mix of one pipeline stage (or of the draft layers).
+
+    DeepSeek-V4.1's ratio-1/2 layers: ``low_ratio`` counts them all (each has SWA KV);
+    ``c1`` / ``c2`` count only their kv_source layers, which own the compressed storage
+    (``collect_sources_by_ratio``, SGLang 0.5.21+).
+    """
 
     swa_only: int
     c4: int
     c128: int
+    low_ratio: int = 0
+    c1: int = 0
+    c2: int = 0
 
     @property
     def total(self) -> int:
-        return self.swa_only + self.c4 + self.c128
+        return self.swa_only + self.c4 + self.c128 + self.low_ratio
 
     @classmethod
-    def of(cls, ratios: Sequence[int]) -> LayerCounts:
+    def of(cls, ratios: Sequence[int], sources: Sequence[int] = (), offset: int = 0) -> LayerCounts:
+        """Counts of ``ratios`` (layer ``offset + i`` for entry ``i``); ``sources`` are the
+        kv_source layer ids of the ratio-1/2 layers."""
+        owned = {i - offset for i in sources}
         return cls(
             swa_only=sum(1 for r in ratios if r == 0),
             c4=sum(1 for r in ratios if r == 4),
             c128=sum(1 for r in ratios if r == 128),
+            low_ratio=sum(1 for r in ratios if r in (1, 2)),
+            c1=sum(1 for i, r in enumerate(ratios) if r == 1 and i in owned),
+            c2=sum(1 for i, r in enumerate(ratios) if r == 2 and i in owned),
         )
 
 
@@ -128,7 +154,7 @@ def stage_slice(
         end=end,
         pp_rank=pp_rank,
         pp_size=pp_size,
-        main=LayerCounts.of(geom.main_ratios[start:end]),
+        main=LayerCounts.of(geom.main_ratios[start:end], geom.kv_source_layer_ids, start),
         draft=LayerCounts.of(geom.draft_ratios if is_last else ()),
     )
 
@@ -143,16 +169,39 @@ _REQUIRED_INT_FIELDS = (
 )
 
 
+def _flatten_v41(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """V4.1 nests the text model under ``text_config``; SGLang merges it into the top level,
+    top-level keys winning (``normalize_deepseek_v41_config``)."""
+    values = dict(cfg)
+    text = values.pop("text_config", None)
+    if isinstance(text, Mapping):
+        text = {k: v for k, v in text.items() if k != "model_type"}
+        values = {**text, **values}
+    return values
+
+
+def _layer_ids(cfg: Mapping[str, Any], key: str, name: str) -> tuple[int, ...]:
+    raw = cfg.get(key) or ()
+    if not isinstance(raw, (list, tuple)) or any(
+        isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in raw
+    ):
+        raise GeometryError(f"{name}: field {key!r} must be a list of layer indices, got {raw!r}")
+    return tuple(raw)
+
+
 def geometry_from_config(cfg: Mapping[str, Any], name: str = "config.json") -> ModelGeometry:
     """Validate a parsed HF config and keep the pool-relevant fields."""
     if not isinstance(cfg, Mapping):
         raise GeometryError(f"{name}: expected a JSON object at the top level")
     model_type = cfg.get("model_type")
     archs = cfg.get("architectures") or []
-    if model_type != "deepseek_v4" and "DeepseekV4ForCausalLM" not in archs:
+    is_v41 = model_type in V41_MODEL_TYPES or any(a in V41_ARCHITECTURES for a in archs)
+    if is_v41:
+        cfg = _flatten_v41(cfg)
+    elif model_type != "deepseek_v4" and "DeepseekV4ForCausalLM" not in archs:
         raise GeometryError(
             f"{name}: not a DeepSeek-V4 config (model_type={model_type!r}, "
-            f"architectures={archs!r}); expected model_type 'deepseek_v4'"
+            f"architectures={archs!r}); expected model_type 'deepseek_v4' or 'deepseek_v41'"
         )
     values: dict[str, int] = {}
     for key in _REQUIRED_INT_FIELDS:
@@ -173,11 +222,13 @@ def geometry_from_config(cfg: Mapping[str, Any], name: str = "config.json") -> M
     ratios = cfg.get("compress_ratios")
     if not isinstance(ratios, list) or not ratios:
         raise GeometryError(f"{name}: field 'compress_ratios' is missing or not a list")
-    bad = [r for r in ratios if isinstance(r, bool) or r not in VALID_RATIOS]
+    valid = V41_RATIOS if is_v41 else VALID_RATIOS
+    bad = [r for r in ratios if isinstance(r, bool) or r not in valid]
     if bad:
+        kind = "DeepSeek-V4.1" if is_v41 else "DeepSeek-V4"
         raise GeometryError(
             f"{name}: field 'compress_ratios' has values {sorted(set(map(repr, bad)))}; "
-            f"only {VALID_RATIOS} are DeepSeek-V4 layer kinds"
+            f"only {valid} are {kind} layer kinds"
         )
     if len(ratios) < values["num_hidden_layers"]:
         raise GeometryError(
@@ -195,6 +246,9 @@ def geometry_from_config(cfg: Mapping[str, Any], name: str = "config.json") -> M
         index_topk=values["index_topk"],
         num_nextn_predict_layers=mtp,
         compress_ratios=tuple(int(r) for r in ratios),
+        model_type="deepseek_v41" if is_v41 else "deepseek_v4",
+        kv_source_layer_ids=_layer_ids(cfg, "kv_source_layer_ids", name),
+        index_source_layer_ids=_layer_ids(cfg, "index_source_layer_ids", name),
     )
 
 

@@ -6,16 +6,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.footprint.allocation import allocated_bytes
-from exporter.footprint.geometry import ModelGeometry, StageSlice, stage_slice
+from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice, stage_slice
 from exporter.footprint.pricing import (
     POOLS,
+    BudgetError,
     TokenCoefficient,
+    c2_state_fixed_bytes,
     c128_state_fixed_bytes,
     counts_for_full_tokens,
     full_tokens_for_budget,
+    kv_priced_bytes,
+    low_ratio_padding_bytes,
     priced_index_k_dtype,
+    stored_index_k_dtype,
     token_coefficient,
 )
+from exporter.footprint.releases import NEWEST, ReleaseRules, RuleChoice
 from exporter.footprint.settings import Configurator, DeploymentSettings
 
 
@@ -43,8 +49,10 @@ class Footprint:
     c128_state_fixed_bytes: int
     full_tokens: int
     pools: dict[str, PoolFootprint]
+    rules: ReleaseRules = NEWEST
     available_bytes: int | None = None
     correct_full_tokens: int | None = None
+    release: RuleChoice | None = None
 
     @property
     def planned_bytes(self) -> int:
@@ -59,6 +67,12 @@ class Footprint:
         return self.allocated_bytes - self.planned_bytes
 
     @property
+    def reclaimable_bytes(self) -> int:
+        """Planned but never allocated (fp4 index-K priced as fp8 on NVIDIA): KV capacity the
+        budget holds back for nothing. 0 when the plan is over-committed instead."""
+        return max(0, -self.overcommit_bytes)
+
+    @property
     def bytes_per_full_token(self) -> dict[str, float]:
         return {k: c.total for k, c in self.coefficients.items()}
 
@@ -68,6 +82,9 @@ class Footprint:
             "model": self.model,
             "index_k_dtype": self.settings.index_k_dtype,
             "configurator": self.configurator,
+            "sglang_version": self.release.version if self.release else None,
+            "rules": self.rules.name,
+            "rules_verified": self.release.verified if self.release else True,
             "bytes_per_full_token": {k: round(v, 4) for k, v in self.bytes_per_full_token.items()},
             "bytes_per_full_token_terms": {
                 k: {p: round(b, 4) for p, b in c.terms.items()}
@@ -87,6 +104,7 @@ class Footprint:
             "planned_bytes": self.planned_bytes,
             "allocated_bytes": self.allocated_bytes,
             "overcommit_bytes": self.overcommit_bytes,
+            "reclaimable_bytes": self.reclaimable_bytes,
             "correct_full_tokens": self.correct_full_tokens,
             "available_bytes": self.available_bytes,
             "stage": {
@@ -111,12 +129,31 @@ class Footprint:
         return out
 
 
+def not_modelled(
+    geom: ModelGeometry, settings: DeploymentSettings, rules: ReleaseRules | RuleChoice
+) -> tuple[str, ...]:
+    """Switches of this deployment whose footprint the model does not reproduce: where any
+    is on, give no number (docs/footprint.md, "Switches that are not modelled")."""
+    rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
+    found = list(settings.not_modelled)
+    if geom.is_v41:
+        if rule_set.kv_pricing != "page_layout" or settings.speculative:
+            found.append("deepseek-v4.1")
+        if not settings.swa_ratio_explicit:
+            found.append("swa-cap-mode")
+    return tuple(found)
+
+
 def _coefficients(
-    geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings
+    geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings, rules: ReleaseRules
 ) -> dict[str, TokenCoefficient]:
     return {
         variant: token_coefficient(
-            geom, stage, settings, priced_index_k_dtype(variant, settings.index_k_dtype)
+            geom,
+            stage,
+            settings,
+            priced_index_k_dtype(variant, stored_index_k_dtype(settings, rules)),
+            rules,
         )
         for variant in ("legacy", "fixed")
     }
@@ -129,27 +166,44 @@ def footprint_for_tokens(
     full_tokens: int,
     stage: StageSlice | None = None,
     available_bytes: int | None = None,
+    rules: ReleaseRules | RuleChoice = NEWEST,
 ) -> Footprint:
     """Plan and allocation for a known full-pool token count (e.g. SGLang's max_total_num_tokens).
 
     ``planned`` is what the chosen configurator variant budgeted for these tokens;
-    ``allocated`` is what the device pool takes for them.
+    ``allocated`` is what the device pool takes for them. With ``available_bytes`` (given,
+    or recovered from the token count when None: the configurator spent its budget on these
+    tokens to within one page), ``correct_full_tokens`` is what a dtype-true plan would give.
     """
+    choice = rules if isinstance(rules, RuleChoice) else None
+    rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     stage = stage or stage_slice(geom)
-    coeffs = _coefficients(geom, stage, settings)
-    bias = c128_state_fixed_bytes(geom, stage, settings)
-    counts = counts_for_full_tokens(geom, settings, full_tokens)
-    alloc = allocated_bytes(geom, stage, settings, counts)
+    coeffs = _coefficients(geom, stage, settings, rule_set)
+    bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
+    c2_bias = c2_state_fixed_bytes(geom, stage, settings)
+    counts = counts_for_full_tokens(geom, settings, full_tokens, rule_set)
+    alloc = allocated_bytes(geom, stage, settings, counts, rule_set)
     plan_terms = coeffs[configurator].terms
+    # The low-ratio pages the configurator reserves beyond the coefficient (V4.1), planned
+    # against the pools they belong to.
+    padding = _low_ratio_padding_by_pool(geom, stage, settings, full_tokens, rule_set)
     pools = {}
-    for name in POOLS:
-        planned = bias if name == "c128_state" else round(plan_terms[name] * full_tokens)
+    for name in (*POOLS, *(k for k in alloc if k not in POOLS)):
+        planned = round(plan_terms.get(name, 0.0) * full_tokens) + padding.get(name, 0)
+        if name == "c128_state":
+            planned += bias
+        if name == "c2_state":
+            planned += c2_bias
         pools[name] = PoolFootprint(name, counts.for_pool(name), planned, alloc[name])
-    correct = None
-    if available_bytes is not None:
-        correct = full_tokens_for_budget(
-            available_bytes, bias, coeffs["fixed"].total, settings.page_size
+    budget = available_bytes
+    if budget is None:
+        budget = bias + c2_bias + round(coeffs[configurator].total * full_tokens)
+    try:
+        correct: int | None = _full_tokens(
+            geom, stage, settings, rule_set, budget, coeffs["fixed"].total
         )
+    except BudgetError:
+        correct = None
     return Footprint(
         model=geom.name,
         stage=stage,
@@ -159,8 +213,10 @@ def footprint_for_tokens(
         c128_state_fixed_bytes=bias,
         full_tokens=full_tokens,
         pools=pools,
+        rules=rule_set,
         available_bytes=available_bytes,
         correct_full_tokens=correct,
+        release=choice,
     )
 
 
@@ -170,12 +226,60 @@ def plan_for_budget(
     configurator: Configurator,
     available_bytes: int,
     stage: StageSlice | None = None,
+    rules: ReleaseRules | RuleChoice = NEWEST,
 ) -> Footprint:
     """What SGLang does at start-up: budget -> full tokens (by the chosen variant) -> pools."""
+    rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     stage = stage or stage_slice(geom)
-    coeffs = _coefficients(geom, stage, settings)
-    bias = c128_state_fixed_bytes(geom, stage, settings)
-    full = full_tokens_for_budget(
-        available_bytes, bias, coeffs[configurator].total, settings.page_size
+    coeffs = _coefficients(geom, stage, settings, rule_set)
+    full = _full_tokens(
+        geom, stage, settings, rule_set, available_bytes, coeffs[configurator].total
     )
-    return footprint_for_tokens(geom, settings, configurator, full, stage, available_bytes)
+    return footprint_for_tokens(geom, settings, configurator, full, stage, available_bytes, rules)
+
+
+def _full_tokens(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    rules: ReleaseRules,
+    available_bytes: int,
+    coefficient: float,
+) -> int:
+    """``calculate_pool_sizes``: budget minus the fixed biases, over the coefficient, then
+    (V4.1) whole pages off until the low-ratio reserved pages fit."""
+    bias = c128_state_fixed_bytes(geom, stage, settings, rules)
+    bias += c2_state_fixed_bytes(geom, stage, settings)
+    padding = None
+    if stage.main.c1 or stage.main.c2:
+
+        def padding(full: int) -> float:
+            return low_ratio_padding_bytes(geom, stage, settings, full, rules)
+
+    return full_tokens_for_budget(available_bytes, bias, coefficient, settings.page_size, padding)
+
+
+def _low_ratio_padding_by_pool(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    full: int,
+    rules: ReleaseRules,
+) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ratio, n in ((1, stage.main.c1), (2, stage.main.c2)):
+        if not n or not rules.low_ratio_paged:
+            continue
+        one = StageSlice(
+            stage.start,
+            stage.end,
+            stage.pp_rank,
+            stage.pp_size,
+            LayerCounts(0, 0, 0, c1=n if ratio == 1 else 0, c2=n if ratio == 2 else 0),
+            stage.draft,
+        )
+        total = low_ratio_padding_bytes(geom, one, settings, full, rules)
+        kv = settings.page_size * kv_priced_bytes(geom, settings.page_size // ratio, rules) * n
+        out[f"c{ratio}_kv"] = round(kv)
+        out[f"c{ratio}_index_k"] = round(total - kv)
+    return out

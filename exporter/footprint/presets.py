@@ -1,6 +1,7 @@
 """Built-in geometries of the published DeepSeek-V4 checkpoints (fallback when no config.json).
 
-Values are the published config.json fields; see ../shared/reference/dsv4-memory.md §1.
+Values are the published config.json fields of deepseek-ai/DeepSeek-V4-Flash and -Pro on
+Hugging Face (docs/footprint.md, "Geometry").
 """
 
 from __future__ import annotations

@@ -1,17 +1,22 @@
 """The pool configurator's side: bytes per full-pool token, fixed biases, and budget -> tokens.
 
-This reproduces SGLang's DSV4 pool configurator term by term (dsv4-memory.md §2-3), in two
-variants: ``legacy`` prices the c4 index-K cache as fp8 whatever the device pool stores (the
-bug), ``fixed`` prices it by its real dtype. Every term is kept by name so that an operator
-can see which pool a number comes from.
+This reproduces SGLang's DSV4 pool configurator (``DSV4PoolConfigurator`` in
+``sglang/srt/model_executor/pool_configurator.py``) term by term, under the rules of the
+release it is given (:mod:`exporter.footprint.releases`; docs/footprint.md). On top of the
+release, two pricings of the c4 index-K cache: ``legacy`` prices it as fp8 whatever the device
+pool stores (every upstream release on NVIDIA, and the bf16 forks' bug), ``fixed`` prices it
+by its real dtype (the forks' fix). Every term is kept by name so that an operator can see
+which pool a number comes from.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.footprint.geometry import ModelGeometry, StageSlice
+from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice
+from exporter.footprint.releases import NEWEST, ReleaseRules
 from exporter.footprint.settings import Configurator, DeploymentSettings, IndexKDtype
 
 PER_TOKEN_POOLS = ("swa_kv", "c4_kv", "c128_kv", "c4_index_k", "c4_state", "c4_index_state")
@@ -20,6 +25,14 @@ POOLS = (*PER_TOKEN_POOLS, "c128_state")
 KV_QUANT_BLOCK = 64  # NoPE fp8 scale granularity
 KV_SCALE_PAD = 1
 INDEX_QUANT_BLOCK = 128
+KV_PAGE_ALIGN = 576  # DeepSeekV4SingleKVPool pads each page's bytes to a multiple of 576
+FP32_BYTES = 4
+# DeepSeek-V4.1 low-ratio (1, 2) index pools: always fp4 (force_fp4=True), 64-slot pages
+# (DSV41_INDEX_PAGE_SIZE; 128 only with DeepGEMM's paged sparse MQA logits on Blackwell,
+# where the V4.1 KV layouts apply too: not modelled).
+V41_INDEX_PAGE = 64
+LOW_RATIOS = (1, 2)
+RING_C2 = 2  # ratio-2 pair ring without speculative decoding (get_compress_state_ring_size)
 
 
 class BudgetError(ValueError):
@@ -30,6 +43,37 @@ def kv_bytes_per_token(geom: ModelGeometry) -> int:
     """fp8 NoPE + bf16 RoPE + one scale byte per 64 NoPE values + 1 pad = 584 for DSV4."""
     nope = geom.qk_nope_head_dim
     return nope + 2 * geom.qk_rope_head_dim + nope // KV_QUANT_BLOCK + KV_SCALE_PAD
+
+
+def kv_page_bytes(geom: ModelGeometry, page: int) -> int:
+    """A KV page of ``page`` tokens at 584 B each, padded up to a multiple of 576 B."""
+    return math.ceil(page * kv_bytes_per_token(geom) / KV_PAGE_ALIGN) * KV_PAGE_ALIGN
+
+
+def kv_priced_bytes(geom: ModelGeometry, page: int, rules: ReleaseRules) -> float:
+    """What the configurator charges per latent slot in a pool of ``page``-token pages:
+    584 B up to 0.5.20, ``layout.page_bytes(page) / page`` from 0.5.21."""
+    if rules.kv_pricing == "logical":
+        return float(kv_bytes_per_token(geom))
+    return kv_page_bytes(geom, page) / page
+
+
+def priced_layers(geom: ModelGeometry, stage: StageSlice, rules: ReleaseRules) -> LayerCounts:
+    """The layers the configurator prices: all of ``compress_ratios`` in 0.5.12 (MTP entries
+    and other PP stages included), the stage's own slice from 0.5.13."""
+    return stage.main if rules.prices_stage_slice else LayerCounts.of(geom.compress_ratios)
+
+
+def state_bytes(settings: DeploymentSettings, rules: ReleaseRules) -> int:
+    """Compress-state element size: float32 before 0.5.14, then SGLANG_DSV4_COMPRESS_STATE_DTYPE."""
+    return settings.state_dtype_bytes if rules.state_dtype_from_env else FP32_BYTES
+
+
+def stored_index_k_dtype(settings: DeploymentSettings, rules: ReleaseRules) -> IndexKDtype:
+    """The dtype the index-K pool really stores: fp4 needs a release that has the fp4 indexer."""
+    if settings.index_k_dtype == "fp4" and not rules.has_fp4_indexer:
+        return "fp8"
+    return settings.index_k_dtype
 
 
 def indexer_bytes_per_token(index_head_dim: int, dtype: IndexKDtype) -> int:
@@ -66,45 +110,113 @@ def token_coefficient(
     stage: StageSlice,
     settings: DeploymentSettings,
     index_k_dtype: IndexKDtype,
+    rules: ReleaseRules = NEWEST,
 ) -> TokenCoefficient:
     """The configurator's per-full-token coefficient for one stage, term by term."""
-    kv = kv_bytes_per_token(geom)
+    page = settings.page_size
     r = settings.swa_full_tokens_ratio
-    sdb = settings.state_dtype_bytes
-    L, L4, L128 = stage.main.total, stage.main.c4, stage.main.c128
-    ring_share = settings.ring_c4 / geom.sliding_window
+    sdb = state_bytes(settings, rules)
+    layers = priced_layers(geom, stage, rules)
+    L, L4, L128 = layers.total, layers.c4, layers.c128
+    unit = geom.sliding_window if rules.c4_state_unit == "window" else page
+    ring_share = settings.ring_c4 / unit
     hisparse = settings.hisparse_ratio or 1.0
     terms = {
-        "swa_kv": r * kv * L,
-        "c4_kv": kv / 4 * L4 / hisparse,
-        "c128_kv": kv / 128 * L128,
+        "swa_kv": r * kv_priced_bytes(geom, page, rules) * L,
+        "c4_kv": kv_priced_bytes(geom, page // 4, rules) / 4 * L4 / hisparse,
+        "c128_kv": kv_priced_bytes(geom, page // 128, rules) / 128 * L128,
         "c4_index_k": indexer_bytes_per_token(geom.index_head_dim, index_k_dtype) / 4 * L4,
         "c4_state": r * ring_share * (2 * 2 * geom.head_dim * sdb) * L4,
         "c4_index_state": r * ring_share * (2 * 2 * geom.index_head_dim * sdb) * L4,
     }
+    # V4.1 kv_source layers of ratio 1 / 2 (0.5.21+, ``_compressed_bytes_per_full_token``):
+    # their latent plus an always-fp4 index-K slot per compressed token.
+    low_index = indexer_bytes_per_token(geom.index_head_dim, "fp4")
+    for ratio, n in ((1, layers.c1), (2, layers.c2)):
+        if n:
+            low_kv = (
+                kv_priced_bytes(geom, page // ratio, rules)
+                if rules.low_ratio_paged
+                else float(kv_bytes_per_token(geom))
+            )
+            terms[f"c{ratio}_kv"] = low_kv / ratio * n
+            terms[f"c{ratio}_index_k"] = low_index / ratio * n
+    if rules.c128_state == "per_swa_token":
+        ring128_share = settings.ring_c128 / geom.sliding_window
+        width = c128_state_width_bytes(geom, settings, rules)
+        terms["c128_state"] = r * ring128_share * width * L128
     factor = (L + 1) / L if settings.speculative and L else 1.0
     return TokenCoefficient({k: v * factor for k, v in terms.items()}, factor)
 
 
 def c128_state_rows_planned(settings: DeploymentSettings) -> int:
-    """Rows of the request-scoped c128 state: ceil128((mrr+1)*ring + ring + 1)."""
+    """Rows of the request-scoped c128 state: ceil128((mrr+1)*ring + ring + 1); with online
+    compress one row per request slot plus ring + 1, unpadded (``_get_c128_state_fixed_bytes``)."""
     ring = settings.ring_c128
-    return math.ceil(((settings.max_running_requests + 1) * ring + ring + 1) / 128) * 128
+    slots = settings.max_running_requests + 1
+    if settings.online_compress:
+        return slots + ring + 1
+    return math.ceil((slots * ring + ring + 1) / 128) * 128
 
 
-def c128_state_width_bytes(geom: ModelGeometry, settings: DeploymentSettings) -> int:
+def c128_state_width_bytes(
+    geom: ModelGeometry, settings: DeploymentSettings, rules: ReleaseRules = NEWEST
+) -> int:
     """kv+score (2 x head_dim) per row, or (max, sum, kv) = 3 x head_dim with online compress."""
     width = 3 * geom.head_dim if settings.online_compress else 2 * geom.head_dim
-    return width * settings.state_dtype_bytes
+    return width * state_bytes(settings, rules)
 
 
 def c128_state_fixed_bytes(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    rules: ReleaseRules = NEWEST,
+) -> int:
+    """From 0.5.15 the c128 compress state is not per token but a request-scoped fixed bias,
+    taken off the budget first (``_get_c128_state_fixed_bytes``); 0 before."""
+    if rules.c128_state != "fixed_bias":
+        return 0
+    width = c128_state_width_bytes(geom, settings, rules)
+    return c128_state_rows_planned(settings) * width * stage.main.c128
+
+
+def c2_state_fixed_bytes(
     geom: ModelGeometry, stage: StageSlice, settings: DeploymentSettings
 ) -> int:
-    """The c128 compress state is not per token: a fixed bias taken off the budget first."""
-    return (
-        c128_state_rows_planned(settings) * c128_state_width_bytes(geom, settings) * stage.main.c128
-    )
+    """V4.1 ratio-2 pending-pair state (``_get_c2_state_fixed_bytes``): per ratio-2 kv_source
+    layer, ceil2((mrr+1)*ring2 + ring2 + 1) rows of fp32 (kv, score), 2 x head_dim wide."""
+    if not stage.main.c2:
+        return 0
+    ring = RING_C2
+    rows = (settings.max_running_requests + 1) * ring + ring + 1
+    rows = -(-rows // 2) * 2
+    return rows * 2 * geom.head_dim * FP32_BYTES * stage.main.c2
+
+
+def low_ratio_padding_bytes(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    full: int,
+    rules: ReleaseRules,
+) -> float:
+    """Reserved ratio-1/2 pages beyond the per-token bytes (``_get_low_ratio_kv_padding_bytes``):
+    a full logical page of compressed latent, and the index pool's own page on top of the
+    compressed logical page."""
+    if not rules.low_ratio_paged:
+        return 0.0
+    page = settings.page_size
+    low_index = indexer_bytes_per_token(geom.index_head_dim, "fp4")
+    total = 0.0
+    for ratio, n in ((1, stage.main.c1), (2, stage.main.c2)):
+        if not n:
+            continue
+        main = page * kv_priced_bytes(geom, page // ratio, rules)
+        index_size = (full + page) // ratio
+        slots = -(-(index_size + V41_INDEX_PAGE) // V41_INDEX_PAGE) * V41_INDEX_PAGE
+        total += (main + (slots - full // ratio) * low_index) * n
+    return total
 
 
 @dataclass(frozen=True)
@@ -117,6 +229,7 @@ class TokenCounts:
     c128: int
     c4_state: int
     c128_state: int
+    c2_state: int = 0
 
     def for_pool(self, pool: str) -> int:
         return {
@@ -127,6 +240,11 @@ class TokenCounts:
             "c4_state": self.c4_state,
             "c4_index_state": self.c4_state,
             "c128_state": self.c128_state,
+            "c1_kv": self.full,
+            "c1_index_k": self.full,
+            "c2_kv": self.full // 2,
+            "c2_index_k": self.full // 2,
+            "c2_state": self.c2_state,
         }[pool]
 
 
@@ -135,32 +253,53 @@ def align_down(n: int, page: int) -> int:
 
 
 def counts_for_full_tokens(
-    geom: ModelGeometry, settings: DeploymentSettings, full_tokens: int
+    geom: ModelGeometry,
+    settings: DeploymentSettings,
+    full_tokens: int,
+    rules: ReleaseRules = NEWEST,
 ) -> TokenCounts:
-    """Derive every sub-pool's size from the full-pool token count, as the configurator does."""
+    """Derive every sub-pool's size from the full-pool token count (``_compute_dsv4_sizes``,
+    then ``finalize_with_max_running_requests`` for the request-scoped c128 state)."""
     page = settings.page_size
     swa = align_down(int(full_tokens * settings.swa_full_tokens_ratio), page)
+    unit = geom.sliding_window if rules.c4_state_unit == "window" else page
+    hisparse = settings.hisparse_ratio or 1
+    if rules.c128_state == "per_swa_token":
+        c128_state = swa // geom.sliding_window * settings.ring_c128
+    else:
+        c128_state = (settings.max_running_requests + 1) * settings.ring_c128
     return TokenCounts(
         full=full_tokens,
         swa=swa,
-        c4=full_tokens // 4,
+        c4=int(full_tokens // (4 * hisparse)),
         c128=full_tokens // 128,
-        c4_state=swa // geom.sliding_window * settings.ring_c4,
-        c128_state=(settings.max_running_requests + 1) * settings.ring_c128,
+        c4_state=swa // unit * settings.ring_c4,
+        c128_state=c128_state,
+        c2_state=(settings.max_running_requests + 1) * RING_C2,
     )
 
 
 def full_tokens_for_budget(
-    available_bytes: int, fixed_bytes: int, coefficient: float, page: int
+    available_bytes: int,
+    fixed_bytes: int,
+    coefficient: float,
+    page: int,
+    padding: Callable[[int], float] | None = None,
 ) -> int:
-    """floor((available - fixed biases) / bytes_per_full_token), aligned down to the page."""
+    """int((available - fixed biases) / bytes_per_full_token), aligned down to the page; then,
+    with V4.1 low-ratio layers, whole pages removed until their reserved pages fit too."""
     usable = available_bytes - fixed_bytes
-    if usable <= 0:
+    full = align_down(int(usable / coefficient), page) if usable > 0 else 0
+    if padding is not None:
+        while full > 0 and full * coefficient + padding(full) > usable:
+            full -= page
+    if full <= 0:
         raise BudgetError(
-            f"available bytes {available_bytes} do not cover the fixed c128 state "
-            f"({fixed_bytes} bytes): raise mem_fraction_static or lower max_running_requests"
+            f"available bytes {available_bytes} leave no page of tokens after the fixed c128 "
+            f"state ({fixed_bytes} bytes) at {coefficient:.2f} B per token: raise "
+            "mem_fraction_static or lower max_running_requests"
         )
-    return align_down(int(usable // coefficient), page)
+    return full
 
 
 def available_bytes_from_gpu(

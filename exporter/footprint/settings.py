@@ -1,4 +1,4 @@
-"""Deployment switches that change the DSV4 pool footprint (see dsv4-memory.md §5)."""
+"""Deployment switches that change the DSV4 pool footprint (docs/footprint.md, "Switches")."""
 
 from __future__ import annotations
 
@@ -19,6 +19,22 @@ DSV4_PAGE_SIZE = 256  # DSV4 requires 256
 DSV4_MAX_RUNNING_REQUESTS = 256
 
 
+# Deployment switches that change the footprint in ways the model does not reproduce (read from
+# SGLang 0.5.23's pool_configurator.py / deepseek_v4_memory_pool.py): where one is on, the
+# sidecar and `plan` say "not modelled: <switch>" and export no number rather than a wrong one.
+NOT_MODELLED_SWITCHES: dict[str, str] = {
+    "unified-kv": "unified KV ring pools (SGLANG_DSV4_UNIFIED_KV*, HIP/triton path)",
+    "trtllm-layout": "--dsv4-attn-backend trtllm (uniform-FP8 layout, SM100)",
+    "hisparse": "--enable-hisparse (c4 pool shrunk by the host-to-device ratio)",
+    "dspark-draft": "DSpark draft worker (--speculative-algorithm DSPARK)",
+    "encoder-replay": "encoder SWA bounded replay (request-window SWA)",
+    "pd-decode-slots": "PD disaggregation decode extra slots",
+    "swa-cap-mode": "SWA cap mode (--swa-full-tokens-ratio left unset on 0.5.21+ V4.1)",
+    "deepseek-v4.1": "DeepSeek-V4.1 before 0.5.21 (no release serves it) or with speculative "
+    "decoding (ratio-2 ring sized by the draft-token count)",
+}
+
+
 class SettingsError(ValueError):
     """An impossible deployment setting; the message names it and the valid range."""
 
@@ -35,6 +51,10 @@ class DeploymentSettings:
     speculative: bool = False
     online_compress: bool = False
     hisparse_ratio: float | None = None  # host-to-device ratio of HiSparse c4, None when off
+    unmodelled: tuple[str, ...] = ()  # switches in use from NOT_MODELLED_SWITCHES
+    # --swa-full-tokens-ratio given by the operator. Left unset, SGLang 0.5.21+ sizes a V4.1
+    # SWA pool in cap mode (not modelled); for V4 its DSV4 defaults set 0.1 explicitly.
+    swa_ratio_explicit: bool = True
 
     def __post_init__(self) -> None:
         if self.index_k_dtype not in INDEX_K_DTYPES:
@@ -58,8 +78,22 @@ class DeploymentSettings:
             raise SettingsError(
                 f"max_running_requests must be >= 1, got {self.max_running_requests}"
             )
+        unknown = [u for u in self.unmodelled if u not in NOT_MODELLED_SWITCHES]
+        if unknown:
+            raise SettingsError(
+                f"unknown not-modelled switch(es) {unknown}: known are "
+                f"{', '.join(NOT_MODELLED_SWITCHES)}"
+            )
         if self.hisparse_ratio is not None and self.hisparse_ratio < 1:
             raise SettingsError(f"hisparse_ratio must be >= 1 when set, got {self.hisparse_ratio}")
+
+    @property
+    def not_modelled(self) -> tuple[str, ...]:
+        """Switches in use whose footprint the model does not reproduce (see docs/footprint.md)."""
+        found = list(self.unmodelled)
+        if self.hisparse_ratio is not None and "hisparse" not in found:
+            found.append("hisparse")
+        return tuple(found)
 
     @property
     def state_dtype_bytes(self) -> int:

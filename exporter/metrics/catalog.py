@@ -327,6 +327,30 @@ KV_POOL_OVERCOMMIT = _m(
     ("rank",),
     "footprint",
 )
+KV_POOL_RECLAIMABLE = _m(
+    "dsv4_kv_pool_reclaimable_bytes",
+    "gauge",
+    "Planned minus allocated KV bytes on this rank when the plan is larger (fp4 index-K priced "
+    "as fp8 on NVIDIA): budget held back for KV that is never allocated. 0 otherwise.",
+    ("rank",),
+    "footprint",
+)
+FOOTPRINT_RULES_UNVERIFIED = _m(
+    "dsv4_footprint_rules_unverified",
+    "gauge",
+    "1 when SGLang's version is newer than every release the footprint rules were checked "
+    "against (computed with the newest rules, unverified); 0 when the rules are its own.",
+    ("sglang_version", "rules"),
+    "footprint",
+)
+FOOTPRINT_NOT_MODELLED = _m(
+    "dsv4_footprint_not_modelled",
+    "gauge",
+    "Per known deployment switch whose footprint is not modelled: 1 when in use (then no pool "
+    "numbers are exported), 0 otherwise.",
+    ("switch",),
+    "footprint",
+)
 KV_BYTES_PER_TOKEN = _m(
     "dsv4_kv_bytes_per_full_token",
     "gauge",
@@ -366,7 +390,7 @@ FOOTPRINT_STATUS = _m(
     "dsv4_footprint_up",
     "gauge",
     "1 when the footprint is computed; 0 with the reason (unknown_model, no_sglang, "
-    "bad_config, budget) when it is not.",
+    "no_token_count, bad_config, unsupported_version, not_modelled) when it is not.",
     ("reason",),
     "footprint",
 )

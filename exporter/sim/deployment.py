@@ -9,15 +9,17 @@ from typing import Any
 from exporter.footprint import (
     DeploymentSettings,
     Footprint,
+    ModelGeometry,
+    RuleChoice,
     plan_for_budget,
     resolve_model,
+    rules_for_version,
     stage_slice,
 )
 from exporter.sim.settings import SimSettings
 
 GIB = 1024**3
-SIM_VERSION_LEGACY = "0.5.9+sim"
-SIM_VERSION_FIXED = "0.5.12+sim"
+SIM_SUFFIX = "+sim"
 
 
 @dataclass(frozen=True)
@@ -25,8 +27,12 @@ class SimDeployment:
     settings: SimSettings
 
     @cached_property
-    def geometry(self):
+    def geometry(self) -> ModelGeometry:
         return resolve_model(self.settings.model)
+
+    @cached_property
+    def release(self) -> RuleChoice:
+        return rules_for_version(self.settings.sglang_version)
 
     @cached_property
     def footprints(self) -> list[Footprint]:
@@ -40,7 +46,12 @@ class SimDeployment:
         budget = int(s.available_gib * GIB)
         return [
             plan_for_budget(
-                self.geometry, ds, s.configurator, budget, stage_slice(self.geometry, s.pp_size, r)
+                self.geometry,
+                ds,
+                s.configurator,
+                budget,
+                stage_slice(self.geometry, s.pp_size, r),
+                self.release,
             )
             for r in range(s.pp_size)
         ]
@@ -52,7 +63,8 @@ class SimDeployment:
 
     @property
     def version(self) -> str:
-        return SIM_VERSION_FIXED if self.settings.configurator == "fixed" else SIM_VERSION_LEGACY
+        """The release it runs, marked as a simulator (a PEP 440 local version: 0.5.23+sim)."""
+        return self.settings.sglang_version.split("+")[0] + SIM_SUFFIX
 
     @property
     def model_path(self) -> str:

@@ -67,7 +67,7 @@ class FakeNvml:
 
     def __init__(
         self,
-        count: int = 8,
+        count: int | Callable[[], int] = 8,
         spec: FakeGpuSpec | None = None,
         workload: Workload | None = None,
         faults: str = "",
@@ -129,7 +129,9 @@ class FakeNvml:
         self.faults.hang_seconds = seconds
         self.faults.hang_at = at
 
-    def set_count(self, count: int) -> None:
+    def set_count(self, count: int | Callable[[], int]) -> None:
+        """A fixed GPU count, or a callable read at each ``nvmlDeviceGetCount`` (e.g. the
+        simulated deployment's TP x PP): the fake follows it without anyone pushing updates."""
         self._count = count
 
     # --- helpers -------------------------------------------------------------------------------
@@ -178,7 +180,9 @@ class FakeNvml:
 
     def nvmlDeviceGetCount(self) -> int:
         self._check_init()
-        return 0 if self.faults.zero_gpus else self._count
+        if self.faults.zero_gpus:
+            return 0
+        return self._count() if callable(self._count) else self._count
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> SimpleNamespace:
         self._check_init()

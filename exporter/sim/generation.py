@@ -105,7 +105,7 @@ def _pick_call(rng: random.Random, tools: list[dict[str, Any]]) -> tuple[str, di
     if templates:
         return name, dict(rng.choice(templates))
     # An unknown tool: fill its required string params from its schema.
-    schema = next(
+    schema: Any = next(
         (
             t["function"].get("parameters", {})
             for t in tools
@@ -116,7 +116,7 @@ def _pick_call(rng: random.Random, tools: list[dict[str, Any]]) -> tuple[str, di
     props = schema.get("properties", {}) if isinstance(schema, dict) else {}
     args: dict[str, Any] = {}
     for key, spec in list(props.items())[:4]:
-        kind = spec.get("type") if isinstance(spec, dict) else "string"
+        kind = str(spec.get("type")) if isinstance(spec, dict) else "string"
         args[key] = {"integer": 3, "number": 1.5, "boolean": True}.get(kind, f"value of {key}")
     return name, args
 

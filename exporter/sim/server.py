@@ -207,7 +207,8 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         p = 0.0
         if tools and settings.corruption == "model":
             p = corruption_probability(settings.index_k_dtype, hicache, concurrency)
-        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        raw_messages = body.get("messages")
+        messages: list[dict[str, Any]] = raw_messages if isinstance(raw_messages, list) else []
         thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking", True))
         c = complete(rng, messages, tools, p, thinking=thinking)
         state.requests_total += 1

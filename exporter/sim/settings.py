@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from exporter.footprint.releases import NEWEST_RELEASE, VersionError, rules_for_version
 
 
 class SimSettings(BaseSettings):
@@ -18,7 +20,17 @@ class SimSettings(BaseSettings):
     port: int = Field(30000, ge=0, le=65535, description="Listen port (SGLang's default).")
     model: str = Field("deepseek-v4-flash", description="Preset or config.json path.")
     index_k_dtype: Literal["fp8", "bf16", "fp4"] = Field("bf16", description="Index-K dtype.")
-    configurator: Literal["legacy", "fixed"] = Field("legacy", description="Configurator variant.")
+    configurator: Literal["legacy", "fixed"] = Field(
+        "legacy",
+        description="Index-K pricing: legacy = as fp8 (upstream; bf16 forks' bug), fixed = by "
+        "dtype (a fork with the fix).",
+    )
+    sglang_version: str = Field(
+        "0.5.20",
+        description="SGLang release whose configurator and pool rules the simulator runs "
+        "(reported as <version>+sim). The default deployment is the README's bf16 index-K "
+        f"fork, built on 0.5.20; upstream's newest supported release is {NEWEST_RELEASE}.",
+    )
     hicache: Literal["on", "off"] = Field("on", description="Hierarchical cache (HiCache).")
     available_gib: float = Field(50.0, gt=0, description="Budget handed to the configurator.")
     tp_size: int = Field(8, ge=1, le=64, description="Tensor-parallel ranks (GPUs).")
@@ -45,3 +57,12 @@ class SimSettings(BaseSettings):
     corruption: Literal["model", "off"] = Field(
         "model", description="model: rate from index-K dtype, HiCache and concurrency; off: none."
     )
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _known_release(cls, value: str) -> str:
+        try:
+            rules_for_version(value)
+        except VersionError as exc:
+            raise ValueError(str(exc)) from None
+        return value

@@ -3,9 +3,12 @@
 Not a poller: it recomputes whenever the SGLang or NVML source reports a change. It resolves
 the deployment facts SGLang does not report (index-K dtype, compress-state dtype, online
 compress, configurator variant) from the sidecar's config and SGLang's own environment
-variables, finds the model geometry (config.json, preset, or served-name match), and prices
-SGLang's max_total_num_tokens per rank: planned by the deployed configurator, allocated by
-the device pool, and the reserve the difference is taken from.
+variables, picks the release's rules from the version in ``/server_info``, finds the model
+geometry (config.json, preset, or served-name match), and prices SGLang's
+max_total_num_tokens per rank: planned by the deployed configurator, allocated by the device
+pool, and the reserve the difference is taken from (or, under-committed, the budget that is
+never allocated). A deployment switch the model does not reproduce yields
+``not_modelled`` and no numbers.
 """
 
 from __future__ import annotations
@@ -16,30 +19,50 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
 from prometheus_client.core import Metric
 
 from exporter.config import SidecarSettings
 from exporter.footprint import (
+    NOT_MODELLED_SWITCHES,
+    Configurator,
     DeploymentSettings,
     Footprint,
     GeometryError,
+    IndexKDtype,
     ModelGeometry,
+    RuleChoice,
     SettingsError,
+    VersionError,
     footprint_for_tokens,
     load_config_json,
+    not_modelled,
     preset_for_served_name,
     resolve_model,
+    rules_for_version,
     stage_slice,
 )
-from exporter.footprint.pricing import BudgetError, full_tokens_for_budget
+from exporter.footprint.settings import StateDtype
 from exporter.metrics import catalog as m
 from exporter.sources.base import SourceHealth
 from exporter.sources.sglang import ServerFacts
 
 log = logging.getLogger(__name__)
 
-STATUS_REASONS = ("ok", "unknown_model", "no_sglang", "no_token_count", "bad_config")
+STATUS_REASONS = (
+    "ok",
+    "unknown_model",
+    "no_sglang",
+    "no_token_count",
+    "bad_config",
+    "unsupported_version",
+    "not_modelled",
+)
+# SGLang's own switches that turn on unified-KV ring pools (pool_configurator.py, 0.5.20+).
+UNIFIED_KV_ENV = (
+    "SGLANG_DSV4_UNIFIED_KV",
+    "SGLANG_DSV4_UNIFIED_KV_TRITON",
+    "SGLANG_DSV4_UNIFIED_KV_FP8",
+)
 TRUTHY = ("1", "true", "yes", "on")
 
 
@@ -47,18 +70,22 @@ TRUTHY = ("1", "true", "yes", "on")
 class DeploymentFacts:
     """Resolved facts: where each came from is kept so /api/v1/footprint can explain them."""
 
-    index_k_dtype: str
-    compress_state_dtype: str
+    index_k_dtype: IndexKDtype
+    compress_state_dtype: StateDtype
     online_compress: bool
-    configurator: str
+    configurator: Configurator
     hicache: bool
     sources: dict[str, str]
+    not_modelled: tuple[str, ...] = ()
 
 
 def resolve_facts(
     cfg: SidecarSettings, facts: ServerFacts, env: Mapping[str, str]
 ) -> DeploymentFacts:
     src: dict[str, str] = {}
+    ik: IndexKDtype
+    sd: StateDtype
+    conf: Configurator
     if cfg.index_k_dtype != "auto":
         ik, src["index_k_dtype"] = cfg.index_k_dtype, "config"
     elif env.get("SGLANG_DSV4_BF16_INDEX_K", "").lower() in TRUTHY:
@@ -81,20 +108,16 @@ def resolve_facts(
     if cfg.configurator != "auto":
         conf, src["configurator"] = cfg.configurator, "config"
     else:
-        conf = configurator_for_version(facts.version, cfg.configurator_fixed_in)
-        src["configurator"] = (
-            f"auto: version {facts.version} vs fixed in {cfg.configurator_fixed_in}"
-        )
-    return DeploymentFacts(ik, sd, oc, conf, facts.hicache, src)
-
-
-def configurator_for_version(version: str, fixed_in: str) -> str:
-    """Versions at or after ``fixed_in`` price index-K by dtype; unparseable ones are treated
-    as legacy, the conservative reading (it predicts the larger over-commit)."""
-    try:
-        return "fixed" if Version(version) >= Version(fixed_in) else "legacy"
-    except InvalidVersion:
-        return "legacy"
+        # Every upstream release (0.5.12-0.5.23) prices index-K as fp8 on NVIDIA, whatever
+        # the pool stores; only a fork with the dtype-aware fix prices it by dtype, and the
+        # server cannot tell us which fork it is: that one is a setting.
+        conf, src["configurator"] = "legacy", "auto: upstream prices index-K as fp8"
+    switches: list[str] = []
+    if facts.speculative_algorithm and facts.speculative_algorithm.upper() == "DSPARK":
+        switches.append("dspark-draft")
+    if any(env.get(k, "").lower() in TRUTHY for k in UNIFIED_KV_ENV):
+        switches.append("unified-kv")
+    return DeploymentFacts(ik, sd, oc, conf, facts.hicache, src, tuple(switches))
 
 
 @dataclass(frozen=True)
@@ -130,6 +153,8 @@ class FootprintView:
         self.geometry: ModelGeometry | None = None
         self.geometry_source = ""
         self.ranks: list[RankFootprint] = []
+        self.release: RuleChoice | None = None
+        self.switches: tuple[str, ...] = ()
         self._geometry_key: str | None = None
         # Read the model's config.json once, here (start-up), never on the event loop.
         self._config_geometry: ModelGeometry | None = None
@@ -174,6 +199,7 @@ class FootprintView:
         """Recompute from the latest SGLang facts and NVML readings. Pure and cheap (no I/O:
         config.json was read at construction), so it runs on the event loop."""
         if facts is None:
+            self.release = None
             self._down("no_sglang", "waiting for SGLang's /server_info")
             return
         geom = self._geometry(facts)
@@ -188,41 +214,48 @@ class FootprintView:
             self._down("no_token_count", "SGLang reported no max_total_num_tokens")
             return
         dep = resolve_facts(self.cfg, facts, self.env)
+        self.deployment = dep
+        try:
+            self.release = rules_for_version(facts.version)
+        except VersionError as exc:
+            self.release = None
+            self._down("unsupported_version", str(exc))
+            return
         try:
             settings = DeploymentSettings(
-                index_k_dtype=dep.index_k_dtype,  # type: ignore[arg-type]
+                index_k_dtype=dep.index_k_dtype,
                 swa_full_tokens_ratio=facts.swa_full_tokens_ratio,
                 page_size=facts.page_size,
                 max_running_requests=facts.max_running_requests,
-                compress_state_dtype=dep.compress_state_dtype,  # type: ignore[arg-type]
+                compress_state_dtype=dep.compress_state_dtype,
                 speculative=facts.speculative,
                 online_compress=dep.online_compress,
+                unmodelled=dep.not_modelled,
+                # /server_info shows the resolved ratio, not whether the operator gave it: a
+                # V4.1 deployment is read as SWA cap mode (SGLang's default for it).
+                swa_ratio_explicit=not geom.is_v41,
             )
             stages = [stage_slice(geom, facts.pp_size, r) for r in range(facts.pp_size)]
         except (SettingsError, GeometryError) as exc:
             self._down("bad_config", str(exc))
             return
-        per_stage = []
-        for stage in stages:
-            fp = footprint_for_tokens(
+        self.switches = not_modelled(geom, settings, self.release)
+        if self.switches:
+            self._down("not_modelled", "not modelled: " + ", ".join(self.switches))
+            return
+        # The core prices the configurator's own budget (recovered from the token count) by
+        # real dtypes too: correct_full_tokens is the capacity the fix costs or frees.
+        per_stage = [
+            footprint_for_tokens(
                 geom,
                 settings,
                 dep.configurator,
                 facts.max_total_num_tokens,
-                stage,  # type: ignore[arg-type]
+                stage,
+                rules=self.release,
             )
-            # The configurator's budget was its planned total (to within one page of tokens):
-            # price the same budget correctly to show the capacity the fix costs or frees.
-            try:
-                correct = full_tokens_for_budget(
-                    fp.planned_bytes,
-                    fp.c128_state_fixed_bytes,
-                    fp.coefficients["fixed"].total,
-                    settings.page_size,
-                )
-            except BudgetError:
-                correct = None
-            per_stage.append(_with_correct(fp, correct))
+            for stage in stages
+        ]
         ranks = []
         mfs = facts.mem_fraction_static
         for rank in range(facts.tp_size * facts.pp_size):
@@ -231,7 +264,7 @@ class FootprintView:
             ranks.append(
                 RankFootprint(rank, per_stage[rank // facts.tp_size], reserve, gpu_free.get(rank))
             )
-        self.deployment, self.ranks = dep, ranks
+        self.ranks = ranks
         self.status, self.detail = "ok", ""
         self.health.success(0.0)
 
@@ -260,12 +293,33 @@ class FootprintView:
                 "configurator": dep.configurator,
                 "hicache": dep.hicache,
                 "sources": dep.sources,
+                "not_modelled": list(dep.not_modelled),
             },
+            "sglang_version": self.release.version if self.release else None,
+            "rules": self.release.rules.name if self.release else None,
+            "rules_verified": self.release.verified if self.release else None,
+            "rules_note": self.release.note if self.release else None,
+            "not_modelled": self._not_modelled(),
             "ranks": [r.to_json() for r in self.ranks],
         }
 
+    def _not_modelled(self) -> list[str]:
+        return list(self.switches) if self.status == "not_modelled" else []
+
     def collect(self) -> Iterable[Metric]:
         yield m.FOOTPRINT_STATUS.one(1.0 if self.status == "ok" else 0.0, [self.status])
+        if self.release is not None:
+            yield m.FOOTPRINT_RULES_UNVERIFIED.one(
+                0.0 if self.release.verified else 1.0,
+                [self.release.version, self.release.rules.name],
+            )
+            # Every known switch, 1 when in use: a bounded label set, present from the first
+            # /server_info on, so "nothing unmodelled" is a 0 and not a missing series.
+            in_use = set(self._not_modelled())
+            fam = m.FOOTPRINT_NOT_MODELLED.family()
+            for switch in NOT_MODELLED_SWITCHES:
+                fam.add_metric([switch], 1.0 if switch in in_use else 0.0)
+            yield fam
         dep = self.deployment
         if self.status != "ok" or dep is None or not self.ranks:
             return
@@ -287,6 +341,7 @@ class FootprintView:
             m.KV_POOL_TOKENS.family(),
         )
         over, correct = m.KV_POOL_OVERCOMMIT.family(), m.KV_CORRECT_TOKENS.family()
+        reclaim = m.KV_POOL_RECLAIMABLE.family()
         reserve, left = m.MEMORY_RESERVE.family(), m.MEMORY_RESERVE_LEFT.family()
         for r in self.ranks:
             rank = str(r.rank)
@@ -296,15 +351,10 @@ class FootprintView:
                 alloc.add_metric([rank, name], float(p.allocated_bytes))
                 tokens.add_metric([rank, name], float(p.tokens))
             over.add_metric([rank], float(fp.overcommit_bytes))
+            reclaim.add_metric([rank], float(fp.reclaimable_bytes))
             if fp.correct_full_tokens is not None:
                 correct.add_metric([rank], float(fp.correct_full_tokens))
             if r.reserve_bytes is not None:
                 reserve.add_metric([rank], float(r.reserve_bytes))
                 left.add_metric([rank], float(r.reserve_bytes - fp.overcommit_bytes))
-        yield from (planned, alloc, tokens, over, correct, reserve, left)
-
-
-def _with_correct(fp: Footprint, correct: int | None) -> Footprint:
-    from dataclasses import replace
-
-    return replace(fp, correct_full_tokens=correct)
+        yield from (planned, alloc, tokens, over, reclaim, correct, reserve, left)

@@ -34,7 +34,8 @@ def _json(capsys, *argv):
 
 
 def test_json_contract(capsys):
-    d = _json(capsys)
+    # The README's deployment (bf16 fork, legacy pricing, 50 GiB) on the 0.5.15-0.5.20 rules.
+    d = _json(capsys, "--sglang-version", "0.5.20")
     assert d.keys() >= REQUIRED
     assert set(d["pools"]) == POOLS
     for p in d["pools"].values():
@@ -43,6 +44,49 @@ def test_json_contract(capsys):
     assert d["full_tokens"] == 6_614_784 and d["correct_full_tokens"] == 6_099_456
     assert d["overcommit_bytes"] == d["allocated_bytes"] - d["planned_bytes"]
     assert sum(p["allocated_bytes"] for p in d["pools"].values()) == d["allocated_bytes"]
+    assert d["rules"] == "0.5.15-0.5.20" and d["rules_verified"] is True
+    assert round(d["overcommit_bytes"] / GIB, 2) == 4.34
+
+
+def test_default_is_the_newest_release(capsys):
+    d = _json(capsys, "--index-k-dtype", "fp8")
+    assert (d["sglang_version"], d["rules"]) == ("0.5.23", "0.5.23")
+    # SGLang 0.5.23's own plan for this deployment (tests/conformance checks it against the code).
+    assert d["full_tokens"] == 7_192_320
+    assert d["bytes_per_full_token"]["legacy"] == 7086.75
+
+
+def test_fp4_on_nvidia_shows_reclaimable_bytes(capsys):
+    d = _json(capsys, "--index-k-dtype", "fp4")
+    assert round(d["planned_bytes"] / 1e9, 2) == 53.69
+    assert round(d["allocated_bytes"] / 1e9, 2) == 51.28
+    assert d["reclaimable_bytes"] == d["planned_bytes"] - d["allocated_bytes"]
+    assert main(["plan", "--index-k-dtype", "fp4"]) == 0
+    assert "UNDER-COMMIT" in capsys.readouterr().out
+
+
+def test_newer_release_is_computed_and_marked_unverified(capsys):
+    d = _json(capsys, "--sglang-version", "0.6.2")
+    assert d["rules"] == "0.5.23" and d["rules_verified"] is False
+    assert main(["plan", "--sglang-version", "0.6.2"]) == 0
+    assert "UNVERIFIED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "switch"),
+    [
+        (["--hisparse-ratio", "2"], "hisparse"),
+        (["--not-modelled", "trtllm-layout"], "trtllm-layout"),
+        (["--not-modelled", "pd-decode-slots"], "pd-decode-slots"),
+    ],
+)
+def test_not_modelled_switch_prints_no_number(capsys, argv, switch):
+    assert main(["plan", *argv]) == 3
+    out = capsys.readouterr().out
+    assert f"not modelled: {switch}" in out and "GiB" not in out
+    assert main(["plan", "--json", *argv]) == 3
+    d = json.loads(capsys.readouterr().out)
+    assert d["not_modelled"] == [switch] and "pools" not in d
 
 
 @pytest.mark.parametrize("model", ["deepseek-v4-flash", "deepseek-v4-pro"])
@@ -81,6 +125,8 @@ def test_budget_from_gpu_memory(capsys):
         ["--model", "llama"],
         ["--available-gib", "1"],
         ["--swa-full-tokens-ratio", "1.5"],
+        ["--sglang-version", "0.5.9"],
+        ["--sglang-version", "latest"],
     ],
 )
 def test_invalid_combinations_exit_2_with_one_line(capsys, argv):
@@ -91,7 +137,7 @@ def test_invalid_combinations_exit_2_with_one_line(capsys, argv):
 
 def test_human_output_via_console_script():
     r = subprocess.run(
-        [sys.executable, "-m", "exporter", "plan"],
+        [sys.executable, "-m", "exporter", "plan", "--sglang-version", "0.5.20"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -99,6 +145,7 @@ def test_human_output_via_console_script():
     )
     assert r.returncode == 0, r.stderr
     assert "c4_index_k" in r.stdout and "OVER-COMMIT" in r.stdout and "6,099,456" in r.stdout
+    assert "rules 0.5.15-0.5.20" in r.stdout
 
 
 def test_fixed_verdict_is_ok(capsys):

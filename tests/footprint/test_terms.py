@@ -11,6 +11,7 @@ from exporter.footprint import (
     indexer_bytes_per_token,
     kv_bytes_per_token,
     plan_for_budget,
+    rules_for_version,
     stage_slice,
     token_coefficient,
 )
@@ -20,6 +21,9 @@ from exporter.footprint.pricing import (
     counts_for_full_tokens,
 )
 
+# The hand arithmetic below is the formula of SGLang 0.5.15-0.5.20; other releases' rules are
+# checked against the released code itself in tests/conformance.
+R20 = rules_for_version("0.5.20").rules
 FLASH = PRESETS["deepseek-v4-flash"]
 PRO = PRESETS["deepseek-v4-pro"]
 GIB = 1024**3
@@ -58,7 +62,7 @@ def test_indexer_bytes_general_in_d():
 
 
 def test_coefficient_terms_flash_fp8():
-    c = token_coefficient(FLASH, stage_slice(FLASH), DeploymentSettings(), "fp8")
+    c = token_coefficient(FLASH, stage_slice(FLASH), DeploymentSettings(), "fp8", rules=R20)
     t = c.terms
     assert t["swa_kv"] == pytest.approx(0.1 * 584 * 43)  # 2511.2
     assert t["c4_kv"] == pytest.approx(584 / 4 * 21)  # 3066
@@ -74,14 +78,18 @@ def test_coefficient_terms_flash_fp8():
     ("dtype", "total"), [("fp8", 7705.45), ("bf16", 8356.45), ("fp4", 7369.45)]
 )
 def test_sanity_anchor_bytes_per_full_token(dtype, total):
-    fp = plan_for_budget(FLASH, DeploymentSettings(index_k_dtype=dtype), "fixed", 50 * GIB)
+    fp = plan_for_budget(
+        FLASH, DeploymentSettings(index_k_dtype=dtype), "fixed", 50 * GIB, rules=R20
+    )
     assert fp.bytes_per_full_token["fixed"] == pytest.approx(total)
     # The legacy formula prints the fp8 value for every dtype.
     assert fp.bytes_per_full_token["legacy"] == pytest.approx(7705.45)
 
 
 def test_bf16_legacy_misses_651_bytes_per_token():
-    fp = plan_for_budget(FLASH, DeploymentSettings(index_k_dtype="bf16"), "legacy", 50 * GIB)
+    fp = plan_for_budget(
+        FLASH, DeploymentSettings(index_k_dtype="bf16"), "legacy", 50 * GIB, rules=R20
+    )
     assert fp.bytes_per_full_token["fixed"] - fp.bytes_per_full_token["legacy"] == pytest.approx(
         (256 - 132) / 4 * 21
     )
@@ -89,22 +97,23 @@ def test_bf16_legacy_misses_651_bytes_per_token():
 
 def test_c128_state_fixed_bias():
     # rows = ceil128((256+1)*128 + 128 + 1) = ceil128(33025) = 33152; width 2*512*4 B; 20 layers
-    assert c128_state_fixed_bytes(FLASH, stage_slice(FLASH), DeploymentSettings()) == (
+    assert c128_state_fixed_bytes(FLASH, stage_slice(FLASH), DeploymentSettings(), rules=R20) == (
         33152 * 4096 * 20
     )
 
 
 def test_c128_state_online_compress_and_bf16_state():
     s = DeploymentSettings(online_compress=True, compress_state_dtype="bfloat16")
-    # ring 1: rows = ceil128(257*1 + 1 + 1) = 384; width 3*512*2 B
-    assert c128_state_fixed_bytes(FLASH, stage_slice(FLASH), s) == 384 * 3072 * 20
+    # ring 1: rows = slots + ring + 1 = 257 + 1 + 1, unpadded (_get_c128_state_fixed_bytes,
+    # online branch); width 3*512*2 B
+    assert c128_state_fixed_bytes(FLASH, stage_slice(FLASH), s, rules=R20) == 259 * 3072 * 20
 
 
 def test_speculative_inflation_and_rings():
     s = DeploymentSettings(speculative=True)
     assert (s.ring_c4, s.ring_c128) == (16, 256)
-    base = token_coefficient(FLASH, stage_slice(FLASH), DeploymentSettings(), "fp8")
-    spec = token_coefficient(FLASH, stage_slice(FLASH), s, "fp8")
+    base = token_coefficient(FLASH, stage_slice(FLASH), DeploymentSettings(), "fp8", rules=R20)
+    spec = token_coefficient(FLASH, stage_slice(FLASH), s, "fp8", rules=R20)
     assert spec.speculative_factor == pytest.approx(44 / 43)
     # state terms double (ring 16), then everything is inflated by (L+1)/L
     assert spec.terms["c4_state"] == pytest.approx(base.terms["c4_state"] * 2 * 44 / 43)
@@ -112,13 +121,17 @@ def test_speculative_inflation_and_rings():
 
 
 def test_hisparse_shrinks_c4_kv():
-    t = token_coefficient(FLASH, stage_slice(FLASH), DeploymentSettings(hisparse_ratio=4), "fp8")
+    t = token_coefficient(
+        FLASH, stage_slice(FLASH), DeploymentSettings(hisparse_ratio=4), "fp8", rules=R20
+    )
     assert t.terms["c4_kv"] == pytest.approx(584 / 4 * 21 / 4)
 
 
 def test_worked_magnitude_50gib_flash_bf16_legacy():
     """dsv4-memory.md §4: 6,614,784 tokens, ~4.0 GiB of unpriced index-K; fixed gives 6,099,456."""
-    fp = plan_for_budget(FLASH, DeploymentSettings(index_k_dtype="bf16"), "legacy", 50 * GIB)
+    fp = plan_for_budget(
+        FLASH, DeploymentSettings(index_k_dtype="bf16"), "legacy", 50 * GIB, rules=R20
+    )
     bias = 33152 * 4096 * 20
     assert fp.full_tokens == (50 * GIB - bias) // 7705.45 // 256 * 256 == 6_614_784
     assert fp.correct_full_tokens == 6_099_456
@@ -131,7 +144,7 @@ def test_worked_magnitude_50gib_flash_bf16_legacy():
 
 
 def test_token_counts_from_full():
-    c = counts_for_full_tokens(FLASH, DeploymentSettings(), 6_614_784)
+    c = counts_for_full_tokens(FLASH, DeploymentSettings(), 6_614_784, rules=R20)
     assert c.swa == int(6_614_784 * 0.1) // 256 * 256 == 661_248
     assert (c.c4, c.c128) == (6_614_784 // 4, 6_614_784 // 128)
     assert c.c4_state == 661_248 // 128 * 8
@@ -141,8 +154,8 @@ def test_token_counts_from_full():
 def test_allocation_terms_by_hand():
     s = DeploymentSettings(index_k_dtype="fp8")
     full = 1_048_576
-    c = counts_for_full_tokens(FLASH, s, full)
-    a = allocated_bytes(FLASH, stage_slice(FLASH), s, c)
+    c = counts_for_full_tokens(FLASH, s, full, rules=R20)
+    a = allocated_bytes(FLASH, stage_slice(FLASH), s, c, rules=R20)
     # KV pages padded to 576 B: 256*584 -> 260*576; 64*584 -> 65*576; 2*584 -> 3*576
     assert kv_page_bytes(FLASH, 256) == 149_760
     assert kv_page_bytes(FLASH, 64) == 37_440
@@ -161,10 +174,16 @@ def test_draft_layers_allocated_only_with_speculation():
     full = 1_048_576
     st = stage_slice(FLASH)
     plain = allocated_bytes(
-        FLASH, st, DeploymentSettings(), counts_for_full_tokens(FLASH, DeploymentSettings(), full)
+        FLASH,
+        st,
+        DeploymentSettings(),
+        counts_for_full_tokens(FLASH, DeploymentSettings(), full),
+        rules=R20,
     )
     spec_s = DeploymentSettings(speculative=True)
-    spec = allocated_bytes(FLASH, st, spec_s, counts_for_full_tokens(FLASH, spec_s, full))
+    spec = allocated_bytes(
+        FLASH, st, spec_s, counts_for_full_tokens(FLASH, spec_s, full), rules=R20
+    )
     swa_pages = (int(full * 0.1) // 256 * 256 + 257) // 256
     assert plain["swa_kv"] == swa_pages * 149_760 * 43
     assert spec["swa_kv"] == swa_pages * 149_760 * 44  # the MTP layer is SWA-only
@@ -179,15 +198,20 @@ def test_helpers():
 
 def test_fixed_leaves_only_page_padding():
     """A fixed configurator's over-commit is the page-padding remainder, well under 0.5 GiB."""
-    fp = plan_for_budget(FLASH, DeploymentSettings(index_k_dtype="bf16"), "fixed", 50 * GIB)
+    fp = plan_for_budget(
+        FLASH, DeploymentSettings(index_k_dtype="bf16"), "fixed", 50 * GIB, rules=R20
+    )
     assert 0 < fp.overcommit_bytes < 0.5 * GIB
     assert abs(fp.pools["c4_index_k"].overcommit_bytes) < 1 * 1024**2
 
 
 def test_footprint_for_tokens_matches_plan():
     s = DeploymentSettings(index_k_dtype="bf16")
-    plan = plan_for_budget(FLASH, s, "legacy", 50 * GIB)
-    again = footprint_for_tokens(FLASH, s, "legacy", plan.full_tokens)
+    plan = plan_for_budget(FLASH, s, "legacy", 50 * GIB, rules=R20)
+    again = footprint_for_tokens(FLASH, s, "legacy", plan.full_tokens, rules=R20)
     assert again.allocated_bytes == plan.allocated_bytes
     assert again.planned_bytes == plan.planned_bytes
-    assert again.correct_full_tokens is None
+    # Without the budget the core recovers it from the token count (the configurator spent it
+    # to within one page of tokens), so the corrected count agrees to within one page.
+    assert again.correct_full_tokens is not None and plan.correct_full_tokens is not None
+    assert abs(again.correct_full_tokens - plan.correct_full_tokens) <= s.page_size

@@ -1,17 +1,41 @@
 """The over-commit view: geometry choice (config.json read once at start-up, fallback to
-presets), deployment facts from config / SGLang's env / the version rule."""
+presets), deployment facts from config / SGLang's env, the release's rules from the version in
+/server_info (unverified when newer than any known), switches that are not modelled, and the
+under-commit (reclaimable) side."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from exporter.config import load_settings
-from exporter.sources.footprint import FootprintView, configurator_for_version, resolve_facts
+from exporter.footprint import (
+    NOT_MODELLED_SWITCHES,
+    PRESETS,
+    DeploymentSettings,
+    plan_for_budget,
+    rules_for_version,
+)
+from exporter.sources.footprint import FootprintView, resolve_facts
 from exporter.sources.sglang import parse_server_info
 
 FIX = Path(__file__).parent.parent / "fixtures"
-FLASH_FACTS = parse_server_info(json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text()))
+# The recorded /server_info comes from 0.5.9 (no DSV4 pools); the layout is the same in the
+# DSV4 releases, so the tests give it their version.
+RECORDED = parse_server_info(json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text()))
+FLASH_FACTS = replace(RECORDED, version="0.5.20")
+GIB = 1024**3
+
+
+def _samples(view: FootprintView) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in view.collect():
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
 
 
 def test_config_json_wins_over_the_served_name(monkeypatch):
@@ -37,7 +61,9 @@ def test_unreadable_config_falls_back_to_the_preset(tmp_path):
 
 
 def test_unknown_model_is_reported_not_guessed():
-    facts = parse_server_info({"model_path": "Qwen/Qwen3-235B", "max_total_num_tokens": 1000})
+    facts = parse_server_info(
+        {"model_path": "Qwen/Qwen3-235B", "max_total_num_tokens": 1000, "version": "0.5.23"}
+    )
     view = FootprintView(load_settings({}), env={})
     view.refresh(facts, {}, {})
     assert view.status == "unknown_model" and not view.ranks
@@ -52,10 +78,99 @@ def test_deployment_facts_sources():
     dep = resolve_facts(cfg, FLASH_FACTS, env)
     assert (dep.index_k_dtype, dep.compress_state_dtype) == ("bf16", "bfloat16")
     assert dep.sources["index_k_dtype"] == "env SGLANG_DSV4_BF16_INDEX_K"
-    assert dep.configurator == "legacy"  # 0.5.9 < 0.5.12
+    # Upstream prices index-K as fp8 in every release: auto is legacy, whatever the version.
+    assert dep.configurator == "legacy"
+    assert dep.sources["configurator"].startswith("auto")
     dep = resolve_facts(
         load_settings({"index_k_dtype": "fp4", "configurator": "fixed"}), FLASH_FACTS, env
     )
     assert (dep.index_k_dtype, dep.configurator) == ("fp4", "fixed")
-    assert configurator_for_version("0.6.0rc1", "0.5.12") == "fixed"
-    assert configurator_for_version("nightly", "0.5.12") == "legacy"
+
+
+@pytest.mark.parametrize(
+    ("version", "rules", "tokens"),
+    [("0.5.20", "0.5.15-0.5.20", 6_614_784), ("0.5.23", "0.5.23", 7_192_320)],
+)
+def test_rules_follow_the_version_in_server_info(version, rules, tokens):
+    """SGLang's own token count at 50 GiB on each release, priced by that release's rules:
+    the plan comes back to the same budget and the rules are named."""
+    facts = replace(FLASH_FACTS, version=version, max_total_num_tokens=tokens)
+    view = FootprintView(load_settings({"index_k_dtype": "fp8"}), env={})
+    view.refresh(facts, {}, {})
+    assert view.status == "ok"
+    fp = view.ranks[0].footprint
+    assert fp.rules.name == rules
+    assert 50 * GIB - fp.planned_bytes < 256 * fp.bytes_per_full_token["legacy"]
+    samples = _samples(view)
+    assert samples["dsv4_footprint_rules_unverified"] == [
+        ({"sglang_version": version, "rules": rules}, 0.0)
+    ]
+    assert not any(v for _, v in samples["dsv4_footprint_not_modelled"])
+    assert view.as_json()["rules_verified"] is True
+
+
+def test_newer_version_is_computed_with_newest_rules_and_flagged():
+    view = FootprintView(load_settings({}), env={})
+    view.refresh(replace(FLASH_FACTS, version="0.6.1"), {}, {})
+    assert view.status == "ok"
+    assert view.ranks[0].footprint.rules.name == "0.5.23"
+    samples = _samples(view)
+    assert samples["dsv4_footprint_rules_unverified"] == [
+        ({"sglang_version": "0.6.1", "rules": "0.5.23"}, 1.0)
+    ]
+    body = view.as_json()
+    assert body["rules_verified"] is False and "UNVERIFIED" in body["rules_note"]
+
+
+def test_release_without_dsv4_pools_exports_no_footprint():
+    view = FootprintView(load_settings({}), env={})
+    view.refresh(RECORDED, {}, {})  # 0.5.9
+    assert view.status == "unsupported_version" and not view.ranks
+    assert "0.5.12" in view.detail
+    samples = _samples(view)
+    assert samples["dsv4_footprint_up"] == [({"reason": "unsupported_version"}, 0.0)]
+    assert "dsv4_kv_pool_allocated_bytes" not in samples
+
+
+def test_not_modelled_switch_exports_no_number():
+    view = FootprintView(load_settings({}), env={"SGLANG_DSV4_UNIFIED_KV_TRITON": "1"})
+    view.refresh(replace(FLASH_FACTS, speculative_algorithm="DSPARK"), {}, {})
+    assert view.status == "not_modelled" and not view.ranks
+    assert "dspark-draft" in view.detail and "unified-kv" in view.detail
+    samples = _samples(view)
+    in_use = sorted(lbl["switch"] for lbl, v in samples["dsv4_footprint_not_modelled"] if v)
+    assert in_use == ["dspark-draft", "unified-kv"]
+    assert len(samples["dsv4_footprint_not_modelled"]) == len(NOT_MODELLED_SWITCHES)
+    assert "dsv4_kv_pool_planned_bytes" not in samples
+
+
+def test_v41_geometry_is_not_modelled():
+    path = FIX / "deepseek-v41-shaped.config.json"
+    view = FootprintView(load_settings({"model_config_path": str(path)}), env={})
+    view.refresh(replace(FLASH_FACTS, version="0.5.23"), {}, {})
+    assert view.geometry.kv_source_layer_ids == (0, 1)
+    # /server_info cannot say whether the SWA ratio was given: V4.1 reads as SWA cap mode.
+    assert view.status == "not_modelled" and "swa-cap-mode" in view.detail
+
+
+def test_fp4_on_nvidia_is_reclaimable_capacity():
+    """Upstream 0.5.23 budgets fp4 index-K as fp8: the pool never takes ~2.4 GB per rank."""
+    plan = plan_for_budget(
+        PRESETS["deepseek-v4-flash"],
+        DeploymentSettings(index_k_dtype="fp4"),
+        "legacy",
+        50 * GIB,
+        rules=rules_for_version("0.5.23"),
+    )
+    facts = replace(
+        FLASH_FACTS, version="0.5.23", fp4_indexer=True, max_total_num_tokens=plan.full_tokens
+    )
+    view = FootprintView(load_settings({}), env={})
+    view.refresh(facts, {}, {})
+    fp = view.ranks[0].footprint
+    assert fp.settings.index_k_dtype == "fp4"
+    assert 2.2e9 < fp.reclaimable_bytes < 2.6e9
+    samples = _samples(view)
+    reclaim = dict((lbl["rank"], v) for lbl, v in samples["dsv4_kv_pool_reclaimable_bytes"])
+    assert reclaim["0"] == pytest.approx(fp.reclaimable_bytes)
+    assert len(reclaim) == FLASH_FACTS.tp_size

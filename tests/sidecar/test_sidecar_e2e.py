@@ -102,14 +102,16 @@ def test_legacy_bf16_shows_about_4_gib_per_rank(legacy_sim):
         )
         api = httpx.get(sc.url + "/api/v1/footprint", timeout=5).json()
         assert api["status"] == "ok" and len(api["ranks"]) == 8
-        assert api["deployment"]["sources"]["configurator"].startswith("auto: version 0.5.9")
+        assert api["deployment"]["sources"]["configurator"].startswith("auto: upstream")
+        assert (api["sglang_version"], api["rules"]) == ("0.5.20+sim", "0.5.15-0.5.20")
         assert api["ranks"][0]["overcommit_bytes"] == over
         page = httpx.get(sc.url + "/", timeout=5).text
         assert "Worst rank over-commit" in page and "/metrics" in page
 
 
 def test_fixed_configurator_shows_only_page_padding(fixed_sim):
-    with ServerThread(_sidecar(fixed_sim.url, index_k_dtype="bf16")) as sc:
+    # A fork with the dtype-aware fix cannot be told from /server_info: the operator says so.
+    with ServerThread(_sidecar(fixed_sim.url, index_k_dtype="bf16", configurator="fixed")) as sc:
         over = wait_for(lambda: _overcommit(sc.url))
         assert 0 < over < 0.5 * GIB
         assert sample_value(scrape(sc.url), "dsv4_deployment_info", configurator="fixed") == 1

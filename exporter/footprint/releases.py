@@ -1,0 +1,163 @@
+"""One rule set per range of SGLang releases: how that release's DSV4 pool configurator prices a
+full-pool token and sizes its sub-pools.
+
+Read from each released wheel's ``sglang/srt/model_executor/pool_configurator.py``
+(``DSV4PoolConfigurator``) and ``sglang/srt/mem_cache/deepseek_v4_memory_pool.py``
+(``DeepSeekV4TokenToKVPool``), and proven against them by ``tests/conformance``. Every switch
+says which releases it holds for; docs/footprint.md has the formulas term by term.
+
+A version is selected by its release number (``0.5.16``, ``0.5.12.post1``, ``0.5.23+sim``,
+``0.5.20rc1`` all count as their release). Older than the first release with DSV4 pools is an
+error; newer than the newest known is computed with the newest rules and flagged unverified,
+never silently.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Literal
+
+C128StatePricing = Literal["per_swa_token", "fixed_bias"]
+KvPricing = Literal["logical", "page_layout"]
+C4StateUnit = Literal["window", "swa_page"]
+PageReserve = Literal["own_page", "global_page"]
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
+
+
+class VersionError(ValueError):
+    """A version string that names no SGLang release with DSV4 pools."""
+
+
+def parse_release(version: str) -> tuple[int, int, int]:
+    """The (major, minor, patch) of a version string; suffixes (.post1, rc1, +sim) ignored."""
+    match = _VERSION_RE.match(version)
+    if not match:
+        raise VersionError(
+            f"SGLang version {version!r} is not of the form X.Y.Z (e.g. 0.5.23): "
+            "pass --sglang-version with a release number"
+        )
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+@dataclass(frozen=True)
+class ReleaseRules:
+    """How one range of releases prices and sizes DSV4 pools (first..last inclusive)."""
+
+    name: str
+    first: tuple[int, int, int]
+    last: tuple[int, int, int]
+    # 0.5.12: the configurator prices cfg.compress_ratios whole (main and MTP entries, every
+    # PP stage); 0.5.13+ prices only the stage's slice [start_layer, end_layer).
+    prices_stage_slice: bool
+    # 0.5.12-0.5.13 price (and allocate) compress state as float32; 0.5.14+ read
+    # SGLANG_DSV4_COMPRESS_STATE_DTYPE (_get_dsv4_compress_state_dtype_sizes).
+    state_dtype_from_env: bool
+    # 0.5.12-0.5.14: c128 state is a per-token term, sized swa // window * ring128;
+    # 0.5.15+: a request-scoped fixed bias, sized (mrr + 1) * ring128.
+    c128_state: C128StatePricing
+    # <=0.5.20: 584 B per latent token (nope + 2*rope + 8); 0.5.21+: the page layout's bytes,
+    # layout.page_bytes(p) / p (585 / 585 / 864 B for SWA / c4 / c128 at page 256).
+    kv_pricing: KvPricing
+    # <=0.5.20: c4 state rows per SWA *window* (swa // window * ring4);
+    # 0.5.21+: per SWA *page* (swa // page_size * ring4), priced ring4 / page_size per SWA slot.
+    c4_state_unit: C4StateUnit
+    # Device pool pages (DeepSeekV4SingleKVPool / DeepSeekV4IndexerPool): up to 0.5.20 every
+    # sub-pool takes (size + page + 1) // page of its own pages; from 0.5.21 the compressed KV
+    # pools (and from 0.5.22 the index-K pool) reserve the allocator's dummy *logical* page,
+    # ceil((size + page_size) / physical_page) (_num_dsv4_physical_kv_pages).
+    kv_reserve: PageReserve = "own_page"
+    # --enable-deepseek-v4-fp4-indexer exists from 0.5.13; 0.5.12 stores fp8 index-K always.
+    has_fp4_indexer: bool = True
+    # DeepSeek-V4.1 ratio-1/2 layers (0.5.21+): 0.5.21-0.5.22 price their latent at the
+    # logical 584 B with no reserved pages; 0.5.23 prices the page layout's bytes and removes
+    # whole pages until the reserved low-ratio pages fit (_get_low_ratio_kv_padding_bytes).
+    low_ratio_paged: bool = False
+    index_reserve: PageReserve = "own_page"
+    # 0.5.15-0.5.20 subtract the bias from the budget without a floor; 0.5.21+ clamp at 0.
+    # (Either way a budget below the bias yields no tokens.)
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    def covers(self, release: tuple[int, int, int]) -> bool:
+        return self.first <= release <= self.last
+
+
+# Each rule set is its predecessor plus what that release changed.
+_R12 = ReleaseRules(
+    name="0.5.12",
+    first=(0, 5, 12),
+    last=(0, 5, 12),
+    prices_stage_slice=False,
+    state_dtype_from_env=False,
+    c128_state="per_swa_token",
+    kv_pricing="logical",
+    c4_state_unit="window",
+    has_fp4_indexer=False,
+)
+_R13 = replace(
+    _R12,
+    name="0.5.13",
+    first=(0, 5, 13),
+    last=(0, 5, 13),
+    prices_stage_slice=True,
+    has_fp4_indexer=True,
+)
+_R14 = replace(_R13, name="0.5.14", first=(0, 5, 14), last=(0, 5, 14), state_dtype_from_env=True)
+_R15 = replace(
+    _R14, name="0.5.15-0.5.20", first=(0, 5, 15), last=(0, 5, 20), c128_state="fixed_bias"
+)
+_R21 = replace(
+    _R15,
+    name="0.5.21",
+    first=(0, 5, 21),
+    last=(0, 5, 21),
+    kv_pricing="page_layout",
+    c4_state_unit="swa_page",
+    kv_reserve="global_page",
+)
+_R22 = replace(_R21, name="0.5.22", first=(0, 5, 22), last=(0, 5, 22), index_reserve="global_page")
+_R23 = replace(_R22, name="0.5.23", first=(0, 5, 23), last=(0, 5, 23), low_ratio_paged=True)
+
+RULES: tuple[ReleaseRules, ...] = (_R12, _R13, _R14, _R15, _R21, _R22, _R23)
+NEWEST: ReleaseRules = RULES[-1]
+NEWEST_RELEASE = "0.5.23"
+FIRST_RELEASE = "0.5.12"
+
+
+@dataclass(frozen=True)
+class RuleChoice:
+    """The rules used for a version, and whether that version is one they were proven on."""
+
+    version: str
+    rules: ReleaseRules
+    verified: bool
+
+    @property
+    def note(self) -> str:
+        if self.verified:
+            return f"SGLang {self.version}: rules {self.rules.name}"
+        return (
+            f"SGLang {self.version} is newer than {NEWEST_RELEASE}, the newest release these "
+            f"rules were checked against: computed with rules {self.rules.name}, UNVERIFIED"
+        )
+
+
+def rules_for_version(version: str | None) -> RuleChoice:
+    """The rule set of ``version`` (None: the newest supported release)."""
+    if version is None:
+        return RuleChoice(NEWEST_RELEASE, NEWEST, True)
+    release = parse_release(version)
+    for rules in RULES:
+        if rules.covers(release):
+            return RuleChoice(version, rules, True)
+    if release > NEWEST.last:
+        return RuleChoice(version, NEWEST, False)
+    raise VersionError(
+        f"SGLang {version} has no DeepSeek-V4 pools: {FIRST_RELEASE} is the first release "
+        "with DSV4PoolConfigurator"
+    )

@@ -1,0 +1,150 @@
+"""Version -> rule set: boundaries read from the released wheels, suffixes, unverified, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.footprint import (
+    PRESETS,
+    DeploymentSettings,
+    GeometryError,
+    VersionError,
+    geometry_from_config,
+    not_modelled,
+    plan_for_budget,
+    rules_for_version,
+)
+
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("version", "rules"),
+    [
+        ("0.5.12", "0.5.12"),
+        ("0.5.12.post1", "0.5.12"),
+        ("0.5.13", "0.5.13"),
+        ("0.5.14", "0.5.14"),
+        ("0.5.15", "0.5.15-0.5.20"),
+        ("0.5.20rc2", "0.5.15-0.5.20"),
+        ("0.5.21", "0.5.21"),
+        ("0.5.22", "0.5.22"),
+        ("0.5.23+sim", "0.5.23"),
+        ("v0.5.23", "0.5.23"),
+    ],
+)
+def test_each_release_has_its_rules(version, rules):
+    choice = rules_for_version(version)
+    assert choice.rules.name == rules and choice.verified
+
+
+def test_default_is_the_newest_release():
+    choice = rules_for_version(None)
+    assert (choice.version, choice.rules.name, choice.verified) == ("0.5.23", "0.5.23", True)
+
+
+@pytest.mark.parametrize("version", ["0.5.24", "0.6.0rc1", "1.0.0"])
+def test_newer_is_newest_rules_unverified(version):
+    choice = rules_for_version(version)
+    assert choice.rules.name == "0.5.23" and not choice.verified
+    assert "UNVERIFIED" in choice.note and version in choice.note
+
+
+@pytest.mark.parametrize(("version", "fragment"), [("0.5.11", "0.5.12"), ("nightly", "X.Y.Z")])
+def test_unsupported_versions_say_why(version, fragment):
+    with pytest.raises(VersionError, match=fragment.replace(".", r"\.")):
+        rules_for_version(version)
+
+
+def test_releases_differ_where_the_code_does():
+    """V4-Flash fp8 at 50 GiB: the figures each release's own configurator gives
+    (tests/conformance runs the real code)."""
+    flash = PRESETS["deepseek-v4-flash"]
+    tokens = {
+        v: plan_for_budget(
+            flash,
+            DeploymentSettings(index_k_dtype="fp8"),
+            "legacy",
+            50 * GIB,
+            rules=rules_for_version(v),
+        ).full_tokens
+        for v in ("0.5.12", "0.5.20", "0.5.23")
+    }
+    assert tokens == {"0.5.12": 3_364_608, "0.5.20": 6_614_784, "0.5.23": 7_192_320}
+    pro = PRESETS["deepseek-v4-pro"]
+    pro_tokens = plan_for_budget(
+        pro,
+        DeploymentSettings(index_k_dtype="fp8"),
+        "legacy",
+        50 * GIB,
+        rules=rules_for_version("0.5.23"),
+    ).full_tokens
+    assert pro_tokens == 4_891_136
+
+
+V41_CONFIG = Path(__file__).parent.parent / "fixtures" / "deepseek-v41-shaped.config.json"
+
+
+def _v41(**over):
+    """A V4.1-shaped config (text_config nesting, ratios 1/2, source layers), small on purpose."""
+    cfg = json.loads(V41_CONFIG.read_text())
+    cfg["text_config"].update(over)
+    return cfg
+
+
+def test_v41_config_reads_text_config_and_source_layers():
+    g = geometry_from_config(_v41())
+    assert g.model_type == "deepseek_v41" and g.num_hidden_layers == 4
+    assert g.compress_ratios == (1, 2, 4, 128, 0)
+    assert (g.kv_source_layer_ids, g.index_source_layer_ids) == ((0, 1), (0,))
+    assert g.is_v41
+    v23, v20 = rules_for_version("0.5.23"), rules_for_version("0.5.20")
+    assert not_modelled(g, DeploymentSettings(), v23) == ()
+    assert not_modelled(g, DeploymentSettings(swa_ratio_explicit=False), v23) == ("swa-cap-mode",)
+    assert not_modelled(g, DeploymentSettings(speculative=True), v23) == ("deepseek-v4.1",)
+    assert not_modelled(g, DeploymentSettings(), v20) == ("deepseek-v4.1",)
+
+
+def test_v41_top_level_keys_win_over_text_config():
+    cfg = _v41()
+    cfg["sliding_window"] = 256
+    assert geometry_from_config(cfg).sliding_window == 256
+
+
+def test_ratio_1_is_still_rejected_for_v4():
+    cfg = {
+        "model_type": "deepseek_v4",
+        **{k: v for k, v in _v41()["text_config"].items() if "source" not in k},
+    }
+    with pytest.raises(GeometryError, match="compress_ratios"):
+        geometry_from_config(cfg)
+
+
+def test_v41_bad_source_layers_name_the_field():
+    with pytest.raises(GeometryError, match="kv_source_layer_ids"):
+        geometry_from_config(_v41(kv_source_layer_ids=["a"]))
+
+
+def test_v4_presets_are_modelled():
+    flash = PRESETS["deepseek-v4-flash"]
+    assert not flash.is_v41
+    settings = DeploymentSettings(swa_ratio_explicit=False, speculative=True)
+    assert not_modelled(flash, settings, rules_for_version("0.5.12")) == ()
+
+
+def test_v41_plan_through_the_cli(capsys):
+    """V4.1 with an explicit SWA ratio is priced (low-ratio pools named); left unset it is SWA
+    cap mode, which is not modelled."""
+    from exporter.cli import main
+
+    assert (
+        main(["plan", "--json", "--model", str(V41_CONFIG), "--swa-full-tokens-ratio", "0.1"]) == 0
+    )
+    d = json.loads(capsys.readouterr().out)
+    assert {"c1_kv", "c1_index_k", "c2_kv", "c2_index_k", "c2_state"} <= set(d["pools"])
+    assert d["pools"]["c2_state"]["planned_bytes"] == d["pools"]["c2_state"]["allocated_bytes"]
+    assert main(["plan", "--model", str(V41_CONFIG)]) == 3
+    assert "not modelled: swa-cap-mode" in capsys.readouterr().out
