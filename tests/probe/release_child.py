@@ -119,18 +119,10 @@ def main() -> None:
     release_dir = sys.argv[1]
     cases = json.load(sys.stdin)
     install(release_dir)
-    json.dump([run(case) for case in cases], sys.stdout)
-
-
-def run(case: dict[str, Any]) -> dict[str, Any]:
-    """One deployment with a fresh probe (attached on top of the previous one's wrappers:
-    re-attaching finds them wrapped and keeps them, so the first probe keeps counting)."""
-    import torch
 
     from exporter.probe.boot import attach
     from exporter.probe.config import ProbeConfig
     from exporter.probe.runtime import Probe
-    from exporter.probe.snapshot import read_snapshot, write_snapshot
 
     directory = Path(tempfile.mkdtemp(prefix="dsv4-probe-release-"))
     probe = Probe(ProbeConfig(directory=directory, rank="0", gap_mode="host"))
@@ -142,9 +134,20 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         measure(pool)
 
     probe.on_pool_built = keep  # type: ignore[method-assign]
-    attach(probe)
-    import sglang.srt.managers.cache_controller as cc
+    attach(probe)  # before SGLang's modules are imported, as the .pth hook does
+    json.dump([run(case, probe, built, directory) for case in cases], sys.stdout)
 
+
+def run(case: dict[str, Any], probe: Any, built: list[Any], directory: Path) -> dict[str, Any]:
+    """One deployment: fresh counts (the wrappers stay; they read ``probe.counters``)."""
+    import torch
+
+    import sglang.srt.managers.cache_controller as cc
+    from exporter.probe.snapshot import ProbeCounters, read_snapshot, write_snapshot
+
+    probe.counters = ProbeCounters(hooks=dict(probe.counters.hooks))
+    probe.states.clear()
+    built.clear()
     oracle = run_case(case)
     path = write_snapshot(directory, "0", probe.counters)
     snap = read_snapshot(path)
