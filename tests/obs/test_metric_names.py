@@ -74,6 +74,13 @@ EXPECTED: dict[str, tuple[str, tuple[str, ...]]] = {
     "dsv4_hicache_index_k_reads_total": ("counter", ("rank", "gated")),
     "dsv4_hicache_transfer_gap_seconds": ("histogram", ("rank",)),
     "dsv4_hicache_index_k_checksum_mismatches_total": ("counter", ("rank",)),
+    # measured pool memory (probe) and model drift
+    "dsv4_probe_pool_bytes": ("gauge", POOL),
+    "dsv4_probe_pool_budget_bytes": ("gauge", ("rank",)),
+    "dsv4_probe_overcommit_bytes": ("gauge", ("rank",)),
+    "dsv4_probe_configurator_bytes_per_full_token": ("gauge", ("rank",)),
+    "dsv4_probe_index_k_info": ("info", ("rank", "dtype", "layout", "bytes_per_slot")),
+    "dsv4_footprint_model_drift_bytes": ("gauge", POOL),
     # Sidecar self
     "dsv4_source_up": ("gauge", ("source",)),
     "dsv4_sidecar_build_info": ("info", ("version", "python")),
