@@ -504,7 +504,8 @@ PROBE_POOL_BYTES = _m(
     "gauge",
     "Bytes of the rank's DeepSeekV4TokenToKVPool tensors per sub-pool, measured by the probe "
     "(numel x element size of every storage the pool holds, each counted once; the target "
-    "model's pool plus, with speculative decoding, the draft worker's). pool=other: tensors under an attribute the probe does not name.",
+    "model's pool plus, with speculative decoding, the draft worker's). pool=other: tensors "
+    "under an attribute the probe does not name.",
     ("rank", "pool"),
     "probe",
 )

@@ -1,4 +1,4 @@
-"""Start-up memory truth, measured inside SGLang: what the configurator decided, what the pool holds.
+"""Start-up memory, measured inside SGLang: what the configurator decided, what the pool holds.
 
 Two records, both written into the snapshot's ``memory`` section:
 
@@ -235,4 +235,3 @@ def _int_or_none(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return None
     return int(value) if value >= 0 else None
-

@@ -288,7 +288,7 @@ def patch_pool_init(probe: Probe, cls: type) -> bool:
                 probe.fault(slot, exc)
 
     setattr(wrapper, WRAPPED, raw)
-    setattr(cls, "__init__", wrapper)
+    cls.__init__ = wrapper
     probe.counters.hooks["pool_memory"] = True
     return True
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import sys
-from pathlib import Path
 
 from exporter.probe.targets import POOL_METHODS
 from tests.sglang_release import release_dir
@@ -136,9 +135,7 @@ def _ranges(versions: list[str]) -> str:
             runs[-1].append(i)
         else:
             runs.append([i])
-    parts = [
-        RELEASES[r[0]] if len(r) == 1 else f"{RELEASES[r[0]]}-{RELEASES[r[-1]]}" for r in runs
-    ]
+    parts = [RELEASES[r[0]] if len(r) == 1 else f"{RELEASES[r[0]]}-{RELEASES[r[-1]]}" for r in runs]
     return ", ".join(parts)
 
 

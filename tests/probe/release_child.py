@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.conformance.oracle import run_case
 from tests.conformance.native_stubs import install
+from tests.conformance.oracle import run_case
 
 # accessor -> extra positional arguments after layer_id (None: built per pool below)
 EXTRA_ARGS: dict[str, str] = {
@@ -140,9 +140,9 @@ def main() -> None:
 
 def run(case: dict[str, Any], probe: Any, built: list[Any], directory: Path) -> dict[str, Any]:
     """One deployment: fresh counts (the wrappers stay; they read ``probe.counters``)."""
+    import sglang.srt.managers.cache_controller as cc
     import torch
 
-    import sglang.srt.managers.cache_controller as cc
     from exporter.probe.snapshot import ProbeCounters, read_snapshot, write_snapshot
 
     probe.counters = ProbeCounters(hooks=dict(probe.counters.hooks))

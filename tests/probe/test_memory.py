@@ -80,7 +80,9 @@ def test_measure_pool_counts_each_storage_once_by_sub_pool():
     }
 
 
-@pytest.mark.parametrize(("row", "dtype"), [(256, "bf16"), (132, "fp8"), (68, "fp4"), (8, "unknown")])
+@pytest.mark.parametrize(
+    ("row", "dtype"), [(256, "bf16"), (132, "fp8"), (68, "fp4"), (8, "unknown")]
+)
 def test_index_k_dtype_read_off_the_buffer(row, dtype):
     layout = index_k_layout(_pool(row))
     assert layout is not None and layout["dtype"] == dtype and layout["bytes_per_slot"] == row

@@ -97,6 +97,13 @@ def test_wrong_model_drifts_and_the_alert_fires(tmp_path):
     _promtool_fires(tmp_path, int(drift["c4_index_k"]))
 
 
+SERIES = 'dsv4_footprint_model_drift_bytes{{job="dsv4-sidecar", rank="0", pool="c4_index_k"}}'
+ALERT = (
+    'ALERTS{{alertname="DSV4FootprintModelDrift", alertstate="{state}", severity="warning", '
+    'job="dsv4-sidecar", rank="0", pool="c4_index_k"}}'
+)
+
+
 def _promtool_fires(tmp_path: Path, drift: int) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool is installed by `make test` (Debian package prometheus)"
@@ -112,18 +119,18 @@ def _promtool_fires(tmp_path: Path, drift: int) -> None:
             tests:
               - interval: 1m
                 input_series:
-                  - series: 'dsv4_footprint_model_drift_bytes{{job="dsv4-sidecar", rank="0", pool="c4_index_k"}}'
+                  - series: '{SERIES.format()}'
                     values: '{drift}x20'
                 promql_expr_test:
                   - expr: ALERTS{{alertname="DSV4FootprintModelDrift"}}
                     eval_time: 14m
                     exp_samples:
-                      - labels: 'ALERTS{{alertname="DSV4FootprintModelDrift", alertstate="pending", severity="warning", job="dsv4-sidecar", rank="0", pool="c4_index_k"}}'
+                      - labels: '{ALERT.format(state="pending")}'
                         value: 1
                   - expr: ALERTS{{alertname="DSV4FootprintModelDrift"}}
                     eval_time: 16m
                     exp_samples:
-                      - labels: 'ALERTS{{alertname="DSV4FootprintModelDrift", alertstate="firing", severity="warning", job="dsv4-sidecar", rank="0", pool="c4_index_k"}}'
+                      - labels: '{ALERT.format(state="firing")}'
                         value: 1
             """
         )

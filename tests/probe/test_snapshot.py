@@ -136,7 +136,10 @@ def test_memory_absent_until_seen_and_version_1_still_read(tmp_path):
     [
         (lambda d: d.update(version=3), "unsupported_version"),
         (lambda d: d.update(memory=[]), "malformed"),
-        (lambda d: d["memory"].update(pools=[{"class": "P", "tensors": 1, "bytes": []}]), "malformed"),
+        (
+            lambda d: d["memory"].update(pools=[{"class": "P", "tensors": 1, "bytes": []}]),
+            "malformed",
+        ),
         (
             lambda d: d["memory"].update(
                 pools=[{"class": "P", "tensors": 1, "bytes": {"swa kv": 1}}]
