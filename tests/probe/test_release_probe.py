@@ -33,6 +33,7 @@ from exporter.footprint.pricing import counts_for_full_tokens, stored_index_k_dt
 from exporter.footprint.releases import rules_for_version
 from exporter.probe.snapshot import INDEX_K_HOOKS
 from exporter.probe.targets import POOL_METHODS
+from tests.conformance.test_release_conformance import _case
 from tests.probe import accessors as A
 from tests.sglang_release import release_dir
 
@@ -57,32 +58,8 @@ ESSENTIAL = (
 )
 
 
-def _case(index_k: str) -> dict[str, Any]:
-    geom = PRESETS["deepseek-v4-flash"]
-    return {
-        "model": "deepseek-v4-flash",
-        "geometry": {
-            "num_hidden_layers": geom.num_hidden_layers,
-            "head_dim": geom.head_dim,
-            "qk_rope_head_dim": geom.qk_rope_head_dim,
-            "sliding_window": geom.sliding_window,
-            "index_head_dim": geom.index_head_dim,
-            "compress_ratios": list(geom.compress_ratios),
-        },
-        "available_bytes": 50 * GIB,
-        "page_size": 256,
-        "max_running_requests": 256,
-        "swa_ratio": 0.1,
-        "speculative": False,
-        "index_k": index_k,
-        "state_dtype": "float32",
-        "pp_size": 1,
-        "pp_rank": 0,
-        "layer_range": [0, geom.num_hidden_layers],
-    }
-
-
-CASES = [_case("fp8"), _case("fp4")]
+# h12's deployment case format (V4-Flash, 50 GiB, 256 requests, page 256, PP 1)
+CASES = [_case("deepseek-v4-flash", 50 * GIB, index_k=k) for k in ("fp8", "fp4")]
 
 
 def _run(version: str) -> list[dict[str, Any]]:
