@@ -427,8 +427,10 @@ PROBE_HOOK = _m(
     "dsv4_probe_hook_installed",
     "gauge",
     "1 when the probe wrapped that SGLang method in the rank's process, 0 when this SGLang "
-    "version lacks it (that measurement is off). index_k_* and kv_* hooks are the pool's "
-    "accessors; load_start, layer_done, consumer, wait, counter_reset are LayerDoneCounter's.",
+    "version lacks it (that measurement is off). index_k_*, kv_* and state_* hooks are the "
+    "pool's accessors; load_start, layer_done, consumer, wait, counter_reset are "
+    "LayerDoneCounter's; pool_sizes is the configurator's sizing call, pool_memory the pool's "
+    "constructor (the measured pool memory).",
     ("rank", "hook"),
     "probe",
 )
@@ -467,7 +469,7 @@ HICACHE_KV_READS = _m(
     "dsv4_hicache_kv_reads_total",
     "counter",
     "Same as dsv4_hicache_index_k_reads_total for the main KV accessors (SWA, compressed, "
-    "unified KV), for comparison.",
+    "unified KV) and the compress-state accessors, for comparison.",
     ("rank", "gated"),
     "probe",
 )
