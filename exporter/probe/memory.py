@@ -131,7 +131,9 @@ def index_k_layout(pool: Any) -> dict[str, Any] | None:
         if not (isinstance(payload, (list, tuple)) and payload and isinstance(scale, list)):
             return None
         layout = "split"
-        row_bytes = _row_bytes(payload[0]) + (_row_bytes(scale[0]) if scale else 0)
+        payload_row = _row_bytes(payload[0])
+        scale_row = _row_bytes(scale[0]) if scale else 0
+        row_bytes = None if payload_row is None or scale_row is None else payload_row + scale_row
     if not isinstance(page, int) or page <= 0 or row_bytes is None:
         return None
     per_slot = row_bytes / page

@@ -288,7 +288,7 @@ def patch_pool_init(probe: Probe, cls: type) -> bool:
                 probe.fault(slot, exc)
 
     setattr(wrapper, WRAPPED, raw)
-    cls.__init__ = wrapper
+    setattr(cls, "__init__", wrapper)  # noqa: B010 (mypy rejects assigning __init__)
     probe.counters.hooks["pool_memory"] = True
     return True
 

@@ -170,3 +170,24 @@ def test_drift_is_predicted_minus_measured_over_both_sides():
     assert drift_by_rank(predicted, measured) == {
         "0": {"swa_kv": 0, "c4_index_k": -200, "other": -3}
     }
+
+
+def test_split_fp4_layout_as_rocm_allocates_it():
+    """0.5.21+ on HIP: payload [pages, 1, 4, page, 16] fp4x2 and scales [pages, 1, 4, page]."""
+    index_pool = _sglang_obj(
+        "DeepSeekV4IndexerPool",
+        page_size=64,
+        index_head_dim=128,
+        index_k_with_scale_buffer=None,
+        index_k_payload_buffer=[_meta(5, 1, 4, 64, 16)],
+        index_k_scale_buffer=[_meta(5, 1, 4, 64)],
+    )
+    pool = _sglang_obj("DeepSeekV4TokenToKVPool", index_pools={4: index_pool})
+    assert index_k_layout(pool) == {
+        "dtype": "fp4",
+        "layout": "split",
+        "bytes_per_slot": 68.0,
+        "page_size": 64,
+        "head_dim": 128,
+    }
+    assert measure_pool(pool)["bytes"] == {"c4_index_k": 5 * 4 * 64 * 16 + 5 * 4 * 64}
