@@ -191,3 +191,19 @@ def test_split_fp4_layout_as_rocm_allocates_it():
         "head_dim": 128,
     }
     assert measure_pool(pool)["bytes"] == {"c4_index_k": 5 * 4 * 64 * 16 + 5 * 4 * 64}
+
+
+def test_no_drift_exported_while_the_model_has_no_numbers(tmp_path):
+    from exporter.config import load_settings
+    from exporter.sources.footprint import FootprintView
+    from exporter.sources.probe_drift import ModelDrift
+
+    c = ProbeCounters()
+    c.memory = _memory({"swa_kv": 700})
+    write_snapshot(tmp_path, "0", c, written_at=NOW - 1)
+    source = ProbeFileSource(tmp_path, clock=Clock())
+    source.poll_once()
+    view = FootprintView(load_settings({"gpu_backend": "fake", "canary": False}), env={})
+    assert view.status == "no_sglang"
+    (family,) = ModelDrift(view, source).collect()
+    assert family.samples == []
