@@ -79,6 +79,13 @@ class AlertConfig:
         "(a trend on a mostly-empty GPU is noise).",
     )
     gpu_fill_for: str = knob("10m", "`for:` of DSV4GPUMemoryFillingUp.")
+    model_drift_bytes: int = knob(
+        16 * MIB,
+        "DSV4FootprintModelDrift when the footprint model's bytes for a pool differ from the "
+        "probe's measurement by more than this (the model equals released SGLang to the byte; "
+        "a wrong index-K dtype is off by gigabytes).",
+    )
+    model_drift_for: str = knob("15m", "`for:` of DSV4FootprintModelDrift.")
     # --- Tool-call corruption ---------------------------------------------------------------
     corruption_window: str = knob(
         "30m", "Window of the degenerate ratio and of the sample count (recording rules)."

@@ -195,6 +195,21 @@ def _memory(b: Builder, n: Names) -> None:
                 "--max-running-requests now, then fix the over-commit (see the runbook).",
             ),
             b.alert(
+                "DSV4FootprintModelDrift",
+                f"abs({b.sel('dsv4_footprint_model_drift_bytes')}) > {c.model_drift_bytes}",
+                c.model_drift_for,
+                "warning",
+                "The footprint model disagrees with the probe's measured pool bytes.",
+                "The model's {{ $labels.pool }} pool on "
+                f"{where} differs from the bytes the probe measured by "
+                "{{ $value | humanize1024 }}B (threshold "
+                f"{human_bytes(c.model_drift_bytes)}): the model does not know this SGLang "
+                "build (release, fork, or a deployment fact it was not told, the index-K dtype "
+                "first). Trust the measured dsv4_probe_overcommit_bytes and set the sidecar's "
+                "index_k_dtype to the dtype in dsv4_probe_index_k_info; if they already match, "
+                "this release's pools are not modelled: report it with the SGLang version.",
+            ),
+            b.alert(
                 "DSV4GPUMemoryFillingUp",
                 f"predict_linear({free}[{c.gpu_fill_lookback}], {c.gpu_fill_horizon_seconds}) < 0"
                 f"\nand\n{free} / {total} < {num(c.gpu_fill_max_free_ratio)}",

@@ -31,6 +31,7 @@ from exporter.samplers.store import SampleStore
 from exporter.sources.base import Reporter, Source, health_families
 from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlSource
+from exporter.sources.probe_drift import ModelDrift
 from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.sglang import SglangSource
 from exporter.supervisor import TaskSupervisor
@@ -74,6 +75,7 @@ class Sidecar:
         }
         self.pollers: list[Source] = [self.nvml, self.sglang]
         self.probe: ProbeFileSource | None = None
+        self.drift: ModelDrift | None = None
         if settings.probe_dir is not None:
             self.probe = ProbeFileSource(
                 settings.probe_dir,
@@ -82,6 +84,7 @@ class Sidecar:
             )
             self.sources["probe"] = self.probe
             self.pollers.append(self.probe)
+            self.drift = ModelDrift(self.footprint, self.probe)
         store = SampleStore(
             capacity=settings.samples_capacity,
             text_cap=settings.sample_text_cap,
@@ -221,6 +224,8 @@ class _Collector:
         yield from health_families(src.health for src in sc.sources.values())
         for src in sc.sources.values():
             yield from src.collect()
+        if sc.drift is not None:
+            yield from sc.drift.collect()
         yield from sc.pipeline.collect()
         yield from sc.supervisor.collect()
         if sc.tap is not None:

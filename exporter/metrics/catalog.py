@@ -433,8 +433,10 @@ PROBE_HOOK = _m(
     "dsv4_probe_hook_installed",
     "gauge",
     "1 when the probe wrapped that SGLang method in the rank's process, 0 when this SGLang "
-    "version lacks it (that measurement is off). index_k_* and kv_* hooks are the pool's "
-    "accessors; load_start, layer_done, consumer, wait, counter_reset are LayerDoneCounter's.",
+    "version lacks it (that measurement is off). index_k_*, kv_* and state_* hooks are the "
+    "pool's accessors; load_start, layer_done, consumer, wait, counter_reset are "
+    "LayerDoneCounter's; pool_sizes is the configurator's sizing call, pool_memory the pool's "
+    "constructor (the measured pool memory).",
     ("rank", "hook"),
     "probe",
 )
@@ -473,7 +475,7 @@ HICACHE_KV_READS = _m(
     "dsv4_hicache_kv_reads_total",
     "counter",
     "Same as dsv4_hicache_index_k_reads_total for the main KV accessors (SWA, compressed, "
-    "unified KV), for comparison.",
+    "unified KV) and the compress-state accessors, for comparison.",
     ("rank", "gated"),
     "probe",
 )
@@ -500,6 +502,59 @@ HICACHE_MISMATCHES = _m(
     "Sampled index-K reads whose data differed from the layer as loaded: the reader saw stale "
     "or half-loaded index-K (DSV4_PROBE_VERIFY > 0).",
     ("rank",),
+    "probe",
+)
+
+# Start-up memory measured by the probe inside SGLang (snapshot "memory", format version 2):
+# tensor bytes, never a formula, so they hold for any release or fork.
+PROBE_POOL_BYTES = _m(
+    "dsv4_probe_pool_bytes",
+    "gauge",
+    "Bytes of the rank's DeepSeekV4TokenToKVPool tensors per sub-pool, measured by the probe "
+    "(numel x element size of every storage the pool holds, each counted once; the target "
+    "model's pool plus, with speculative decoding, the draft worker's). pool=other: tensors "
+    "under an attribute the probe does not name.",
+    ("rank", "pool"),
+    "probe",
+)
+PROBE_POOL_BUDGET = _m(
+    "dsv4_probe_pool_budget_bytes",
+    "gauge",
+    "The byte budget SGLang's pool configurator was given on this rank (available_bytes of "
+    "DSV4PoolConfigurator.calculate_pool_sizes), recorded by the probe.",
+    ("rank",),
+    "probe",
+)
+PROBE_OVERCOMMIT = _m(
+    "dsv4_probe_overcommit_bytes",
+    "gauge",
+    "Measured over-commit: bytes the rank's pool tensors take minus the budget the "
+    "configurator was given. Positive: taken from the reserve for activations and CUDA graphs.",
+    ("rank",),
+    "probe",
+)
+PROBE_BYTES_PER_TOKEN = _m(
+    "dsv4_probe_configurator_bytes_per_full_token",
+    "gauge",
+    "The configurator's own bytes_per_full_token as it held it when sizing (probe).",
+    ("rank",),
+    "probe",
+)
+PROBE_INDEX_K = _m(
+    "dsv4_probe_index_k_info",
+    "info",
+    "The c4 index-K cache as the rank's pool allocated it (probe): dtype read off the measured "
+    "bytes per slot against the index head dim, layout fused (values+scales per row) or split.",
+    ("rank", "dtype", "layout", "bytes_per_slot"),
+    "probe",
+)
+MODEL_DRIFT = _m(
+    "dsv4_footprint_model_drift_bytes",
+    "gauge",
+    "Footprint model minus measurement per rank and pool: the model's allocated bytes "
+    "(dsv4_kv_pool_allocated_bytes) minus the probe's (dsv4_probe_pool_bytes). Non-zero: the "
+    "model does not know this SGLang build (release rules, index-K dtype, a fork's pools).",
+    ("rank", "pool"),
     "probe",
 )
 

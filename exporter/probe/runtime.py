@@ -32,7 +32,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from exporter.probe.config import ProbeConfig
-from exporter.probe.snapshot import HOOK_NAMES, ProbeCounters
+from exporter.probe.memory import configurator_record, measure_pool
+from exporter.probe.snapshot import HOOK_NAMES, MAX_POOLS, ProbeCounters
 from exporter.probe.timeline import Timeline, detect
 
 logger = logging.getLogger("exporter.probe")
@@ -121,6 +122,7 @@ class Probe:
             gap_source=old.gap_source,
             verify_enabled=old.verify_enabled,
             verify_sample_rate=old.verify_sample_rate,
+            memory=old.memory,  # the pools were built before the fork and are still there
         )
         self.states.clear()
         self._owner.clear()
@@ -289,6 +291,26 @@ class Probe:
                     self.wake.set()
         if self.verifier is not None:
             self.verifier.maybe_check(result, marks)
+
+    # --- start-up memory (configurator, pool constructor) ----------------------------------
+    def on_pool_sizes(
+        self, configurator: Any, method: str, args: tuple, kwargs: dict, result: Any, fixed: dict
+    ) -> None:
+        """The configurator sized the pools: keep its arguments and result (the last call)."""
+        if not self.engaged:
+            self.engage()
+        record = configurator_record(configurator, method, args, kwargs, result, fixed)
+        previous = self.counters.memory.get("configurator")
+        if record["available_bytes"] is None and previous and previous.get("available_bytes"):
+            return  # a token-count call (draft worker) does not replace the budget call
+        self.counters.memory["configurator"] = record
+
+    def on_pool_built(self, pool: Any) -> None:
+        """A DeepSeekV4TokenToKVPool finished its constructor: measure its tensors."""
+        if not self.engaged:
+            self.engage()
+        pools = [*self.counters.memory.get("pools", ()), measure_pool(pool)]
+        self.counters.memory["pools"] = pools[-MAX_POOLS:]
 
     # --- resolution (reporter thread) ------------------------------------------------------
     def _complete_all(self, record: LoadRecord) -> None:

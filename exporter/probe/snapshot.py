@@ -4,7 +4,8 @@ This module is the single definition of the format. The in-process probe writes 
 SGLang, the simulator writes it for simulated ranks, and the sidecar's probe source reads it, so
 it is pure standard library: no torch, no prometheus_client.
 
-Layout of ``rank-<rank>.json`` (format ``dsv4-probe-snapshot``, version 1)::
+Layout of ``rank-<rank>.json`` (format ``dsv4-probe-snapshot``, version 2; version 1 files,
+which lack ``memory``, are still read)::
 
     {"format": "dsv4-probe-snapshot", "version": 1, "rank": "0",
      "pid": 4242, "pid_namespace": "pid:[4026531836]", "hostname": "pod-a",
@@ -15,11 +16,27 @@ Layout of ``rank-<rank>.json`` (format ``dsv4-probe-snapshot``, version 1)::
                       "index_k_ungated": 3, "kv_gated": 6, "kv_ungated": 0}, ...},
      "gap": {"bounds": [0.0, 1e-05, ...], "counts": [..., n_inf], "sum": 0.012,
              "dropped": 0},
-     "verify": {"enabled": false, "sample_rate": 0.0, "checks": 0, "mismatches": 0}}
+     "verify": {"enabled": false, "sample_rate": 0.0, "checks": 0, "mismatches": 0},
+     "memory": {"configurator": {"class": "DSV4PoolConfigurator",
+                                 "method": "calculate_pool_sizes", "available_bytes": 5.3e10,
+                                 "page_size": 256, "bytes_per_full_token": 7086.75,
+                                 "fixed_bytes": {"_get_c128_state_fixed_bytes": 9.1e7},
+                                 "sizes": {"full_max_total_num_tokens": 7192320, ...}},
+                "pools": [{"class": "DeepSeekV4TokenToKVPool", "draft": false,
+                           "layers": [0, 43], "tensors": 131,
+                           "bytes": {"swa_kv": 1.1e9, "c4_index_k": 4.9e9, ...},
+                           "index_k": {"dtype": "fp8", "layout": "fused",
+                                       "bytes_per_slot": 132, "page_size": 64,
+                                       "head_dim": 128}}]}}
 
 ``layers`` is keyed by the layer index local to the rank's pipeline stage (what SGLang's
 LayerDoneCounter counts); ``gap.counts`` are per-bucket (not cumulative) with the +Inf bucket
 last. ``written_at`` is the writer's wall clock; a reader treats an old one as a dead writer.
+
+``memory`` (version 2) is what the probe saw at start-up, measured, never computed: the
+arguments and result of the pool configurator's sizing call, and for every
+``DeepSeekV4TokenToKVPool`` built in the process the bytes of its tensors (each storage counted
+once) grouped by sub-pool, plus the index-K layout read off its buffers. ``null`` until seen.
 """
 
 from __future__ import annotations
@@ -36,7 +53,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "dsv4-probe-snapshot"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FILE_PREFIX = "rank-"
 FILE_SUFFIX = ".json"
 # Big enough for a few hundred layers; anything larger is not ours.
@@ -71,10 +89,22 @@ INDEX_K_HOOKS: tuple[str, ...] = (
     "index_k_scale",
     "index_k_fp4_payload",
     "index_k_fp4_scale",
+    "index_k_low_ratio_dequant",
+    "index_k_low_ratio_fp4",
 )
-KV_HOOKS: tuple[str, ...] = ("kv_swa", "kv_swa_radix", "kv_extra", "kv_unified", "kv_unified_rope")
+KV_HOOKS: tuple[str, ...] = (
+    "kv_swa",
+    "kv_swa_radix",
+    "kv_extra",
+    "kv_unified",
+    "kv_unified_rope",
+    "state_attention",
+    "state_indexer",
+)
 LOAD_HOOKS: tuple[str, ...] = ("load_start", "layer_done", "consumer", "wait", "counter_reset")
-HOOK_NAMES: tuple[str, ...] = INDEX_K_HOOKS + KV_HOOKS + LOAD_HOOKS
+# Start-up measurements: the configurator's sizing call and the device pool's construction.
+MEMORY_HOOKS: tuple[str, ...] = ("pool_sizes", "pool_memory")
+HOOK_NAMES: tuple[str, ...] = INDEX_K_HOOKS + KV_HOOKS + LOAD_HOOKS + MEMORY_HOOKS
 
 GAP_SOURCES = ("device_events", "host_bound", "none")
 LAYER_FIELDS = (
@@ -85,6 +115,15 @@ LAYER_FIELDS = (
     "kv_gated",
     "kv_ungated",
 )
+
+
+# Sub-pool names (swa_kv, c4_kv, c128_kv, c4_index_k, c4_state, c4_index_state, c128_state, ...,
+# "other" for a tensor under an attribute the probe does not know) and record keys: bounded.
+MEMORY_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+MAX_POOLS = 8
+MAX_MEMORY_KEYS = 48
+INDEX_K_DTYPES = ("fp8", "bf16", "fp4", "unknown")
+INDEX_K_LAYOUTS = ("fused", "split", "unknown")
 
 
 class SnapshotError(ValueError):
@@ -148,6 +187,11 @@ class GapHistogram:
         }
 
 
+def empty_memory() -> dict[str, Any]:
+    """The ``memory`` section before the configurator or a pool was seen."""
+    return {"configurator": None, "pools": []}
+
+
 @dataclass
 class ProbeCounters:
     """Everything one rank reports. The probe increments it in place; the simulator fills it
@@ -163,6 +207,7 @@ class ProbeCounters:
     verify_sample_rate: float = 0.0
     checks: int = 0
     mismatches: int = 0
+    memory: dict[str, Any] = field(default_factory=empty_memory)
 
     def layer(self, index: int) -> LayerCounts:
         counts = self.layers.get(index)
@@ -214,6 +259,10 @@ class ProbeCounters:
                 "sample_rate": self.verify_sample_rate,
                 "checks": self.checks,
                 "mismatches": self.mismatches,
+            },
+            "memory": {
+                "configurator": self.memory.get("configurator"),
+                "pools": list(self.memory.get("pools", ())),
             },
         }
 
@@ -286,6 +335,77 @@ def write_snapshot(
 
 
 @dataclass(frozen=True)
+class ConfiguratorRecord:
+    """The pool configurator's last sizing call, as the probe saw it (arguments and result)."""
+
+    cls: str
+    method: str  # calculate_pool_sizes (a byte budget) or ..._from_max_tokens (a token count)
+    available_bytes: int | None  # the budget it was given (None for a token-count call)
+    page_size: int | None
+    bytes_per_full_token: float | None  # the configurator's own coefficient, as it held it
+    fixed_bytes: Mapping[str, int]  # what its fixed-bytes helpers returned during the call
+    sizes: Mapping[str, int]  # the integer fields of the config it returned
+
+    @property
+    def fixed_total(self) -> int:
+        return sum(self.fixed_bytes.values())
+
+
+@dataclass(frozen=True)
+class IndexKLayout:
+    """The index-K cache as its buffers are laid out: bytes per slot measured from a buffer."""
+
+    dtype: str  # fp8 / bf16 / fp4 / unknown, read off bytes_per_slot against head_dim
+    layout: str  # fused (values and scales in one row), split (payload + scale buffers)
+    bytes_per_slot: float
+    page_size: int
+    head_dim: int | None
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    """One DeepSeekV4TokenToKVPool instance: the bytes of its tensors, by sub-pool."""
+
+    cls: str
+    draft: bool
+    layers: tuple[int, int] | None
+    tensors: int
+    bytes: Mapping[str, int]
+    index_k: IndexKLayout | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    configurator: ConfiguratorRecord | None = None
+    pools: tuple[PoolMemory, ...] = ()
+
+    def bytes_by_pool(self) -> dict[str, int]:
+        """Bytes per sub-pool over every pool of the process: the target model's and, with
+        speculative decoding, the draft worker's (the configurator's budget covers both)."""
+        out: dict[str, int] = {}
+        for pool in self.pools:
+            for name, n in pool.bytes.items():
+                out[name] = out.get(name, 0) + n
+        return out
+
+    def index_k(self) -> IndexKLayout | None:
+        return next((p.index_k for p in self.pools if not p.draft and p.index_k), None)
+
+    @property
+    def overcommit_bytes(self) -> int | None:
+        """Allocated (every pool's tensors) minus the budget the configurator was given;
+        None until both were seen."""
+        conf = self.configurator
+        if conf is None or conf.available_bytes is None or not self.pools:
+            return None
+        return sum(p.total for p in self.pools) - conf.available_bytes
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A validated snapshot as the sidecar uses it."""
 
@@ -311,6 +431,7 @@ class Snapshot:
     verify_sample_rate: float
     checks: int
     mismatches: int
+    memory: MemoryReport = field(default_factory=MemoryReport)
 
     def total(self, name: str) -> int:
         return sum(layer[name] for layer in self.layers.values())
@@ -333,7 +454,7 @@ def parse_snapshot(doc: Any) -> Snapshot:
     """Validate a decoded document; raises :class:`SnapshotError` with a bounded reason."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SnapshotError("malformed", "not a dsv4 probe snapshot")
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in READABLE_VERSIONS:
         raise SnapshotError("unsupported_version", f"version {doc.get('version')!r}")
     rank = doc.get("rank")
     if not isinstance(rank, str) or not RANK_RE.match(rank):
@@ -387,6 +508,90 @@ def parse_snapshot(doc: Any) -> Snapshot:
         verify_sample_rate=_num(verify, "sample_rate", float),
         checks=_num(verify, "checks", int),
         mismatches=_num(verify, "mismatches", int),
+        memory=parse_memory(doc.get("memory")),
+    )
+
+
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not MEMORY_NAME_RE.match(value):
+        raise SnapshotError("malformed", f"memory: bad {what} name")
+    return value
+
+
+def _int_map(doc: Any, what: str) -> dict[str, int]:
+    if not isinstance(doc, dict) or len(doc) > MAX_MEMORY_KEYS:
+        raise SnapshotError("malformed", f"memory: {what} is not a small object")
+    return {_name(k, what): _num(doc, k, int) for k in doc}
+
+
+def _opt(doc: Mapping[str, Any], key: str, kind: type) -> Any:
+    return None if doc.get(key) is None else _num(doc, key, kind)
+
+
+def _parse_configurator(doc: Any) -> ConfiguratorRecord | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise SnapshotError("malformed", "memory: configurator is not an object")
+    return ConfiguratorRecord(
+        cls=_name(doc.get("class"), "class"),
+        method=_name(doc.get("method"), "method"),
+        available_bytes=_opt(doc, "available_bytes", int),
+        page_size=_opt(doc, "page_size", int),
+        bytes_per_full_token=_opt(doc, "bytes_per_full_token", float),
+        fixed_bytes=_int_map(doc.get("fixed_bytes", {}), "fixed_bytes"),
+        sizes=_int_map(doc.get("sizes", {}), "sizes"),
+    )
+
+
+def _parse_index_k(doc: Any) -> IndexKLayout | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise SnapshotError("malformed", "memory: index_k is not an object")
+    dtype, layout = doc.get("dtype"), doc.get("layout")
+    if dtype not in INDEX_K_DTYPES or layout not in INDEX_K_LAYOUTS:
+        raise SnapshotError("malformed", "memory: index_k dtype/layout unknown")
+    return IndexKLayout(
+        dtype=dtype,
+        layout=layout,
+        bytes_per_slot=_num(doc, "bytes_per_slot", float),
+        page_size=_num(doc, "page_size", int),
+        head_dim=_opt(doc, "head_dim", int),
+    )
+
+
+def _parse_pool(doc: Any) -> PoolMemory:
+    if not isinstance(doc, dict):
+        raise SnapshotError("malformed", "memory: pool is not an object")
+    layers = doc.get("layers")
+    span: tuple[int, int] | None = None
+    if layers is not None:
+        if not isinstance(layers, list) or len(layers) != 2:
+            raise SnapshotError("malformed", "memory: pool layers is not [start, end]")
+        span = (_num({"s": layers[0]}, "s", int), _num({"e": layers[1]}, "e", int))
+    return PoolMemory(
+        cls=_name(doc.get("class"), "class"),
+        draft=bool(doc.get("draft", False)),
+        layers=span,
+        tensors=_num(doc, "tensors", int),
+        bytes=_int_map(doc.get("bytes"), "bytes"),
+        index_k=_parse_index_k(doc.get("index_k")),
+    )
+
+
+def parse_memory(doc: Any) -> MemoryReport:
+    """The ``memory`` section (absent in version 1 files: nothing measured)."""
+    if doc is None:
+        return MemoryReport()
+    if not isinstance(doc, dict):
+        raise SnapshotError("malformed", "memory is not an object")
+    pools = doc.get("pools", [])
+    if not isinstance(pools, list) or len(pools) > MAX_POOLS:
+        raise SnapshotError("malformed", "memory: pools is not a short list")
+    return MemoryReport(
+        configurator=_parse_configurator(doc.get("configurator")),
+        pools=tuple(_parse_pool(p) for p in pools),
     )
 
 

@@ -2,7 +2,10 @@
 
 Names and call shapes come from public SGLang sources (``LayerDoneCounter`` and
 ``LayerLoadingEvent`` in ``sglang.srt.managers.cache_controller``; ``DeepSeekV4TokenToKVPool``
-in ``sglang.srt.mem_cache.deepseek_v4_memory_pool``). Each method is checked before it is
+in ``sglang.srt.mem_cache.deepseek_v4_memory_pool``; ``DSV4PoolConfigurator`` in
+``sglang.srt.model_executor.pool_configurator``). docs/probe.md classifies every accessor of
+the pool in every supported release (0.5.12 ... 0.5.23); tests/probe/test_release_probe.py
+checks that table and these hooks against the released code. Each method is checked before it is
 wrapped: a missing class or method, or a first parameter under an unexpected name, disables
 only that measurement, with one log line per class naming what was not found.
 
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from types import FunctionType, ModuleType
 from typing import Any
 
+from exporter.probe.memory import fixed_bytes_methods
 from exporter.probe.runtime import HookSlot, Probe
 from exporter.probe.snapshot import INDEX_K_HOOKS
 
@@ -29,6 +33,14 @@ logger = logging.getLogger("exporter.probe")
 
 COUNTER_MODULE = "sglang.srt.managers.cache_controller"
 POOL_MODULE = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
+CONFIG_MODULE = "sglang.srt.model_executor.pool_configurator"
+CONFIG_CLASS = "DSV4PoolConfigurator"
+# The configurator's sizing calls: a byte budget (start-up) or a token count (draft workers,
+# --max-total-tokens). Their first parameter's names across releases.
+SIZING_METHODS = (
+    ("calculate_pool_sizes", ("available_bytes",)),
+    ("calculate_pool_sizes_from_max_tokens", ("max_total_num_tokens", "max_tokens")),
+)
 WRAPPED = "__dsv4_probe_wrapped__"
 
 
@@ -52,16 +64,23 @@ POOL_METHODS = (
     Method("index_k_scale", "get_index_k_scale_buffer", ("layer_id",)),
     Method("index_k_fp4_payload", "get_index_k_fp4_payload_buffer", ("layer_id",)),
     Method("index_k_fp4_scale", "get_index_k_fp4_scale_buffer", ("layer_id",)),
+    # 0.5.21+: the V4.1 indexer reads index-K rows through these (gated by the release).
+    Method("index_k_low_ratio_dequant", "get_low_ratio_index_k_dequant", ("layer_id",)),
+    Method("index_k_low_ratio_fp4", "get_low_ratio_index_k_fp4", ("layer_id",)),
     Method("kv_swa", "get_swa_key_buffer", ("layer_id",)),
     Method("kv_swa_radix", "get_swa_key_buffer_radix", ("layer_id",)),
     Method("kv_extra", "get_extra_key_buffer", ("layer_id",)),
     Method("kv_unified", "get_unified_kv", ("layer_id",)),
     Method("kv_unified_rope", "get_unified_kv_rope", ("layer_id",)),
+    # Compress-state reads: gated like KV reads; counted with them (dsv4_hicache_kv_reads_total).
+    Method("state_attention", "get_attention_compress_states", ("layer_id",)),
+    Method("state_indexer", "get_indexer_compress_states", ("layer_id",)),
 )
 POOL_CLASS = "DeepSeekV4TokenToKVPool"
 TARGETS: dict[str, tuple[tuple[str, tuple[Method, ...]], ...]] = {
     COUNTER_MODULE: (("LayerDoneCounter", COUNTER_METHODS), ("LayerLoadingEvent", EVENT_METHODS)),
     POOL_MODULE: ((POOL_CLASS, POOL_METHODS),),
+    CONFIG_MODULE: ((CONFIG_CLASS, ()),),
 }
 REGISTER = "register_layer_transfer_counter"
 
@@ -249,16 +268,109 @@ def _wrap_register(probe: Probe, base: type, methods: Sequence[Method]) -> bool:
     return True
 
 
+def patch_pool_init(probe: Probe, cls: type) -> bool:
+    """Measure every pool once its constructor returned (``pool_memory``)."""
+    raw = inspect.getattr_static(cls, "__init__", None)
+    if hasattr(raw, WRAPPED):
+        probe.counters.hooks["pool_memory"] = True
+        return True
+    if not isinstance(raw, FunctionType):
+        return False
+    slot = probe.slots["pool_memory"]
+
+    @functools.wraps(raw)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        raw(self, *args, **kwargs)
+        if slot.active:
+            try:
+                probe.on_pool_built(self)
+            except Exception as exc:
+                probe.fault(slot, exc)
+
+    setattr(wrapper, WRAPPED, raw)
+    setattr(cls, "__init__", wrapper)  # noqa: B010 (mypy rejects assigning __init__)
+    probe.counters.hooks["pool_memory"] = True
+    return True
+
+
+def _fixed_wrapper(raw: FunctionType, name: str, calls: threading.local) -> Callable[..., Any]:
+    @functools.wraps(raw)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = raw(self, *args, **kwargs)
+        seen = getattr(calls, "fixed", None)
+        if seen is not None and isinstance(result, (int, float)) and result == result:
+            seen[name] = int(result)
+        return result
+
+    setattr(wrapper, WRAPPED, raw)
+    return wrapper
+
+
+def _sizing_wrapper(
+    probe: Probe, raw: FunctionType, name: str, calls: threading.local
+) -> Callable[..., Any]:
+    slot = probe.slots["pool_sizes"]
+
+    @functools.wraps(raw)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(calls, "fixed", None)
+        calls.fixed = {}
+        try:
+            result = raw(self, *args, **kwargs)
+            fixed = calls.fixed
+        finally:
+            calls.fixed = outer
+        if slot.active:
+            try:
+                probe.on_pool_sizes(self, name, args, kwargs, result, fixed)
+            except Exception as exc:
+                probe.fault(slot, exc)
+        return result
+
+    setattr(wrapper, WRAPPED, raw)
+    return wrapper
+
+
+def patch_configurator(probe: Probe, cls: type) -> list[str]:
+    """Record the configurator's sizing calls (``pool_sizes``) and, during them, what its
+    fixed-bytes helpers return. Returns ``name (why)`` for each sizing method left alone."""
+    calls = threading.local()
+    for name in fixed_bytes_methods(cls):
+        raw = inspect.getattr_static(cls, name, None)
+        if isinstance(raw, FunctionType) and not hasattr(raw, WRAPPED):
+            setattr(cls, name, _fixed_wrapper(raw, name, calls))
+    skipped = []
+    for name, params in SIZING_METHODS:
+        raw = inspect.getattr_static(cls, name, None)
+        if raw is None:
+            skipped.append(f"{name} (missing)")
+        elif hasattr(raw, WRAPPED):
+            probe.counters.hooks["pool_sizes"] = True
+        elif not signature_ok(raw, params):
+            skipped.append(f"{name} (unexpected signature)")
+        else:
+            setattr(cls, name, _sizing_wrapper(probe, raw, name, calls))
+            probe.counters.hooks["pool_sizes"] = True
+    return skipped
+
+
 def patch_module(probe: Probe, module: ModuleType) -> None:
     """Post-import callback: wrap every target class this module defines."""
     for class_name, methods in TARGETS.get(module.__name__, ()):
         cls = getattr(module, class_name, None)
         where = f"{module.__name__}.{class_name}"
         if not isinstance(cls, type):
-            hooks = ", ".join(m.hook for m in methods)
+            hooks = ", ".join(m.hook for m in methods) or "pool_sizes"
             logger.warning("dsv4-probe: %s not found; not measured: %s", where, hooks)
             continue
+        if class_name == CONFIG_CLASS:
+            skipped = patch_configurator(probe, cls)
+            if skipped:
+                logger.info("dsv4-probe: %s: not measured: %s", where, ", ".join(skipped))
+            continue
         skipped = patch_methods(probe, cls, methods)
+        if class_name == POOL_CLASS and not patch_pool_init(probe, cls):
+            skipped.append("__init__ (pool memory not measured)")
         if class_name == POOL_CLASS and not _wrap_register(probe, cls, methods):
             skipped.append(f"{REGISTER} (subclass overrides not covered)")
         if skipped:

@@ -6,6 +6,11 @@ index-K reads are gated only when the simulated deployment has the wait (by defa
 and ungated reads get a transfer gap that grows with concurrency (more loads in flight).
 Sampled verification is on (1 read in 16 checksummed, as DSV4_PROBE_VERIFY would): an
 ungated read whose layer was still loading compares unequal about half of the time.
+
+Start-up memory (snapshot ``memory``) comes from the simulator's own ground truth, which the
+sidecar is not told: the simulated release's configurator given the simulated budget, and the
+device pool that release allocates for SGLang's token count (the minimum over PP stages, as
+SGLang takes it) with the simulated index-K dtype, per rank's stage.
 """
 
 from __future__ import annotations
@@ -16,31 +21,106 @@ import logging
 import os
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from exporter.footprint import footprint_for_tokens
+from exporter.footprint.pricing import indexer_bytes_per_token, stored_index_k_dtype
 from exporter.probe.snapshot import ProbeCounters, write_snapshot
+from exporter.sim.deployment import GIB, SimDeployment
 
 log = logging.getLogger(__name__)
 
 VERIFY_SAMPLE_RATE = 1 / 16
+# What the real probe wraps on 0.5.23 (see docs/probe.md, the accessor table).
 HOOKS = (
-    "layer_done_counter",
-    "wait_layer_transfer",
-    "get_index_k_with_scale_buffer",
-    "get_index_k_scale_buffer",
-    "get_swa_key_buffer",
+    "index_k_with_scale",
+    "index_k_scale",
+    "index_k_low_ratio_dequant",
+    "index_k_low_ratio_fp4",
+    "kv_swa_radix",
+    "kv_extra",
+    "kv_unified",
+    "state_attention",
+    "state_indexer",
+    "load_start",
+    "layer_done",
+    "consumer",
+    "wait",
+    "counter_reset",
+    "pool_sizes",
+    "pool_memory",
 )
+INDEX_K_PAGE = 64  # slots per index-K page (the c4 page of a 256-token page)
+
+
+def deployment_memory(dep: SimDeployment, rank: int) -> dict[str, Any]:
+    """The ``memory`` section the real probe would write on ``rank`` of this deployment."""
+    s = dep.settings
+    tokens = dep.max_total_num_tokens
+    stage = dep.footprints[rank // s.tp_size].stage
+    budget = int(s.available_gib * GIB)
+    fp = footprint_for_tokens(
+        dep.geometry, dep.footprints[0].settings, s.configurator, tokens, stage, budget, dep.release
+    )
+    stored = stored_index_k_dtype(fp.settings, fp.rules)
+    head_dim = dep.geometry.index_head_dim
+    sizes = {
+        "max_total_num_tokens": tokens,
+        "full_max_total_num_tokens": tokens,
+        "swa_max_total_num_tokens": fp.pools["swa_kv"].tokens,
+        "c4_max_total_num_tokens": fp.pools["c4_kv"].tokens,
+        "c128_max_total_num_tokens": fp.pools["c128_kv"].tokens,
+        "c4_state_pool_size": fp.pools["c4_state"].tokens,
+        "c128_state_pool_size": fp.pools["c128_state"].tokens,
+    }
+    return {
+        "configurator": {
+            "class": "DSV4PoolConfigurator",
+            "method": "calculate_pool_sizes",
+            "available_bytes": budget,
+            "page_size": fp.settings.page_size,
+            "bytes_per_full_token": fp.coefficients[s.configurator].total,
+            "fixed_bytes": {"_get_c128_state_fixed_bytes": fp.c128_state_fixed_bytes},
+            "sizes": sizes,
+        },
+        "pools": [
+            {
+                "class": "DeepSeekV4TokenToKVPool",
+                "draft": False,
+                "layers": [stage.start, stage.end],
+                "tensors": 0,
+                "bytes": {name: p.allocated_bytes for name, p in fp.pools.items()},
+                "index_k": {
+                    "dtype": stored,
+                    "layout": "fused",
+                    "bytes_per_slot": float(indexer_bytes_per_token(head_dim, stored)),
+                    "page_size": INDEX_K_PAGE,
+                    "head_dim": head_dim,
+                },
+            }
+        ],
+    }
 
 
 class SimProbe:
     def __init__(
-        self, directory: Path, ranks: int, c4_layers: int, gated: bool, seed: int = 0
+        self,
+        directory: Path,
+        ranks: int,
+        c4_layers: int,
+        gated: bool,
+        seed: int = 0,
+        memory: Sequence[dict[str, Any]] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.ranks = ranks
         self.c4_layers = c4_layers
         self.gated = gated
         self.counters = [self._fresh() for _ in range(ranks)]
+        for counters, section in zip(self.counters, memory or (), strict=False):
+            counters.memory = dict(section)
         self.started = time.time()
         self.seq = 0
         self._rng = random.Random(seed)

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from exporter.samplers.buckets import bucket_label
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.generation import Completion, complete, corruption_probability
-from exporter.sim.probe_writer import SimProbe
+from exporter.sim.probe_writer import SimProbe, deployment_memory
 from exporter.sim.settings import SimSettings
 
 FAULTS = ("none", "garbage", "http_500", "bad_shape", "metrics_garbage")
@@ -123,9 +123,9 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         if gated is None:
             gated = settings.index_k_dtype == "fp8"
         c4 = sum(fp.stage.main.c4 for fp in dep.footprints)
-        probe = SimProbe(
-            settings.probe_dir, settings.tp_size * settings.pp_size, c4, gated, settings.seed
-        )
+        ranks = settings.tp_size * settings.pp_size
+        memory = [deployment_memory(dep, r) for r in range(ranks)]
+        probe = SimProbe(settings.probe_dir, ranks, c4, gated, settings.seed, memory)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

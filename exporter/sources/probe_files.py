@@ -172,6 +172,9 @@ class ProbeFileSource:
         index_k, kv = C.HICACHE_INDEX_K_READS.family(), C.HICACHE_KV_READS.family()
         gap = C.HICACHE_GAP.family()
         checks, mismatches = C.HICACHE_CHECKS.family(), C.HICACHE_MISMATCHES.family()
+        pool_bytes, budget = C.PROBE_POOL_BYTES.family(), C.PROBE_POOL_BUDGET.family()
+        overcommit, coefficient = C.PROBE_OVERCOMMIT.family(), C.PROBE_BYTES_PER_TOKEN.family()
+        index_k_info = C.PROBE_INDEX_K.family()
         for view in views:
             r = view.rank
             up.add_metric([r], 1.0 if view.up else 0.0)
@@ -204,6 +207,7 @@ class ProbeFileSource:
             if s.verify_enabled:
                 checks.add_metric([r], s.checks)
                 mismatches.add_metric([r], s.mismatches)
+            _memory(r, s, pool_bytes, budget, overcommit, coefficient, index_k_info)
         return [
             up,
             ts,
@@ -218,7 +222,56 @@ class ProbeFileSource:
             gap,
             checks,
             mismatches,
+            pool_bytes,
+            budget,
+            overcommit,
+            coefficient,
+            index_k_info,
         ]
+
+    def measured_pools(self) -> dict[str, dict[str, int]]:
+        """rank -> sub-pool -> measured bytes, for up ranks whose probe saw a pool."""
+        out = {}
+        for view in self._ranks:
+            if view.up and view.snapshot is not None:
+                measured = view.snapshot.memory.bytes_by_pool()
+                if measured:
+                    out[view.rank] = measured
+        return out
+
+
+def _memory(
+    r: str,
+    s: Snapshot,
+    pool_bytes: Metric,
+    budget: Metric,
+    overcommit: Metric,
+    coefficient: Metric,
+    index_k_info: Metric,
+) -> None:
+    """The start-up memory section of an up rank (absent from version-1 snapshots)."""
+    mem = s.memory
+    for name, n in sorted(mem.bytes_by_pool().items()):
+        pool_bytes.add_metric([r, name], float(n))
+    conf = mem.configurator
+    if conf is not None and conf.available_bytes is not None:
+        budget.add_metric([r], float(conf.available_bytes))
+    if conf is not None and conf.bytes_per_full_token is not None:
+        coefficient.add_metric([r], conf.bytes_per_full_token)
+    over = mem.overcommit_bytes
+    if over is not None:
+        overcommit.add_metric([r], float(over))
+    ik = mem.index_k()
+    if ik is not None:
+        index_k_info.add_metric(
+            [],
+            {
+                "rank": r,
+                "dtype": ik.dtype,
+                "layout": ik.layout,
+                "bytes_per_slot": floatToGoString(ik.bytes_per_slot),
+            },
+        )
 
 
 def _cumulative(s: Snapshot) -> list[tuple[str, float]]:

@@ -153,6 +153,8 @@ MUTATIONS = [
     ({"source_stale_seconds": 301}, "DSV4SGLangDown"),
     ({"probe_stale_seconds": 299}, "DSV4ProbeStale"),
     ({"gpu_count_for": "2m"}, "DSV4GPUCountDropped"),
+    ({"model_drift_bytes": 16777215}, "DSV4FootprintModelDrift"),
+    ({"model_drift_for": "14m"}, "DSV4FootprintModelDrift"),
     ({"gpu_count_lookback": "12h10m"}, "DSV4GPUCountDropped.lookback"),
 ]
 

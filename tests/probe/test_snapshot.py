@@ -81,10 +81,88 @@ def _doc(tmp_path):
     return path, json.loads(path.read_text())
 
 
+_POOL = {
+    "class": "DeepSeekV4TokenToKVPool",
+    "draft": False,
+    "layers": [0, 43],
+    "tensors": 3,
+    "bytes": {"swa_kv": 1000, "c4_index_k": 300},
+    "index_k": {
+        "dtype": "bf16",
+        "layout": "fused",
+        "bytes_per_slot": 256.0,
+        "page_size": 64,
+        "head_dim": 128,
+    },
+}
+_CONF = {
+    "class": "DSV4PoolConfigurator",
+    "method": "calculate_pool_sizes",
+    "available_bytes": 1200,
+    "page_size": 256,
+    "bytes_per_full_token": 7086.75,
+    "fixed_bytes": {"_get_c128_state_fixed_bytes": 10},
+    "sizes": {"full_max_total_num_tokens": 256},
+}
+
+
+def test_memory_round_trip_and_overcommit(tmp_path):
+    counters = sample_counters()
+    counters.memory = {"configurator": _CONF, "pools": [_POOL, {**_POOL, "draft": True}]}
+    snap = read_snapshot(write_snapshot(tmp_path, 0, counters))
+    mem = snap.memory
+    assert mem.configurator is not None and mem.configurator.available_bytes == 1200
+    assert mem.configurator.fixed_total == 10
+    assert mem.bytes_by_pool() == {"swa_kv": 2000, "c4_index_k": 600}  # target + draft
+    assert mem.overcommit_bytes == 2600 - 1200
+    ik = mem.index_k()
+    assert ik is not None and (ik.dtype, ik.bytes_per_slot, ik.page_size) == ("bf16", 256.0, 64)
+
+
+def test_memory_absent_until_seen_and_version_1_still_read(tmp_path):
+    path = write_snapshot(tmp_path, 0, sample_counters())
+    assert read_snapshot(path).memory.overcommit_bytes is None
+    doc = json.loads(path.read_text())
+    doc["version"] = 1
+    del doc["memory"]
+    path.write_text(json.dumps(doc))
+    snap = read_snapshot(path)
+    assert snap.memory.pools == () and snap.memory.configurator is None
+    assert snap.total("index_k_ungated") == 3
+
+
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
-        (lambda d: d.update(version=2), "unsupported_version"),
+        (lambda d: d.update(version=3), "unsupported_version"),
+        (lambda d: d.update(memory=[]), "malformed"),
+        (
+            lambda d: d["memory"].update(pools=[{"class": "P", "tensors": 1, "bytes": []}]),
+            "malformed",
+        ),
+        (
+            lambda d: d["memory"].update(
+                pools=[{"class": "P", "tensors": 1, "bytes": {"swa kv": 1}}]
+            ),
+            "malformed",
+        ),
+        (
+            lambda d: d["memory"].update(
+                pools=[{"class": "P", "tensors": 1, "bytes": {"swa_kv": -1}}]
+            ),
+            "malformed",
+        ),
+        (lambda d: d["memory"].update(pools=[_POOL] * 9), "malformed"),
+        (
+            lambda d: d["memory"].update(
+                configurator={"class": "C", "method": "m", "available_bytes": "50G"}
+            ),
+            "malformed",
+        ),
+        (
+            lambda d: d["memory"].update(pools=[{**_POOL, "index_k": {"dtype": "int3"}}]),
+            "malformed",
+        ),
         (lambda d: d.update(format="other"), "malformed"),
         (lambda d: d["layers"]["0"].update(index_k_gated=-1), "malformed"),
         (lambda d: d["layers"]["0"].update(index_k_gated=True), "malformed"),
