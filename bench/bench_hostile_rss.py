@@ -19,9 +19,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -206,7 +207,7 @@ async def _ingest(sc: Sidecar, body: bytes, clients: int, rounds: int) -> None:
 class Abuse:
     name: str
     modes: dict[str, str]
-    action: Callable[[Sidecar], Awaitable[None]]
+    action: Callable[[Sidecar], Coroutine[Any, Any, None]]
 
 
 def abuses(quick: bool) -> list[Abuse]:

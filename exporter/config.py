@@ -22,7 +22,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -374,8 +374,8 @@ def add_settings_arguments(parser: Any, cls: type[BaseSettings]) -> None:
     for key, info in cls.model_fields.items():
         choices = None
         ann = info.annotation
-        if getattr(ann, "__origin__", None) is Literal:
-            choices = list(ann.__args__)
+        if get_origin(ann) is Literal:
+            choices = list(get_args(ann))
         value = info.get_default(call_default_factory=True)
         default = "unset" if value is None else ("none" if value == [] else value)
         parser.add_argument(

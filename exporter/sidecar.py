@@ -34,7 +34,7 @@ from exporter.sources.nvml import NvmlSource
 from exporter.sources.probe_drift import ModelDrift
 from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.sglang import SglangSource
-from exporter.supervisor import TaskSupervisor
+from exporter.supervisor import CrashHook, LoopFactory, TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -183,11 +183,13 @@ class Sidecar:
             await self.tap.start(host, self.settings.tap_port)
             log.info("tap listening on %s:%s -> %s", host, self.tap.port, self.settings.sglang_url)
         for src in self.pollers:
-            self.supervisor.spawn(
-                src.health.name, lambda src=src: src.run(self._stop), self._crash_hook(src)
-            )
+            self.supervisor.spawn(src.health.name, self._loop_of(src), self._crash_hook(src))
 
-    def _crash_hook(self, src: Source) -> Any:
+    def _loop_of(self, src: Source) -> LoopFactory:
+        """A fresh ``src.run`` coroutine per (re)start, as the supervisor needs."""
+        return lambda: src.run(self._stop)
+
+    def _crash_hook(self, src: Source) -> CrashHook:
         """What a crashed loop leaves behind: its source down with reason ``internal_error``
         (the supervisor counts, logs once and restarts it)."""
 

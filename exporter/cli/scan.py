@@ -17,7 +17,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from exporter.dsml import DEFAULT_MAX_CHARS, REASON_SPECS, VERDICTS, Result
 from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
@@ -210,12 +210,13 @@ def _print_summary(
     console = Console(file=file, highlight=False)
     n = summary.lines
     table = Table(title=f"{n} outputs graded", title_justify="left")
-    for col, justify in (
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
         ("verdict", "left"),
         ("count", "right"),
         ("rate", "right"),
         ("95% CI (Wilson)", "right"),
-    ):
+    )
+    for col, justify in columns:
         table.add_column(col, justify=justify, no_wrap=True)
     for verdict in VERDICTS:
         k = summary.verdicts[verdict]

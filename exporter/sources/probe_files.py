@@ -243,11 +243,11 @@ class ProbeFileSource:
 def _memory(
     r: str,
     s: Snapshot,
-    pool_bytes: Metric,
-    budget: Metric,
-    overcommit: Metric,
-    coefficient: Metric,
-    index_k_info: Metric,
+    pool_bytes: C.Family,
+    budget: C.Family,
+    overcommit: C.Family,
+    coefficient: C.Family,
+    index_k_info: C.Family,
 ) -> None:
     """The start-up memory section of an up rank (absent from version-1 snapshots)."""
     mem = s.memory

@@ -15,7 +15,7 @@ from prometheus_client.core import Metric
 from exporter.samplers.tap.client import ClientConnection
 from exporter.samplers.tap.config import TapConfig
 from exporter.samplers.tap.core import TapCore
-from exporter.samplers.tap.sampling import CapturedExchange, SampleCallback, SampleSink
+from exporter.samplers.tap.sampling import CapturedExchange, Handoff, SampleCallback, SampleSink
 from exporter.samplers.tap.stats import TapStats
 
 _SWEEP_SECONDS = 1.0
@@ -31,7 +31,9 @@ class Tap:
     tap itself as a prometheus_client collector, or chain it into the app's collector).
     """
 
-    def __init__(self, config: TapConfig, on_sample: SampleCallback | None = None) -> None:
+    def __init__(
+        self, config: TapConfig, on_sample: SampleCallback | Handoff | None = None
+    ) -> None:
         self.config = config
         self.stats = TapStats()
         self._sink = SampleSink(config.queue_size, self.stats, on_sample)
