@@ -210,6 +210,19 @@ def build() -> dm.Dashboard:
         h=5,
     )
     b.table(
+        "Footprint rules",
+        "Which SGLang release's pool rules price this deployment; Value 1 in the first table "
+        "means the version is newer than every release they were checked against "
+        "(unverified). Any switch listed below is not modelled: no pool numbers are exported.",
+        [
+            target(sel("dsv4_footprint_rules_unverified"), instant=True, fmt="table"),
+            target(sel("dsv4_footprint_not_modelled"), instant=True, fmt="table"),
+        ],
+        hidden_columns=("Time", "__name__"),
+        w=24,
+        h=5,
+    )
+    b.table(
         "SGLang",
         "SGLang version and served model, from /server_info.",
         [target(sel("dsv4_sglang_info"), instant=True, fmt="table")],
@@ -275,18 +288,5 @@ def build() -> dm.Dashboard:
         "bytes",
         [target(sel("dsv4_gpu_process_memory_used_bytes", rank=True), "rank {{rank}} pid {{pid}}")],
         min_val=0,
-    )
-    b.table(
-        "Footprint rules",
-        "Which SGLang release's pool rules price this deployment; Value 1 in the first table "
-        "means the version is newer than every release they were checked against "
-        "(unverified). Any switch listed below is not modelled: no pool numbers are exported.",
-        [
-            target(sel("dsv4_footprint_rules_unverified"), instant=True, fmt="table"),
-            target(sel("dsv4_footprint_not_modelled"), instant=True, fmt="table"),
-        ],
-        hidden_columns=("Time", "__name__"),
-        w=24,
-        h=5,
     )
     return b.build()

@@ -131,6 +131,20 @@ def build() -> dm.Dashboard:
         [target(sel("dsv4_source_poll_duration_seconds"), "{{source}} · {{instance}}")],
         min_val=0,
     )
+    b.timeseries(
+        "Background task restarts",
+        "A source loop (or the event loop's handler) raised and the supervisor restarted it: "
+        "the source shows reason internal_error meanwhile. Any restart is a sidecar bug.",
+        "short",
+        [
+            target(
+                f"sum by (instance, task) (increase({sel('dsv4_sidecar_task_restarts_total')}"
+                "[$__rate_interval]))",
+                "{{task}} · {{instance}}",
+            ),
+        ],
+        min_val=0,
+    )
     b.table(
         "Versions",
         "Sidecar build and Python version per instance.",
@@ -237,9 +251,10 @@ def build() -> dm.Dashboard:
         min_val=0,
     )
     b.timeseries(
-        "Tap aborts and upstream connections",
-        "Requests ended without a complete response, by reason, and new connections to SGLang "
-        "per second (far above the request rate: keep-alive is not reused).",
+        "Tap aborts, rejections and upstream connections",
+        "Requests ended without a complete response, by reason; requests the tap refused itself "
+        "(hostile or broken HTTP framing, by reason); and new connections to SGLang per second "
+        "(far above the request rate: keep-alive is not reused).",
         "ops",
         [
             target(
@@ -249,6 +264,10 @@ def build() -> dm.Dashboard:
             target(
                 f"sum by (instance) ({rate('dsv4_tap_upstream_connections_total')})",
                 "connections · {{instance}}",
+            ),
+            target(
+                f"sum by (instance, reason) ({rate('dsv4_tap_rejected_total')})",
+                "rejected {{reason}} · {{instance}}",
             ),
         ],
         min_val=0,

@@ -128,7 +128,7 @@ def test_hisparse_shrinks_c4_kv():
 
 
 def test_worked_magnitude_50gib_flash_bf16_legacy():
-    """dsv4-memory.md §4: 6,614,784 tokens, ~4.0 GiB of unpriced index-K; fixed gives 6,099,456."""
+    """Worked magnitude (docs/footprint.md): 6,614,784 tokens, 4.0 GiB unpriced; fixed 6,099,456."""
     fp = plan_for_budget(
         FLASH, DeploymentSettings(index_k_dtype="bf16"), "legacy", 50 * GIB, rules=R20
     )
