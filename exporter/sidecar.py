@@ -237,6 +237,8 @@ class _Collector:
         for src in sc.sources.values():
             yield from src.collect()
         yield from sc.pipeline.collect()
+        dialect, source = sc.dsml_dialect()
+        yield m.DSML_DIALECT_INFO.info({"dialect": dialect or "auto", "source": source})
         if sc.tap is not None:
             yield from sc.tap.collect()
 
