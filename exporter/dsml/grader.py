@@ -69,8 +69,8 @@ def reasoning_end(text: str, thinking: bool | None) -> int:
     tool call (code that strips think tags), not the end of reasoning. :class:`ThinkTracker`
     computes the same on a stream."""
     at = text.find(m.THINK_CLOSE)
-    if at < 0 or thinking is not None:
-        return at
+    if at < 0 or thinking is not None or text.find("DSML", 0, at) < 0:
+        return at  # every parameter opener holds "DSML": with none before it, none is open
     opened = max(text.rfind(p, 0, at) for p in PARAM_OPENS)
     inside = opened > max(text.rfind(c, 0, at) for c in m.PARAMETER_CLOSES)
     return -1 if inside else at
@@ -291,8 +291,10 @@ def analyze_content(
         sink.add(code, start + base, end + base, where(start), detail)
 
     parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
+    events = scan(text) if parsed is None else []
+    if parsed is None and not events:
+        parsed = Parsed(grammar=grammar)  # what the machine returns on no events, unbuilt
     if parsed is None:
-        events = scan(text)
         machine = Machine(
             text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
         )

@@ -56,13 +56,17 @@ def find_loops(text: str, limit: int = 3) -> list[Loop]:
     far = t.LOOP_MAX_PERIOD + probe_len
     every = t.LOOP_FAR_EVERY
     i = k = 0
-    while i + probe_len <= n:
+    last = n - probe_len
+    while i <= last:
         probe = text[i : i + probe_len]
         # long units (256+ characters) repeat 4+ times, so 1 KiB+: looking for them from every
         # few anchors is enough, and keeps the common search short
         hi = i + (far if k % every == 0 else near)
         k += 1
         j = find(probe, i + 1, hi)
+        if j < 0:  # the common case, kept short: no recurrence, next anchor
+            i += stride
+            continue
         next_i = i + stride
         tries = 0
         while j >= 0:

@@ -45,6 +45,28 @@ _MOJIBAKE_SCREEN = re.compile(
     rb"\xc3[\x82\x83\x90\x91\xa0-\xb0](?:[\xc2\xc4\xc5\xc6\xcb]|\xe2[\x80\x82\x84])"
     rb"|\xc4[\x89\x8a\xa0]"
 )
+# A necessary condition for the screen, with C primitives only: one ``bytes.translate`` names
+# the bytes the screen's sequences start with (A: C3, B: C4), the second bytes it allows after
+# C3 (c; C4's 89/8A also c, A0 is one already) and the bytes that may follow (d: C2 C5 C6 CB, e:
+# E2; B is also C4 as a follower). Every screen match leaves one of these strings in the
+# translation (superset: "Bc" also stands for C4 82), so text without them skips the regex.
+_MOJIBAKE_CLASSES = bytes(
+    ord(
+        "A"
+        if b == 0xC3
+        else "B"
+        if b == 0xC4
+        else "c"
+        if b in (0x82, 0x83, 0x89, 0x8A, 0x90, 0x91) or 0xA0 <= b <= 0xB0
+        else "d"
+        if b in (0xC2, 0xC5, 0xC6, 0xCB)
+        else "e"
+        if b == 0xE2
+        else "."
+    )
+    for b in range(256)
+)
+_MOJIBAKE_NEEDLES = (b"Acd", b"AcB", b"Ace", b"Bc")
 
 # --- symbol salad ---------------------------------------------------------------------------------
 _SALAD_ASCII = ",.;:!?"
@@ -76,7 +98,7 @@ def check_text(text: str) -> list[Hit]:
 def _control(text: str, utf8: bytes, screened: bytes) -> Iterator[Hit]:
     if (
         CONTROL not in screened
-        and screened.count(b"\x1b") == utf8.count(b"\x1b[")
+        and (b"\x1b" not in utf8 or screened.count(b"\x1b") == utf8.count(b"\x1b["))
         and (b"\xc2" not in utf8 or not _C1.search(utf8))
     ):
         return
@@ -102,7 +124,10 @@ def _replacement(text: str) -> Iterator[Hit]:
 
 
 def _mojibake(text: str, utf8: bytes) -> Iterator[Hit]:
-    if (b"\xc3" not in utf8 and b"\xc4" not in utf8) or not _MOJIBAKE_SCREEN.search(utf8):
+    if b"\xc3" not in utf8 and b"\xc4" not in utf8:
+        return
+    classes = utf8.translate(_MOJIBAKE_CLASSES)
+    if not any(n in classes for n in _MOJIBAKE_NEEDLES) or not _MOJIBAKE_SCREEN.search(utf8):
         return
     spans = []
     for mt in _MOJIBAKE.finditer(text):
