@@ -11,6 +11,8 @@ sample it accepts.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from exporter.dsml import markers as m
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ToolCall
@@ -25,6 +27,13 @@ _LT_BAR = "<" + m.BAR
 _N_TRUE, _N_FALSE = len(_TRUE), len(_FALSE)
 
 
+@lru_cache(maxsize=1024)
+def _bad_name(name: str) -> bool:
+    """``name_problem`` of a tool or parameter name, remembered: a deployment's outputs use the
+    same few names over and over."""
+    return bool(name_problem(name))
+
+
 class _Spelling:
     """The literal pieces of one grammar's block (V4.1 puts a space after every marker)."""
 
@@ -37,6 +46,12 @@ class _Spelling:
         self.param_close = m.parameter_close(grammar)
         self.invoke_close = m.invoke_close(grammar) + "\n"
         self.self_closing = grammar != "v3.2"
+        self.lengths = (
+            len(self.invoke),
+            len(self.param),
+            len(self.param_close),
+            len(self.invoke_close),
+        )
 
 
 _SPELLINGS = {g: _Spelling(g) for g in m.GRAMMARS}
@@ -62,8 +77,7 @@ def parse_canonical(
     closer = sp.block_close
     invoke, param = sp.invoke, sp.param
     param_close, invoke_close = sp.param_close, sp.invoke_close
-    n_invoke, n_param = len(invoke), len(param)
-    n_param_close, n_invoke_close = len(param_close), len(invoke_close)
+    n_invoke, n_param, n_param_close, n_invoke_close = sp.lengths
     pos = lt + len(sp.block_open)
     calls: list[ToolCall] = []
     values: list[tuple[int, int]] = []
@@ -73,7 +87,7 @@ def parse_canonical(
         if q < 0:
             return None
         name = text[pos + n_invoke : q]
-        if name_problem(name):
+        if _bad_name(name):
             return None
         args: dict[str, object] = {}
         if startswith('">\n', q):
@@ -93,10 +107,12 @@ def parse_canonical(
                 if (
                     vend < 0
                     or key in args
-                    or name_problem(key)
+                    or _bad_name(key)
                     or find("DSML", vstart, vend) >= 0
-                    or find(_LT_BAR, vstart, vend) >= 0
-                    or find("<|", vstart, vend) >= 0
+                    or (
+                        find("<", vstart, vend) >= 0  # most values hold no "<" at all
+                        and (find(_LT_BAR, vstart, vend) >= 0 or find("<|", vstart, vend) >= 0)
+                    )
                 ):
                     return None  # a tag or special token inside the value: let the machine say
                 if is_string:

@@ -18,6 +18,7 @@ from exporter.dsml.schema import ToolSet
 from exporter.dsml.soup import find_soup
 from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
 from exporter.dsml.textcheck import check_text
+from exporter.dsml.thresholds import SOUP_MIN_PIECES
 from exporter.dsml.tokens import MAX_EVENTS, Special, Tag, Think, scan
 
 _GRAMMAR_ALIASES = {
@@ -317,6 +318,8 @@ def analyze_content(
     for code, a, b, detail in check_text(text):
         report(code, a, b, detail)
     for a, b in parsed.values:  # tool-call values: where word-piece soup reaches a tool
+        if text.count(" ", a, b) < SOUP_MIN_PIECES - 1:
+            continue  # a run of pieces needs that many spaces between them
         soup = find_soup(text[a:b])
         if soup is not None:
             s, e, n = soup

@@ -15,6 +15,7 @@ from exporter.dsml import markers as m
 from exporter.dsml import textcheck
 from exporter.dsml.grader import PARAM_OPENS, reasoning_end
 from exporter.dsml.schema import compile_schema, render_path
+from exporter.dsml.soup import PIECES, _soup_in, find_soup
 from exporter.dsml.structure import Machine, Parsed
 from tests.dsml.adversarial import SHAPES
 from tests.dsml.fp_corpus import corpus
@@ -142,3 +143,12 @@ def test_reasoning_end_shortcut(text: str) -> None:
 def test_reasoning_end_shortcut_on_corpus() -> None:
     for text in _corpus_texts():
         assert reasoning_end(text, None) == _reasoning_end_reference(text, None)
+
+
+_SOUP_WORDS = st.sampled_from([*sorted(PIECES)[:12], "the", "a", "", "x\ny"])
+
+
+@given(st.lists(_SOUP_WORDS, max_size=12).map(" ".join))
+@MANY
+def test_soup_space_screen(text: str) -> None:
+    assert find_soup(text) == _soup_in(text)  # one window: the screen alone differs
