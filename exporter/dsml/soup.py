@@ -98,7 +98,7 @@ _OVERLAP = 256  # > SOUP_MIN_PIECES x the longest piece + separators
 
 def _soup_in(text: str) -> tuple[int, int, int] | None:
     words = text.split(" ")
-    if len(words) < t.SOUP_MIN_PIECES:
+    if len(words) < t.SOUP_MIN_PIECES or PIECES.isdisjoint(words):
         return None
     flags = bytes(map(PIECES.__contains__, words))
     k = flags.find(b"\x01" * t.SOUP_MIN_PIECES)

@@ -74,25 +74,35 @@ _SALAD_RUN = re.compile(rf"[^\w\s][^\w]{{{t.SALAD_MIN_RUN - 1},}}")
 
 
 def check_text(text: str) -> list[Hit]:
-    """All text-degeneration hits in ``text`` (offsets relative to it); never raises."""
+    """All text-degeneration hits in ``text`` (offsets relative to it); never raises.
+
+    Each check's cheapest screen is tested here, before its generator is even created: most
+    channels pass every screen, and a grade runs this once per channel."""
     if not text:
         return []
     utf8 = text.encode("utf-8", "surrogatepass")
     screened = classify(utf8)
     hits: list[Hit] = []
-    hits.extend(_control(text, utf8, screened))
+    if CONTROL in screened or b"\x1b" in utf8 or b"\xc2" in utf8:
+        hits.extend(_control(text, utf8, screened))
     if not text.isascii():
-        hits.extend(_replacement(text))
-        hits.extend(_mojibake(text, utf8))
+        if "\ufffd" in text:
+            hits.extend(_replacement(text))
+        if b"\xc3" in utf8 or b"\xc4" in utf8:
+            hits.extend(_mojibake(text, utf8))
         mix = find_script_mix(text, utf8, screened)
         if mix is not None:
             detail = f"{'+'.join(mix.groups)}, {mix.switches} switches"
             hits.append(("script_mix", mix.start, mix.end, detail))
-    hits.extend(_salad(text, screened))
-
-    for loop in find_loops(text):
-        hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
+    if _SALAD_SCREEN in screened:
+        hits.extend(_salad(text, screened))
+    if len(text) >= t.LOOP_PROBE:
+        for loop in find_loops(text):
+            hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
     return hits
+
+
+_SALAD_SCREEN = PUNCT * t.SALAD_MIN_RUN
 
 
 def _control(text: str, utf8: bytes, screened: bytes) -> Iterator[Hit]:
