@@ -11,6 +11,7 @@ sample it accepts.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from exporter.dsml import markers as m
@@ -46,9 +47,14 @@ class _Spelling:
         self.param_close = m.parameter_close(grammar)
         self.invoke_close = m.invoke_close(grammar) + "\n"
         self.self_closing = grammar != "v3.2"
+        # the whole parameter opener, key and flag in one match (the key ends at the first
+        # quote, as a tag's attribute value does)
+        self.param_head = re.compile(
+            re.escape(self.param) + '([^"]*)" string="(true|false)">'
+        ).match
+        self.close_dsml = self.param_close.index("DSML")  # 3: after "</" and the bar
         self.lengths = (
             len(self.invoke),
-            len(self.param),
             len(self.param_close),
             len(self.invoke_close),
         )
@@ -75,9 +81,9 @@ def parse_canonical(
     sp = _SPELLINGS[found]
     startswith, find = text.startswith, text.find
     closer = sp.block_close
-    invoke, param = sp.invoke, sp.param
+    invoke, param, param_head, close_dsml = sp.invoke, sp.param, sp.param_head, sp.close_dsml
     param_close, invoke_close = sp.param_close, sp.invoke_close
-    n_invoke, n_param, n_param_close, n_invoke_close = sp.lengths
+    n_invoke, n_param_close, n_invoke_close = sp.lengths
     pos = lt + len(sp.block_open)
     calls: list[ToolCall] = []
     values: list[tuple[int, int]] = []
@@ -92,29 +98,31 @@ def parse_canonical(
         args: dict[str, object] = {}
         if startswith('">\n', q):
             pos = q + 3
-            while startswith(param, pos):
-                q = find('"', pos + n_param, body_end)
-                if q < 0:
-                    return None
-                key = text[pos + n_param : q]
-                if startswith(_TRUE, q):
-                    is_string, vstart = True, q + _N_TRUE
-                elif startswith(_FALSE, q):
-                    is_string, vstart = False, q + _N_FALSE
-                else:
-                    return None
-                vend = find(param_close, vstart, body_end)
+            while True:
+                head = param_head(text, pos, body_end)
+                if head is None:
+                    if startswith(param, pos):
+                        return None  # a parameter opener that is not canonical
+                    break
+                key, flag = head.groups()
+                vstart = head.end()
+                # the value ends at the first closer; the closer holds "DSML" after "</｜",
+                # so the first "DSML" after the opener is the closer's exactly when the value
+                # holds none (one search for both)
+                vend = find("DSML", vstart, body_end) - close_dsml
                 if (
-                    vend < 0
+                    vend < vstart
+                    or not startswith(param_close, vend)
+                    or vend + n_param_close > body_end
                     or key in args
                     or _bad_name(key)
-                    or find("DSML", vstart, vend) >= 0
                     or (
                         find("<", vstart, vend) >= 0  # most values hold no "<" at all
                         and (find(_LT_BAR, vstart, vend) >= 0 or find("<|", vstart, vend) >= 0)
                     )
                 ):
                     return None  # a tag or special token inside the value: let the machine say
+                is_string = flag == "true"
                 if is_string:
                     args[key] = text[vstart:vend]
                 else:
