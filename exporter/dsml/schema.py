@@ -123,7 +123,7 @@ def compile_schema(schema: object) -> Callable[[Any], list[str]]:
     def validate(value: Any) -> list[str]:
         errors: list[str] = []
         check(value, "$", errors)
-        return errors[:MAX_ERRORS]
+        return errors if len(errors) <= MAX_ERRORS else errors[:MAX_ERRORS]
 
     return validate
 
@@ -176,10 +176,14 @@ def _compile(schema: object, depth: int) -> Check:
     if len(types) == 1 and simple and extra is None and items is None:
         return _type_only(types[0], nullable)
 
+    is_object = types == ["object"]  # a tool's parameters: tested without a generator
+
     def check(value: Any, path: Path, errors: list[str]) -> None:
         if len(errors) >= MAX_ERRORS or (value is None and nullable):
             return
-        if types and not any(_type_ok(value, x) for x in types):
+        if types and not (
+            isinstance(value, dict) if is_object else any(_type_ok(value, x) for x in types)
+        ):
             errors.append(
                 f"{render_path(path)}: expected {'|'.join(types)}, got {_json_type(value)}"
             )
