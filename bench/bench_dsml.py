@@ -10,6 +10,7 @@ tool-call outputs, and the shapes that made lazy-regex graders quadratic.
 from __future__ import annotations
 
 import gc
+import os
 import random
 import re
 import statistics
@@ -232,11 +233,15 @@ def _versus_detector(quick: bool, texts: list[str]) -> str:
         text, dialect, finish, _sg, toolset = item
         grade_text(text, grammar=dialect, finish_reason=finish, tools=toolset)
 
+    repeats = 3 if quick else 5
+    load = os.getloadavg()[0]
     lines = [
         "Against SGLang's own parser, same inputs, one run (SGLang 0.5.23 "
         "`DeepSeekV32/V4/V41Detector`: new detector + `has_tool_call` + `detect_and_parse` with "
-        "the request's tools, i.e. `parse_non_stream`; median of 3 interleaved repeats, CPU "
-        "time; the grader also checks reasoning, text and schemas):",
+        f"the request's tools, i.e. `parse_non_stream`; median of {repeats} interleaved repeats, "
+        "CPU time; the grader also checks reasoning, text and schemas; load average "
+        f"{load:.1f} on {os.cpu_count()} cores when this table started, so the machine was "
+        f"{'shared and loaded' if load >= 1 else 'quiet'}):",
         "",
         "| inputs | items | MB | SGLang detector MB/s | grader MB/s | grader speed / detector |",
         "|---|---:|---:|---:|---:|---:|",
@@ -246,7 +251,7 @@ def _versus_detector(quick: bool, texts: list[str]) -> str:
     for name, items in sets.items():
         size = sum(len(it[0].encode()) for it in items) / 1e6
         det_t, gr_t = [], []
-        for _ in range(3):
+        for _ in range(repeats):
             det_t.append(sum(_time_each(detector, items)[0]))
             gr_t.append(sum(_time_each(grader, items)[0]))
         d, g = statistics.median(det_t), statistics.median(gr_t)

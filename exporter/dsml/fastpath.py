@@ -76,7 +76,8 @@ def parse_canonical(
             found = version
     if found is None or (grammar is not None and grammar != found):
         return None
-    if Quoting(text).covers(lt):
+    # only a backtick or tilde before the block can quote it (fence or span, see quoting.py)
+    if (text.find("`", 0, lt) >= 0 or text.find("~", 0, lt) >= 0) and Quoting(text).covers(lt):
         return None
     sp = _SPELLINGS[found]
     startswith, find = text.startswith, text.find

@@ -177,7 +177,7 @@ def grade_kept(
     _end_reasons(sink, part, finish_reason, len(kept), empty=part.visible_empty)
     if gap is not None:
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
-    calls = [_shift(c, c_start) for c in part.parsed.calls]
+    calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
     return finish(
         sink,
         calls,

@@ -162,4 +162,6 @@ class FindingSink:
         return reason in self.counts
 
     def sorted(self) -> tuple[Finding, ...]:
+        if not self.findings:
+            return ()
         return tuple(sorted(self.findings, key=lambda f: (f.start, f.end, f.reason)))

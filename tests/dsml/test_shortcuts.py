@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from exporter.dsml import markers as m
 from exporter.dsml import textcheck
 from exporter.dsml.grader import PARAM_OPENS, reasoning_end
+from exporter.dsml.quoting import Quoting
 from exporter.dsml.schema import compile_schema, render_path
 from exporter.dsml.soup import PIECES, _soup_in, find_soup
 from exporter.dsml.structure import Machine, Parsed
@@ -152,3 +153,17 @@ _SOUP_WORDS = st.sampled_from([*sorted(PIECES)[:12], "the", "a", "", "x\ny"])
 @MANY
 def test_soup_space_screen(text: str) -> None:
     assert find_soup(text) == _soup_in(text)  # one window: the screen alone differs
+
+
+_QUOTE_PIECES = st.sampled_from(["```", "~~~", "`", "``", "\n", "  ", "x", "<｜DSML｜a>"])
+
+
+@given(
+    st.lists(st.sampled_from(["x", " ", "\n", "<", "DSML"]), max_size=6).map("".join),
+    st.lists(_QUOTE_PIECES, max_size=10).map("".join),
+)
+@MANY
+def test_no_backtick_or_tilde_before_means_not_quoted(before: str, after: str) -> None:
+    """parse_canonical skips Quoting when nothing before the block can open a quote."""
+    text = before + "<｜DSML｜tool_calls>" + after
+    assert not Quoting(text).covers(len(before))
