@@ -293,8 +293,12 @@ def analyze_content(
 
     parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
     events = scan(text) if parsed is None else []
-    if parsed is None and not events:
-        parsed = Parsed(grammar=grammar)  # what the machine returns on no events, unbuilt
+    if parsed is None and (
+        not events or (events[0].start >= body_end and len(events) < MAX_EVENTS)
+    ):
+        # no event before the body's end (at most the final EOS): what the machine returns
+        # when it reads none, without building it
+        parsed = Parsed(grammar=grammar)
     if parsed is None:
         machine = Machine(
             text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from exporter.dsml import markers as m
 from exporter.dsml import textcheck
-from exporter.dsml.grader import PARAM_OPENS, reasoning_end
+from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.schema import compile_schema, render_path
 from exporter.dsml.soup import PIECES, _soup_in, find_soup
 from exporter.dsml.structure import Machine, Parsed
+from exporter.dsml.tokens import scan
 from tests.dsml.adversarial import SHAPES
 from tests.dsml.fp_corpus import corpus
 
@@ -106,6 +107,27 @@ def _machine_alone(text: str, grammar: str | None, gap: int | None, finish: str 
         gap=gap,
     ).run([], len(text))
     return parsed, reports
+
+
+@given(
+    st.text(max_size=40),
+    st.sampled_from(["", m.EOS, m.EOS + "\n", " " + m.EOS]),
+    st.sampled_from([None, "v4", "v4.1", "v3.2"]),
+    st.sampled_from([None, "stop", "length"]),
+)
+@MANY
+def test_events_only_after_the_body_need_no_machine(text: str, eos: str, grammar, finish) -> None:
+    """analyze_content skips the machine when every event starts at or after the body's end."""
+    full = text + eos
+    end, _ = body_end_of(full)
+    events = scan(full)
+    if events and events[0].start < end:
+        return
+    reports: list[tuple] = []
+    machine = Machine(
+        full, lambda *a: reports.append(a), grammar=grammar, tools=None, finish_reason=finish
+    )
+    assert machine.run(events, end) == Parsed(grammar=grammar) and not reports
 
 
 @given(
