@@ -19,7 +19,7 @@ from exporter.dsml.soup import find_soup
 from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
 from exporter.dsml.textcheck import check_text
 from exporter.dsml.thresholds import SOUP_MIN_PIECES
-from exporter.dsml.tokens import MAX_EVENTS, Special, Tag, Think, scan
+from exporter.dsml.tokens import MAX_EVENTS, Event, Special, Tag, Think, scan
 
 _GRAMMAR_ALIASES = {
     None: None,
@@ -245,8 +245,16 @@ class ContentPart:
 
 def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
     """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call."""
+    events = scan(text)
+    if events:  # most reasoning has none, and needs no quoting lookups
+        _reasoning_events(sink, text, events, base)
+    for code, a, b, detail in check_text(text):
+        sink.add(code, a + base, b + base, "reasoning", detail)
+
+
+def _reasoning_events(sink: FindingSink, text: str, events: list[Event], base: int) -> None:
     quoting = Quoting(text)
-    for ev in scan(text):
+    for ev in events:
         if isinstance(ev, Tag):
             if not quoting.covers(ev.start):
                 sink.add("dsml_in_reasoning", ev.start + base, ev.end + base, "reasoning", ev.name)
@@ -255,8 +263,6 @@ def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
                 sink.add("special_token_leak", ev.start + base, ev.end + base, "reasoning", ev.name)
         elif isinstance(ev, Think) and not ev.closing and not quoting.covers(ev.start):
             sink.add("think_tag_leak", ev.start + base, ev.end + base, "reasoning", "<think>")
-    for code, a, b, detail in check_text(text):
-        sink.add(code, a + base, b + base, "reasoning", detail)
 
 
 def analyze_content(

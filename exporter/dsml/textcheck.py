@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from exporter.dsml import thresholds as t
-from exporter.dsml.loops import find_loops
+from exporter.dsml.loops import MIN_LOOP_CHARS, find_loops
 from exporter.dsml.screen import CONTROL, PUNCT, classify
 from exporter.dsml.scripts import find_script_mix
 
@@ -96,7 +96,7 @@ def check_text(text: str) -> list[Hit]:
             hits.append(("script_mix", mix.start, mix.end, detail))
     if _SALAD_SCREEN in screened:
         hits.extend(_salad(text, screened))
-    if len(text) >= t.LOOP_PROBE:
+    if len(text) >= MIN_LOOP_CHARS:
         for loop in find_loops(text):
             hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
     return hits

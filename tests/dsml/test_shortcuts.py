@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from exporter.dsml import markers as m
 from exporter.dsml import textcheck
 from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
+from exporter.dsml.loops import MIN_LOOP_CHARS
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.schema import compile_schema, render_path
 from exporter.dsml.soup import PIECES, _soup_in, find_soup
@@ -189,3 +190,33 @@ def test_no_backtick_or_tilde_before_means_not_quoted(before: str, after: str) -
     """parse_canonical skips Quoting when nothing before the block can open a quote."""
     text = before + "<｜DSML｜tool_calls>" + after
     assert not Quoting(text).covers(len(before))
+
+
+@given(
+    st.text(st.sampled_from("ab c.\n"), min_size=1, max_size=20),
+    st.integers(1, 80),
+    st.text(st.sampled_from("xyz "), max_size=10),
+)
+@MANY
+def test_no_loop_is_shorter_than_the_skip_bound(unit: str, times: int, tail: str) -> None:
+    """find_loops returns nothing below MIN_LOOP_CHARS without looking: no loop is shorter."""
+    for loop in find_loops_unbounded(unit * times + tail):
+        assert loop.end - loop.start >= MIN_LOOP_CHARS
+
+
+def test_shortest_loops_meet_the_bound() -> None:
+    shortest = find_loops_unbounded("abc" * 16 + ".")
+    assert shortest and shortest[0].end - shortest[0].start == MIN_LOOP_CHARS == 48
+    assert not find_loops_unbounded("abc" * 15 + ".")
+
+
+def find_loops_unbounded(text: str) -> list:
+    """find_loops with the length bound lifted (the bound is what is under test)."""
+    import exporter.dsml.loops as loops
+
+    saved = loops.MIN_LOOP_CHARS
+    loops.MIN_LOOP_CHARS = 0
+    try:
+        return loops.find_loops(text)
+    finally:
+        loops.MIN_LOOP_CHARS = saved
