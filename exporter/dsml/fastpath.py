@@ -52,6 +52,14 @@ class _Spelling:
         self.param_head = re.compile(
             re.escape(self.param) + '([^"]*)" string="(true|false)">'
         ).match
+        # ... and with a value free of "<" and "D" (so of tags, special tokens and DSML), the
+        # whole parameter up to its newline
+        self.param_whole = re.compile(
+            re.escape(self.param)
+            + '([^"]*)" string="(true|false)">([^<D]*)'
+            + re.escape(self.param_close)
+            + "\n"
+        ).match
         self.close_dsml = self.param_close.index("DSML")  # 3: after "</" and the bar
         self.lengths = (
             len(self.invoke),
@@ -83,6 +91,7 @@ def parse_canonical(
     startswith, find = text.startswith, text.find
     closer = sp.block_close
     invoke, param, param_head, close_dsml = sp.invoke, sp.param, sp.param_head, sp.close_dsml
+    param_whole = sp.param_whole
     param_close, invoke_close = sp.param_close, sp.invoke_close
     n_invoke, n_param_close, n_invoke_close = sp.lengths
     pos = lt + len(sp.block_open)
@@ -100,42 +109,51 @@ def parse_canonical(
         if startswith('">\n', q):
             pos = q + 3
             while True:
-                head = param_head(text, pos, body_end)
-                if head is None:
-                    if startswith(param, pos):
-                        return None  # a parameter opener that is not canonical
-                    break
-                key, flag = head.groups()
-                vstart = head.end()
-                # the value ends at the first closer; the closer holds "DSML" after "</｜",
-                # so the first "DSML" after the opener is the closer's exactly when the value
-                # holds none (one search for both)
-                vend = find("DSML", vstart, body_end) - close_dsml
-                if (
-                    vend < vstart
-                    or not startswith(param_close, vend)
-                    or vend + n_param_close > body_end
-                    or key in args
-                    or _bad_name(key)
-                    or (
-                        find("<", vstart, vend) >= 0  # most values hold no "<" at all
-                        and (find(_LT_BAR, vstart, vend) >= 0 or find("<|", vstart, vend) >= 0)
-                    )
-                ):
-                    return None  # a tag or special token inside the value: let the machine say
-                is_string = flag == "true"
-                if is_string:
-                    args[key] = text[vstart:vend]
+                whole = param_whole(text, pos, body_end)
+                if whole is not None:  # most values: no "<" or "D" in them, one match for all
+                    key, flag, raw = whole.groups()
+                    vstart, vend = whole.span(3)
+                    if key in args or _bad_name(key):
+                        return None
+                    next_pos = whole.end()
                 else:
-                    ok, value = strict_json(text[vstart:vend])
+                    head = param_head(text, pos, body_end)
+                    if head is None:
+                        if startswith(param, pos):
+                            return None  # a parameter opener that is not canonical
+                        break
+                    key, flag = head.groups()
+                    vstart = head.end()
+                    # the value ends at the first closer; the closer holds "DSML" after "</｜",
+                    # so the first "DSML" after the opener is the closer's exactly when the
+                    # value holds none (one search for both)
+                    vend = find("DSML", vstart, body_end) - close_dsml
+                    if (
+                        vend < vstart
+                        or not startswith(param_close, vend)
+                        or vend + n_param_close > body_end
+                        or key in args
+                        or _bad_name(key)
+                        or (
+                            find("<", vstart, vend) >= 0  # most values hold no "<" at all
+                            and (find(_LT_BAR, vstart, vend) >= 0 or find("<|", vstart, vend) >= 0)
+                        )
+                    ):
+                        return None  # a tag or special token inside the value: let the machine say
+                    raw = text[vstart:vend]
+                    next_pos = vend + n_param_close
+                    if not startswith("\n", next_pos):
+                        return None
+                    next_pos += 1
+                if flag == "true":
+                    args[key] = raw
+                else:
+                    ok, value = strict_json(raw)
                     if not ok:
                         return None
                     args[key] = value
                 values.append((vstart, vend))
-                pos = vend + n_param_close
-                if not startswith("\n", pos):
-                    return None
-                pos += 1
+                pos = next_pos
             if not startswith(invoke_close, pos):
                 return None
             end = pos + n_invoke_close - 1
