@@ -118,7 +118,7 @@ def grade_text(
     first ``</think>`` if any). ``max_chars``: keep only head and tail beyond this size.
     Never raises on any text; linear time.
     """
-    if isinstance(text, bytes | bytearray):
+    if isinstance(text, (bytes, bytearray)):  # a tuple: no union object built per call
         text = bytes(text).decode("utf-8", "replace")
     if not isinstance(text, str):
         return error_result(f"text must be str, not {type(text).__name__}")
@@ -171,9 +171,10 @@ def grade_kept(
         finish_reason=finish_reason,
         gap=_rel_gap(gap, c_start, len(kept)),
     )
-    channels.extend(
-        ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
-    )
+    if part.parsed.blocks:
+        channels.extend(
+            ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
+        )
     _end_reasons(sink, part, finish_reason, len(kept), empty=part.visible_empty)
     if gap is not None:
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")

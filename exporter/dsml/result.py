@@ -127,6 +127,10 @@ def decide_verdict(reasons: Iterable[str], has_call: bool, finish_reason: str | 
     Info reasons never change the verdict.
     """
     codes = set(reasons)
+    if not codes:
+        if finish_reason == "length":
+            return TRUNCATED
+        return WELL_FORMED if has_call else NO_TOOL_CALL
     if "bad_input" in codes:
         return ERROR
     soft = 0
