@@ -97,16 +97,10 @@ def test_error_paths_are_rendered_as_before() -> None:
     ) == ["$.n: expected integer, got string"]
 
 
-def _machine_alone(text: str, grammar: str | None, gap: int | None, finish: str | None):
+def _machine_run(text: str, events: list, end: int, **options) -> tuple[Parsed, list[tuple]]:
+    """What the state machine returns and reports when run over ``events`` up to ``end``."""
     reports: list[tuple] = []
-    parsed = Machine(
-        text,
-        lambda *a: reports.append(a),
-        grammar=grammar,
-        tools=None,
-        finish_reason=finish,
-        gap=gap,
-    ).run([], len(text))
+    parsed = Machine(text, lambda *a: reports.append(a), tools=None, **options).run(events, end)
     return parsed, reports
 
 
@@ -124,11 +118,8 @@ def test_events_only_after_the_body_need_no_machine(text: str, eos: str, grammar
     events = scan(full)
     if events and events[0].start < end:
         return
-    reports: list[tuple] = []
-    machine = Machine(
-        full, lambda *a: reports.append(a), grammar=grammar, tools=None, finish_reason=finish
-    )
-    assert machine.run(events, end) == Parsed(grammar=grammar) and not reports
+    parsed, reports = _machine_run(full, events, end, grammar=grammar, finish_reason=finish)
+    assert parsed == Parsed(grammar=grammar) and not reports
 
 
 @given(
@@ -139,7 +130,9 @@ def test_events_only_after_the_body_need_no_machine(text: str, eos: str, grammar
 )
 @MANY
 def test_no_events_needs_no_machine(text: str, grammar, gap, finish) -> None:
-    parsed, reports = _machine_alone(text, grammar, gap, finish)
+    parsed, reports = _machine_run(
+        text, [], len(text), grammar=grammar, finish_reason=finish, gap=gap
+    )
     assert parsed == Parsed(grammar=grammar) and not reports
 
 
