@@ -88,6 +88,8 @@ def parse_canonical(
     if (text.find("`", 0, lt) >= 0 or text.find("~", 0, lt) >= 0) and Quoting(text).covers(lt):
         return None
     sp = _SPELLINGS[found]
+    if text.find(sp.block_close, lt) < 0:
+        return None  # no closer at all (a cut or damaged block): nothing to parse here
     startswith, find = text.startswith, text.find
     closer = sp.block_close
     invoke, param, param_head, close_dsml = sp.invoke, sp.param, sp.param_head, sp.close_dsml
