@@ -165,13 +165,14 @@ def parse_canonical(
             pos = end + 1
         else:
             return None
-        if tools is not None and not _call_ok(name, args, tools):
-            return None
         calls.append(ToolCall(name, args, start, end))
     if not calls or not startswith(closer, pos):
         return None
     end = pos + len(closer)
     if end > body_end or text[end:body_end].strip():
+        return None
+    # schemas last: a block that fails on structure (most damage) costs no validation
+    if tools is not None and not all(_call_ok(c.name, c.arguments, tools) for c in calls):
         return None
     return Parsed(calls, [(lt, end)], values, found, dsml_seen=True)
 
