@@ -113,6 +113,16 @@ def build() -> dm.Dashboard:
             )
         ],
     )
+    b.table(
+        "DSML dialect graded against",
+        "The deployment's tool-call dialect (v3.2, v4, v4.1; auto = each block's own spelling) "
+        "and where the sidecar learned it: configured, SGLang's tool_call_parser (server_info) "
+        "or the model's config.json. A block of another dialect grades dialect_mismatch.",
+        [target(sel("dsv4_dsml_dialect_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+        w=24,
+        h=4,
+    )
 
     b.row("Canary")
     b.timeseries(

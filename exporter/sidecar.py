@@ -230,6 +230,8 @@ class _Collector:
             yield from sc.drift.collect()
         yield from sc.pipeline.collect()
         yield from sc.supervisor.collect()
+        dialect, source = sc.dsml_dialect()
+        yield m.DSML_DIALECT_INFO.info({"dialect": dialect or "auto", "source": source})
         if sc.tap is not None:
             yield from sc.tap.collect()
 

@@ -11,6 +11,9 @@ sample it accepts.
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+
 from exporter.dsml import markers as m
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ToolCall
@@ -25,6 +28,13 @@ _LT_BAR = "<" + m.BAR
 _N_TRUE, _N_FALSE = len(_TRUE), len(_FALSE)
 
 
+@lru_cache(maxsize=1024)
+def _bad_name(name: str) -> bool:
+    """``name_problem`` of a tool or parameter name, remembered: a deployment's outputs use the
+    same few names over and over."""
+    return bool(name_problem(name))
+
+
 class _Spelling:
     """The literal pieces of one grammar's block (V4.1 puts a space after every marker)."""
 
@@ -37,6 +47,25 @@ class _Spelling:
         self.param_close = m.parameter_close(grammar)
         self.invoke_close = m.invoke_close(grammar) + "\n"
         self.self_closing = grammar != "v3.2"
+        # the whole parameter opener, key and flag in one match (the key ends at the first
+        # quote, as a tag's attribute value does)
+        self.param_head = re.compile(
+            re.escape(self.param) + '([^"]*)" string="(true|false)">'
+        ).match
+        # ... and with a value free of "<" and "D" (so of tags, special tokens and DSML), the
+        # whole parameter up to its newline
+        self.param_whole = re.compile(
+            re.escape(self.param)
+            + '([^"]*)" string="(true|false)">([^<D]*)'
+            + re.escape(self.param_close)
+            + "\n"
+        ).match
+        self.close_dsml = self.param_close.index("DSML")  # 3: after "</" and the bar
+        self.lengths = (
+            len(self.invoke),
+            len(self.param_close),
+            len(self.invoke_close),
+        )
 
 
 _SPELLINGS = {g: _Spelling(g) for g in m.GRAMMARS}
@@ -55,15 +84,18 @@ def parse_canonical(
             found = version
     if found is None or (grammar is not None and grammar != found):
         return None
-    if Quoting(text).covers(lt):
+    # only a backtick or tilde before the block can quote it (fence or span, see quoting.py)
+    if (text.find("`", 0, lt) >= 0 or text.find("~", 0, lt) >= 0) and Quoting(text).covers(lt):
         return None
     sp = _SPELLINGS[found]
+    if text.find(sp.block_close, lt) < 0:
+        return None  # no closer at all (a cut or damaged block): nothing to parse here
     startswith, find = text.startswith, text.find
     closer = sp.block_close
-    invoke, param = sp.invoke, sp.param
+    invoke, param, param_head, close_dsml = sp.invoke, sp.param, sp.param_head, sp.close_dsml
+    param_whole = sp.param_whole
     param_close, invoke_close = sp.param_close, sp.invoke_close
-    n_invoke, n_param = len(invoke), len(param)
-    n_param_close, n_invoke_close = len(param_close), len(invoke_close)
+    n_invoke, n_param_close, n_invoke_close = sp.lengths
     pos = lt + len(sp.block_open)
     calls: list[ToolCall] = []
     values: list[tuple[int, int]] = []
@@ -73,44 +105,57 @@ def parse_canonical(
         if q < 0:
             return None
         name = text[pos + n_invoke : q]
-        if name_problem(name):
+        if _bad_name(name):
             return None
         args: dict[str, object] = {}
         if startswith('">\n', q):
             pos = q + 3
-            while startswith(param, pos):
-                q = find('"', pos + n_param, body_end)
-                if q < 0:
-                    return None
-                key = text[pos + n_param : q]
-                if startswith(_TRUE, q):
-                    is_string, vstart = True, q + _N_TRUE
-                elif startswith(_FALSE, q):
-                    is_string, vstart = False, q + _N_FALSE
+            while True:
+                whole = param_whole(text, pos, body_end)
+                if whole is not None:  # most values: no "<" or "D" in them, one match for all
+                    key, flag, raw = whole.groups()
+                    vstart, vend = whole.span(3)
+                    if key in args or _bad_name(key):
+                        return None
+                    next_pos = whole.end()
                 else:
-                    return None
-                vend = find(param_close, vstart, body_end)
-                if (
-                    vend < 0
-                    or key in args
-                    or name_problem(key)
-                    or find("DSML", vstart, vend) >= 0
-                    or find(_LT_BAR, vstart, vend) >= 0
-                    or find("<|", vstart, vend) >= 0
-                ):
-                    return None  # a tag or special token inside the value: let the machine say
-                if is_string:
-                    args[key] = text[vstart:vend]
+                    head = param_head(text, pos, body_end)
+                    if head is None:
+                        if startswith(param, pos):
+                            return None  # a parameter opener that is not canonical
+                        break
+                    key, flag = head.groups()
+                    vstart = head.end()
+                    # the value ends at the first closer; the closer holds "DSML" after "</｜",
+                    # so the first "DSML" after the opener is the closer's exactly when the
+                    # value holds none (one search for both)
+                    vend = find("DSML", vstart, body_end) - close_dsml
+                    if (
+                        vend < vstart
+                        or not startswith(param_close, vend)
+                        or vend + n_param_close > body_end
+                        or key in args
+                        or _bad_name(key)
+                        or (
+                            find("<", vstart, vend) >= 0  # most values hold no "<" at all
+                            and (find(_LT_BAR, vstart, vend) >= 0 or find("<|", vstart, vend) >= 0)
+                        )
+                    ):
+                        return None  # a tag or special token inside the value: let the machine say
+                    raw = text[vstart:vend]
+                    next_pos = vend + n_param_close
+                    if not startswith("\n", next_pos):
+                        return None
+                    next_pos += 1
+                if flag == "true":
+                    args[key] = raw
                 else:
-                    ok, value = strict_json(text[vstart:vend])
+                    ok, value = strict_json(raw)
                     if not ok:
                         return None
                     args[key] = value
                 values.append((vstart, vend))
-                pos = vend + n_param_close
-                if not startswith("\n", pos):
-                    return None
-                pos += 1
+                pos = next_pos
             if not startswith(invoke_close, pos):
                 return None
             end = pos + n_invoke_close - 1
@@ -120,13 +165,14 @@ def parse_canonical(
             pos = end + 1
         else:
             return None
-        if tools is not None and not _call_ok(name, args, tools):
-            return None
         calls.append(ToolCall(name, args, start, end))
     if not calls or not startswith(closer, pos):
         return None
     end = pos + len(closer)
     if end > body_end or text[end:body_end].strip():
+        return None
+    # schemas last: a block that fails on structure (most damage) costs no validation
+    if tools is not None and not all(_call_ok(c.name, c.arguments, tools) for c in calls):
         return None
     return Parsed(calls, [(lt, end)], values, found, dsml_seen=True)
 

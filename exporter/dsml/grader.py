@@ -18,7 +18,8 @@ from exporter.dsml.schema import ToolSet
 from exporter.dsml.soup import find_soup
 from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
 from exporter.dsml.textcheck import check_text
-from exporter.dsml.tokens import MAX_EVENTS, Special, Tag, Think, scan
+from exporter.dsml.thresholds import SOUP_MIN_PIECES
+from exporter.dsml.tokens import MAX_EVENTS, Event, Special, Tag, Think, scan
 
 _GRAMMAR_ALIASES = {
     None: None,
@@ -69,8 +70,8 @@ def reasoning_end(text: str, thinking: bool | None) -> int:
     tool call (code that strips think tags), not the end of reasoning. :class:`ThinkTracker`
     computes the same on a stream."""
     at = text.find(m.THINK_CLOSE)
-    if at < 0 or thinking is not None:
-        return at
+    if at < 0 or thinking is not None or text.find("DSML", 0, at) < 0:
+        return at  # every parameter opener holds "DSML": with none before it, none is open
     opened = max(text.rfind(p, 0, at) for p in PARAM_OPENS)
     inside = opened > max(text.rfind(c, 0, at) for c in m.PARAMETER_CLOSES)
     return -1 if inside else at
@@ -117,7 +118,7 @@ def grade_text(
     first ``</think>`` if any). ``max_chars``: keep only head and tail beyond this size.
     Never raises on any text; linear time.
     """
-    if isinstance(text, bytes | bytearray):
+    if isinstance(text, (bytes, bytearray)):  # a tuple: no union object built per call
         text = bytes(text).decode("utf-8", "replace")
     if not isinstance(text, str):
         return error_result(f"text must be str, not {type(text).__name__}")
@@ -170,13 +171,14 @@ def grade_kept(
         finish_reason=finish_reason,
         gap=_rel_gap(gap, c_start, len(kept)),
     )
-    channels.extend(
-        ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
-    )
+    if part.parsed.blocks:
+        channels.extend(
+            ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
+        )
     _end_reasons(sink, part, finish_reason, len(kept), empty=part.visible_empty)
     if gap is not None:
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
-    calls = [_shift(c, c_start) for c in part.parsed.calls]
+    calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
     return finish(
         sink,
         calls,
@@ -244,8 +246,16 @@ class ContentPart:
 
 def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
     """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call."""
+    events = scan(text)
+    if events:  # most reasoning has none, and needs no quoting lookups
+        _reasoning_events(sink, text, events, base)
+    for code, a, b, detail in check_text(text):
+        sink.add(code, a + base, b + base, "reasoning", detail)
+
+
+def _reasoning_events(sink: FindingSink, text: str, events: list[Event], base: int) -> None:
     quoting = Quoting(text)
-    for ev in scan(text):
+    for ev in events:
         if isinstance(ev, Tag):
             if not quoting.covers(ev.start):
                 sink.add("dsml_in_reasoning", ev.start + base, ev.end + base, "reasoning", ev.name)
@@ -254,8 +264,6 @@ def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
                 sink.add("special_token_leak", ev.start + base, ev.end + base, "reasoning", ev.name)
         elif isinstance(ev, Think) and not ev.closing and not quoting.covers(ev.start):
             sink.add("think_tag_leak", ev.start + base, ev.end + base, "reasoning", "<think>")
-    for code, a, b, detail in check_text(text):
-        sink.add(code, a + base, b + base, "reasoning", detail)
 
 
 def analyze_content(
@@ -291,8 +299,14 @@ def analyze_content(
         sink.add(code, start + base, end + base, where(start), detail)
 
     parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
+    events = scan(text) if parsed is None else []
+    if parsed is None and (
+        not events or (events[0].start >= body_end and len(events) < MAX_EVENTS)
+    ):
+        # no event before the body's end (at most the final EOS): what the machine returns
+        # when it reads none, without building it
+        parsed = Parsed(grammar=grammar)
     if parsed is None:
-        events = scan(text)
         machine = Machine(
             text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
         )
@@ -315,6 +329,8 @@ def analyze_content(
     for code, a, b, detail in check_text(text):
         report(code, a, b, detail)
     for a, b in parsed.values:  # tool-call values: where word-piece soup reaches a tool
+        if text.count(" ", a, b) < SOUP_MIN_PIECES - 1:
+            continue  # a run of pieces needs that many spaces between them
         soup = find_soup(text[a:b])
         if soup is not None:
             s, e, n = soup

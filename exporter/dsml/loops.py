@@ -46,9 +46,21 @@ def min_repeats(unit: str) -> int | None:
     return t.LOOP_REPEATS_LONG
 
 
+# The shortest text a loop can span: a loop is ``min_repeats(unit)`` whole units, so it is at
+# least 16 x 3 (3 distinct letters), 64 x 1 (fewer letters), 6 x 16 or 4 x 256 characters.
+MIN_LOOP_CHARS = min(
+    t.LOOP_REPEATS_SHORT * t.LOOP_MIN_LETTERS,
+    t.LOOP_REPEATS_FEW_LETTERS,
+    t.LOOP_REPEATS_MEDIUM * t.LOOP_SHORT_UNIT,
+    t.LOOP_REPEATS_LONG * t.LOOP_LONG_UNIT,
+)
+
+
 def find_loops(text: str, limit: int = 3) -> list[Loop]:
     """Up to ``limit`` loops in ``text``, in order."""
     n = len(text)
+    if n < MIN_LOOP_CHARS:
+        return []
     found: list[Loop] = []
     find, startswith = text.find, text.startswith
     probe_len, stride, tries_max = t.LOOP_PROBE, t.LOOP_STRIDE, t.LOOP_TRIES
@@ -56,13 +68,17 @@ def find_loops(text: str, limit: int = 3) -> list[Loop]:
     far = t.LOOP_MAX_PERIOD + probe_len
     every = t.LOOP_FAR_EVERY
     i = k = 0
-    while i + probe_len <= n:
+    last = n - probe_len
+    while i <= last:
         probe = text[i : i + probe_len]
         # long units (256+ characters) repeat 4+ times, so 1 KiB+: looking for them from every
         # few anchors is enough, and keeps the common search short
         hi = i + (far if k % every == 0 else near)
         k += 1
         j = find(probe, i + 1, hi)
+        if j < 0:  # the common case, kept short: no recurrence, next anchor
+            i += stride
+            continue
         next_i = i + stride
         tries = 0
         while j >= 0:

@@ -127,6 +127,10 @@ def decide_verdict(reasons: Iterable[str], has_call: bool, finish_reason: str | 
     Info reasons never change the verdict.
     """
     codes = set(reasons)
+    if not codes:
+        if finish_reason == "length":
+            return TRUNCATED
+        return WELL_FORMED if has_call else NO_TOOL_CALL
     if "bad_input" in codes:
         return ERROR
     soft = 0
@@ -162,4 +166,6 @@ class FindingSink:
         return reason in self.counts
 
     def sorted(self) -> tuple[Finding, ...]:
+        if not self.findings:
+            return ()
         return tuple(sorted(self.findings, key=lambda f: (f.start, f.end, f.reason)))

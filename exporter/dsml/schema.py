@@ -100,7 +100,19 @@ def schema_errors(value: Any, schema: Mapping[str, Any] | None) -> list[str]:
     return compile_schema(schema)(value)
 
 
-Check = Callable[[Any, str, list[str]], None]
+Path = str | tuple[Any, str | int]
+"""Where a value sits: ``"$"`` or (parent path, key or index), rendered only for an error
+message (most values pass, and formatting every path would cost more than the checks)."""
+Check = Callable[[Any, Path, list[str]], None]
+
+
+def render_path(path: Path) -> str:
+    """``$.a.b[2]`` for ``((("$", "a"), "b"), 2)``."""
+    parts: list[str] = []
+    while isinstance(path, tuple):
+        path, key = path
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return path + "".join(reversed(parts))
 
 
 def compile_schema(schema: object) -> Callable[[Any], list[str]]:
@@ -111,12 +123,12 @@ def compile_schema(schema: object) -> Callable[[Any], list[str]]:
     def validate(value: Any) -> list[str]:
         errors: list[str] = []
         check(value, "$", errors)
-        return errors[:MAX_ERRORS]
+        return errors if len(errors) <= MAX_ERRORS else errors[:MAX_ERRORS]
 
     return validate
 
 
-def _accept(value: Any, path: str, errors: list[str]) -> None:
+def _accept(value: Any, path: Path, errors: list[str]) -> None:
     return None
 
 
@@ -160,46 +172,73 @@ def _compile(schema: object, depth: int) -> Check:
     useful = types or enum or has_const or alternatives or all_of or props or required
     if not (useful or closed or extra or items):
         return _accept
+    simple = not (enum or has_const or alternatives or all_of or props or required or closed)
+    if len(types) == 1 and simple and extra is None and items is None:
+        return _type_only(types[0], nullable)
 
-    def check(value: Any, path: str, errors: list[str]) -> None:
+    is_object = types == ["object"]  # a tool's parameters: tested without a generator
+
+    def check(value: Any, path: Path, errors: list[str]) -> None:
         if len(errors) >= MAX_ERRORS or (value is None and nullable):
             return
-        if types and not any(_type_ok(value, x) for x in types):
-            errors.append(f"{path}: expected {'|'.join(types)}, got {_json_type(value)}")
+        if types and not (
+            isinstance(value, dict) if is_object else any(_type_ok(value, x) for x in types)
+        ):
+            errors.append(
+                f"{render_path(path)}: expected {'|'.join(types)}, got {_json_type(value)}"
+            )
             return
         if enum and not any(_same(value, e) for e in enum):
-            errors.append(f"{path}: not one of the enum values")
+            errors.append(f"{render_path(path)}: not one of the enum values")
         if has_const and not _same(value, const):
-            errors.append(f"{path}: not the const value")
+            errors.append(f"{render_path(path)}: not the const value")
         for key, subs in alternatives:
             if subs and not any(_passes(sub, value, path) for sub in subs):
-                errors.append(f"{path}: matches none of {key}")
+                errors.append(f"{render_path(path)}: matches none of {key}")
         for sub in all_of:
             sub(value, path, errors)
         if isinstance(value, dict):
             for key in required:
                 if key not in value:
-                    errors.append(f"{path}: missing required {key!r}")
+                    errors.append(f"{render_path(path)}: missing required {key!r}")
             for key, item in value.items():
                 prop = props.get(key)
                 if prop is not None:
-                    prop(item, f"{path}.{key}", errors)
+                    prop(item, (path, key), errors)
                 elif closed and key not in known:
-                    errors.append(f"{path}: unexpected property {key!r}")
+                    errors.append(f"{render_path(path)}: unexpected property {key!r}")
                 elif extra is not None and key not in known:
-                    extra(item, f"{path}.{key}", errors)
+                    extra(item, (path, key), errors)
                 if len(errors) >= MAX_ERRORS:
                     return
         elif isinstance(value, list) and items is not None:
             for i, item in enumerate(value):
-                items(item, f"{path}[{i}]", errors)
+                items(item, (path, i), errors)
                 if len(errors) >= MAX_ERRORS:
                     return
 
     return check
 
 
-def _passes(check: Check, value: Any, path: str) -> bool:
+def _type_only(typ: str, nullable: bool) -> Check:
+    """The check of a schema that says only ``type`` (most tool parameters): the same test and
+    message as the general check, without its per-keyword branches."""
+
+    def check(value: Any, path: Path, errors: list[str]) -> None:
+        if len(errors) >= MAX_ERRORS or (value is None and nullable):
+            return
+        if not _type_ok(value, typ):
+            errors.append(f"{render_path(path)}: expected {typ}, got {_json_type(value)}")
+
+    def check_string(value: Any, path: Path, errors: list[str]) -> None:
+        if isinstance(value, str) or len(errors) >= MAX_ERRORS or (value is None and nullable):
+            return
+        errors.append(f"{render_path(path)}: expected string, got {_json_type(value)}")
+
+    return check_string if typ == "string" else check
+
+
+def _passes(check: Check, value: Any, path: Path) -> bool:
     errors: list[str] = []
     check(value, path, errors)
     return not errors

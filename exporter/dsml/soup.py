@@ -83,6 +83,8 @@ def find_soup(text: str) -> tuple[int, int, int] | None:
 
     Long values are read in windows (overlapping by more than a minimal run), so the word list
     ``split`` builds stays small on a multi-megabyte value."""
+    if text.count(" ") < t.SOUP_MIN_PIECES - 1:
+        return None  # fewer spaces than a run has between its pieces
     for at in range(0, max(1, len(text)), _WINDOW):
         hit = _soup_in(text[at : at + _WINDOW + _OVERLAP])
         if hit is not None:
@@ -96,7 +98,7 @@ _OVERLAP = 256  # > SOUP_MIN_PIECES x the longest piece + separators
 
 def _soup_in(text: str) -> tuple[int, int, int] | None:
     words = text.split(" ")
-    if len(words) < t.SOUP_MIN_PIECES:
+    if len(words) < t.SOUP_MIN_PIECES or PIECES.isdisjoint(words):
         return None
     flags = bytes(map(PIECES.__contains__, words))
     k = flags.find(b"\x01" * t.SOUP_MIN_PIECES)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from exporter.dsml import thresholds as t
-from exporter.dsml.loops import find_loops
+from exporter.dsml.loops import MIN_LOOP_CHARS, find_loops
 from exporter.dsml.screen import CONTROL, PUNCT, classify
 from exporter.dsml.scripts import find_script_mix
 
@@ -45,6 +45,28 @@ _MOJIBAKE_SCREEN = re.compile(
     rb"\xc3[\x82\x83\x90\x91\xa0-\xb0](?:[\xc2\xc4\xc5\xc6\xcb]|\xe2[\x80\x82\x84])"
     rb"|\xc4[\x89\x8a\xa0]"
 )
+# A necessary condition for the screen, with C primitives only: one ``bytes.translate`` names
+# the bytes the screen's sequences start with (A: C3, B: C4), the second bytes it allows after
+# C3 (c; C4's 89/8A also c, A0 is one already) and the bytes that may follow (d: C2 C5 C6 CB, e:
+# E2; B is also C4 as a follower). Every screen match leaves one of these strings in the
+# translation (superset: "Bc" also stands for C4 82), so text without them skips the regex.
+_MOJIBAKE_CLASSES = bytes(
+    ord(
+        "A"
+        if b == 0xC3
+        else "B"
+        if b == 0xC4
+        else "c"
+        if b in (0x82, 0x83, 0x89, 0x8A, 0x90, 0x91) or 0xA0 <= b <= 0xB0
+        else "d"
+        if b in (0xC2, 0xC5, 0xC6, 0xCB)
+        else "e"
+        if b == 0xE2
+        else "."
+    )
+    for b in range(256)
+)
+_MOJIBAKE_NEEDLES = (b"Acd", b"AcB", b"Ace", b"Bc")
 
 # --- symbol salad ---------------------------------------------------------------------------------
 _SALAD_ASCII = ",.;:!?"
@@ -52,31 +74,41 @@ _SALAD_RUN = re.compile(rf"[^\w\s][^\w]{{{t.SALAD_MIN_RUN - 1},}}")
 
 
 def check_text(text: str) -> list[Hit]:
-    """All text-degeneration hits in ``text`` (offsets relative to it); never raises."""
+    """All text-degeneration hits in ``text`` (offsets relative to it); never raises.
+
+    Each check's cheapest screen is tested here, before its generator is even created: most
+    channels pass every screen, and a grade runs this once per channel."""
     if not text:
         return []
     utf8 = text.encode("utf-8", "surrogatepass")
     screened = classify(utf8)
     hits: list[Hit] = []
-    hits.extend(_control(text, utf8, screened))
+    if CONTROL in screened or b"\x1b" in utf8 or b"\xc2" in utf8:
+        hits.extend(_control(text, utf8, screened))
     if not text.isascii():
-        hits.extend(_replacement(text))
-        hits.extend(_mojibake(text, utf8))
+        if "\ufffd" in text:
+            hits.extend(_replacement(text))
+        if b"\xc3" in utf8 or b"\xc4" in utf8:
+            hits.extend(_mojibake(text, utf8))
         mix = find_script_mix(text, utf8, screened)
         if mix is not None:
             detail = f"{'+'.join(mix.groups)}, {mix.switches} switches"
             hits.append(("script_mix", mix.start, mix.end, detail))
-    hits.extend(_salad(text, screened))
-
-    for loop in find_loops(text):
-        hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
+    if _SALAD_SCREEN in screened:
+        hits.extend(_salad(text, screened))
+    if len(text) >= MIN_LOOP_CHARS:
+        for loop in find_loops(text):
+            hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
     return hits
+
+
+_SALAD_SCREEN = PUNCT * t.SALAD_MIN_RUN
 
 
 def _control(text: str, utf8: bytes, screened: bytes) -> Iterator[Hit]:
     if (
         CONTROL not in screened
-        and screened.count(b"\x1b") == utf8.count(b"\x1b[")
+        and (b"\x1b" not in utf8 or screened.count(b"\x1b") == utf8.count(b"\x1b["))
         and (b"\xc2" not in utf8 or not _C1.search(utf8))
     ):
         return
@@ -102,7 +134,10 @@ def _replacement(text: str) -> Iterator[Hit]:
 
 
 def _mojibake(text: str, utf8: bytes) -> Iterator[Hit]:
-    if (b"\xc3" not in utf8 and b"\xc4" not in utf8) or not _MOJIBAKE_SCREEN.search(utf8):
+    if b"\xc3" not in utf8 and b"\xc4" not in utf8:
+        return
+    classes = utf8.translate(_MOJIBAKE_CLASSES)
+    if not any(n in classes for n in _MOJIBAKE_NEEDLES) or not _MOJIBAKE_SCREEN.search(utf8):
         return
     spans = []
     for mt in _MOJIBAKE.finditer(text):

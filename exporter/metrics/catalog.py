@@ -590,6 +590,15 @@ DSML_GRADING_ERRORS = _m(
     ("source",),
     "dsml",
 )
+DSML_DIALECT_INFO = _m(
+    "dsv4_dsml_dialect_info",
+    "info",
+    "The DSML dialect samples are graded in (v3.2, v4, v4.1, or auto: each block's own "
+    "spelling) and where it came from: configured (DSV4_SIDECAR_DSML_DIALECT), server_info "
+    "(SGLang's tool_call_parser), model_config (config.json) or unknown.",
+    ("dialect", "source"),
+    "dsml",
+)
 DSML_STORED = _m(
     "dsv4_dsml_stored_samples",
     "gauge",

@@ -79,3 +79,38 @@ def test_dialect_from_model_config_when_sglang_is_down(tmp_path: Path) -> None:
     sc = _sidecar("http://127.0.0.1:9", model_config_path=cfg, sglang_timeout=0.3)
     assert not sc.sglang.health.up
     assert sc.dsml_dialect() == ("v4.1", "model_config")
+
+
+def _dialect_series(sc: Sidecar) -> list[tuple[str, str]]:
+    """The dsv4_dsml_dialect_info series of a scrape of the sidecar's registry."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = generate_latest(sc.registry).decode()
+    return [
+        (s.labels["dialect"], s.labels["source"])
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "dsv4_dsml_dialect_info" and s.value == 1.0
+    ]
+
+
+def test_dialect_info_moves_with_what_the_sidecar_learns(sim) -> None:
+    settings = SidecarSettings(sglang_url=sim.url, gpu_backend="fake", canary=False)
+    sc = Sidecar(settings)
+    assert _dialect_series(sc) == [("auto", "unknown")]  # before SGLang answered
+
+    async def poll() -> None:
+        await sc.sglang.poll_once()
+        await sc.sglang.close()
+
+    asyncio.run(poll())
+    assert _dialect_series(sc) == [("v4", "server_info")]
+    assert _dialect_series(_sidecar(sim.url, dsml_dialect="v4.1")) == [("v4.1", "configured")]
+
+
+def test_dialect_info_from_model_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "deepseek_v32"}))
+    sc = _sidecar("http://127.0.0.1:9", model_config_path=cfg, sglang_timeout=0.3)
+    assert _dialect_series(sc) == [("v3.2", "model_config")]

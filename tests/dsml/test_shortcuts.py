@@ -1,0 +1,215 @@
+"""Each shortcut the grader takes for speed answers exactly what the longer path answers.
+
+The shortcuts (issue 14, throughput): a translate screen in front of the mojibake regex, a
+type-only schema check, no state machine for a channel without events, no parameter-opener
+search in reasoning without ``DSML``. Each is checked against the path it skips, on the
+corpus and on generated inputs built from the characters that matter to it.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from exporter.dsml import markers as m
+from exporter.dsml import textcheck
+from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
+from exporter.dsml.loops import MIN_LOOP_CHARS
+from exporter.dsml.quoting import Quoting
+from exporter.dsml.schema import compile_schema, render_path
+from exporter.dsml.soup import PIECES, _soup_in, find_soup
+from exporter.dsml.structure import Machine, Parsed
+from exporter.dsml.tokens import scan
+from tests.dsml.adversarial import SHAPES
+from tests.dsml.fp_corpus import corpus
+
+MANY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Characters around the mojibake screen: its lead characters (Â Ã Ð Ñ à-ð, Ġ Ċ ĉ), what may
+# follow them (U+0080-U+02FF, U+2000-U+213F), accented letters that share lead bytes, ASCII.
+_MOJI_CHARS = st.sampled_from(
+    [chr(c) for c in range(0x80, 0x300, 3)]
+    + [chr(c) for c in range(0x2000, 0x2140, 5)]
+    + list("ÂÃÐÑàáâãäåæçèéêëìíîïðĠĊĉé ab.,?'\n")
+)
+
+
+def _corpus_texts() -> list[str]:
+    texts = [c.text for c in corpus() if c.text is not None]
+    return texts + [build(4000) for build in SHAPES.values()]
+
+
+def _moji_screen_passes(text: str) -> bool:
+    classes = text.encode("utf-8", "surrogatepass").translate(textcheck._MOJIBAKE_CLASSES)
+    return any(n in classes for n in textcheck._MOJIBAKE_NEEDLES)
+
+
+@given(st.text(_MOJI_CHARS, max_size=60))
+@MANY
+def test_mojibake_screen_never_hides_a_match(text: str) -> None:
+    if textcheck._MOJIBAKE_SCREEN.search(text.encode("utf-8", "surrogatepass")):
+        assert _moji_screen_passes(text)
+
+
+def test_mojibake_screen_on_corpus() -> None:
+    for text in _corpus_texts():
+        if textcheck._MOJIBAKE_SCREEN.search(text.encode("utf-8", "surrogatepass")):
+            assert _moji_screen_passes(text), text[:80]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+)
+_TYPES = ["string", "integer", "number", "boolean", "null", "array", "object", "bogus"]
+
+
+@given(st.sampled_from(_TYPES), st.booleans(), _JSON)
+@MANY
+def test_type_only_schema_check_equals_general_check(typ: str, nullable: bool, value) -> None:
+    schema = {"type": typ, "nullable": nullable, "description": "x"}
+    # allOf with an empty schema changes nothing but forces the general check
+    general = {**schema, "allOf": [{}]}
+    assert compile_schema(schema)(value) == compile_schema(general)(value)
+    nested = {
+        "type": "object",
+        "properties": {"a": schema, "b": {"type": "array", "items": schema}},
+    }
+    nested_general = {
+        "type": "object",
+        "properties": {"a": general, "b": {"type": "array", "items": general}},
+    }
+    doc = {"a": value, "b": [value, value]}
+    assert compile_schema(nested)(doc) == compile_schema(nested_general)(doc)
+
+
+def test_error_paths_are_rendered_as_before() -> None:
+    assert render_path("$") == "$"
+    assert render_path(((("$", "a"), "b"), 2)) == "$.a.b[2]"
+    schema = {
+        "type": "object",
+        "properties": {"q": {"type": "array", "items": {"type": "object", "required": ["k"]}}},
+    }
+    assert compile_schema(schema)({"q": [{"k": 1}, {}]}) == ["$.q[1]: missing required 'k'"]
+    assert compile_schema({"type": "object", "properties": {"n": {"type": "integer"}}})(
+        {"n": "1"}
+    ) == ["$.n: expected integer, got string"]
+
+
+def _machine_run(text: str, events: list, end: int, **options) -> tuple[Parsed, list[tuple]]:
+    """What the state machine returns and reports when run over ``events`` up to ``end``."""
+    reports: list[tuple] = []
+    parsed = Machine(text, lambda *a: reports.append(a), tools=None, **options).run(events, end)
+    return parsed, reports
+
+
+@given(
+    st.text(max_size=40),
+    st.sampled_from(["", m.EOS, m.EOS + "\n", " " + m.EOS]),
+    st.sampled_from([None, "v4", "v4.1", "v3.2"]),
+    st.sampled_from([None, "stop", "length"]),
+)
+@MANY
+def test_events_only_after_the_body_need_no_machine(text: str, eos: str, grammar, finish) -> None:
+    """analyze_content skips the machine when every event starts at or after the body's end."""
+    full = text + eos
+    end, _ = body_end_of(full)
+    events = scan(full)
+    if events and events[0].start < end:
+        return
+    parsed, reports = _machine_run(full, events, end, grammar=grammar, finish_reason=finish)
+    assert parsed == Parsed(grammar=grammar) and not reports
+
+
+@given(
+    st.text(max_size=80),
+    st.sampled_from([None, "v4", "v4.1", "v3.2"]),
+    st.sampled_from([None, 0, 5]),
+    st.sampled_from([None, "stop", "length"]),
+)
+@MANY
+def test_no_events_needs_no_machine(text: str, grammar, gap, finish) -> None:
+    parsed, reports = _machine_run(
+        text, [], len(text), grammar=grammar, finish_reason=finish, gap=gap
+    )
+    assert parsed == Parsed(grammar=grammar) and not reports
+
+
+def _reasoning_end_reference(text: str, thinking: bool | None) -> int:
+    """reasoning_end as it was before the DSML shortcut."""
+    at = text.find(m.THINK_CLOSE)
+    if at < 0 or thinking is not None:
+        return at
+    opened = max(text.rfind(p, 0, at) for p in PARAM_OPENS)
+    inside = opened > max(text.rfind(c, 0, at) for c in m.PARAMETER_CLOSES)
+    return -1 if inside else at
+
+
+_THINK_PIECES = st.sampled_from(
+    ["</think>", "DSML", "x ", *PARAM_OPENS, *m.PARAMETER_CLOSES, 'name="a">', "<think>"]
+)
+
+
+@given(st.lists(_THINK_PIECES, max_size=8).map("".join))
+@MANY
+def test_reasoning_end_shortcut(text: str) -> None:
+    assert reasoning_end(text, None) == _reasoning_end_reference(text, None)
+
+
+def test_reasoning_end_shortcut_on_corpus() -> None:
+    for text in _corpus_texts():
+        assert reasoning_end(text, None) == _reasoning_end_reference(text, None)
+
+
+_SOUP_WORDS = st.sampled_from([*sorted(PIECES)[:12], "the", "a", "", "x\ny"])
+
+
+@given(st.lists(_SOUP_WORDS, max_size=12).map(" ".join))
+@MANY
+def test_soup_space_screen(text: str) -> None:
+    assert find_soup(text) == _soup_in(text)  # one window: the screen alone differs
+
+
+_QUOTE_PIECES = st.sampled_from(["```", "~~~", "`", "``", "\n", "  ", "x", "<｜DSML｜a>"])
+
+
+@given(
+    st.lists(st.sampled_from(["x", " ", "\n", "<", "DSML"]), max_size=6).map("".join),
+    st.lists(_QUOTE_PIECES, max_size=10).map("".join),
+)
+@MANY
+def test_no_backtick_or_tilde_before_means_not_quoted(before: str, after: str) -> None:
+    """parse_canonical skips Quoting when nothing before the block can open a quote."""
+    text = before + "<｜DSML｜tool_calls>" + after
+    assert not Quoting(text).covers(len(before))
+
+
+@given(
+    st.text(st.sampled_from("ab c.\n"), min_size=1, max_size=20),
+    st.integers(1, 80),
+    st.text(st.sampled_from("xyz "), max_size=10),
+)
+@MANY
+def test_no_loop_is_shorter_than_the_skip_bound(unit: str, times: int, tail: str) -> None:
+    """find_loops returns nothing below MIN_LOOP_CHARS without looking: no loop is shorter."""
+    for loop in find_loops_unbounded(unit * times + tail):
+        assert loop.end - loop.start >= MIN_LOOP_CHARS
+
+
+def test_shortest_loops_meet_the_bound() -> None:
+    shortest = find_loops_unbounded("abc" * 16 + ".")
+    assert shortest and shortest[0].end - shortest[0].start == MIN_LOOP_CHARS == 48
+    assert not find_loops_unbounded("abc" * 15 + ".")
+
+
+def find_loops_unbounded(text: str) -> list:
+    """find_loops with the length bound lifted (the bound is what is under test)."""
+    import exporter.dsml.loops as loops
+
+    saved = loops.MIN_LOOP_CHARS
+    loops.MIN_LOOP_CHARS = 0
+    try:
+        return loops.find_loops(text)
+    finally:
+        loops.MIN_LOOP_CHARS = saved
