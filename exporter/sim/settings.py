@@ -55,7 +55,9 @@ class SimSettings(BaseSettings):
     chars_per_token: int = Field(4, ge=1, description="Characters per simulated token.")
     seed: int = Field(0, description="Seed of the corruption model (reproducible runs).")
     probe_dir: Path | None = Field(
-        None, description="Write simulated probe snapshots (one file per rank) here."
+        None,
+        description="Write simulated probe snapshots (one file per rank) here; with "
+        "nnodes > 1 into node-<k>/ per node.",
     )
     index_k_gated: bool | None = Field(
         None,

@@ -5,6 +5,8 @@ the deployment-wide rank and prices its own PP stage's layer slice."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,11 +26,12 @@ SIM = SimSettings(
 )
 
 
-def _sidecar(head_url: str, node_rank: int):
+def _sidecar(head_url: str, node_rank: int, probe_dir: Path | None = None):
     return create_app(
         load_settings(
             {
                 "sglang_url": head_url,
+                "probe_dir": probe_dir,
                 "gpu_backend": "fake",
                 "node_rank": node_rank,
                 "index_k_dtype": "bf16",
@@ -62,11 +65,12 @@ def _alloc(text: str, rank: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
+def two_nodes(tmp_path_factory):
+    probe = tmp_path_factory.mktemp("probe")  # the sim's ranks write into node-<k>/
     with (
-        ServerThread(create_sim_app(SIM)) as head,
-        ServerThread(_sidecar(head.url, 0)) as node0,
-        ServerThread(_sidecar(head.url, 1)) as node1,
+        ServerThread(create_sim_app(SIM.model_copy(update={"probe_dir": probe}))) as head,
+        ServerThread(_sidecar(head.url, 0, probe / "node-0")) as node0,
+        ServerThread(_sidecar(head.url, 1, probe / "node-1")) as node1,
     ):
         for sc, last in ((node0, "7"), (node1, "15")):
             wait_for(
@@ -137,6 +141,21 @@ def test_each_node_prices_its_own_stage(two_nodes):
     used0 = sample_value(scrape(node0.url), "dsv4_gpu_memory_used_bytes", rank="0")
     used1 = sample_value(scrape(node1.url), "dsv4_gpu_memory_used_bytes", rank="8")
     assert used0 - used1 == pytest.approx(a0 - a1, rel=1e-6)
+
+
+def test_each_nodes_probe_measures_what_its_stage_predicts(two_nodes):
+    """The probe on each node measures that node's ranks (the torch.distributed rank, global);
+    the sidecar's per-stage prediction matches them pool by pool: no drift on either node. A
+    worker pricing stage 0 instead of its own would show about one layer's pools as drift."""
+    _, node0, node1 = two_nodes
+    for sc, ranks in ((node0, range(0, 8)), (node1, range(8, 16))):
+        wait_for(lambda sc=sc: _series(scrape(sc.url), "dsv4_footprint_model_drift_bytes"))
+        text = scrape(sc.url)
+        measured = {int(lab["rank"]) for lab in _labels(text, "dsv4_probe_pool_bytes")}
+        assert measured == set(ranks)
+        drift = _series(text, "dsv4_footprint_model_drift_bytes")
+        assert {int(lab["rank"]) for lab, _ in drift} == set(ranks)
+        assert all(v == 0 for _, v in drift), drift
 
 
 def test_the_head_reports_nnodes_and_its_own_node_rank(two_nodes):
