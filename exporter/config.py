@@ -82,8 +82,26 @@ class SidecarSettings(BaseSettings):
     rank_map: list[int] | None = Field(
         None, description="GPU index of each rank (rank i -> rank_map[i]); default visible order."
     )
+    node_rank: int = Field(
+        0,
+        ge=0,
+        le=1023,
+        description="SGLang's --node-rank of this pod's node (multi-node: per pod, e.g. from "
+        "the LeaderWorkerSet worker index); GPU ranks are labelled node_rank * gpus_per_node "
+        "+ local index.",
+    )
+    nnodes: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="SGLang's --nnodes; default: the nnodes SGLang reports in /server_info, "
+        "else 1.",
+    )
     fake_gpu_count: int | None = Field(
-        None, ge=0, le=64, description="Fake backend: GPUs (default: SGLang's tp*pp, else 8)."
+        None,
+        ge=0,
+        le=64,
+        description="Fake backend: GPUs (default: SGLang's tp*pp / nnodes, else 8).",
     )
     fake_gpu_memory_gib: float = Field(140.0, gt=0, description="Fake backend: memory per GPU.")
     fake_weights_gib: float = Field(70.0, ge=0, description="Fake backend: weights per GPU.")

@@ -67,6 +67,7 @@ class Sidecar:
             per_process=settings.per_process_memory,
             env=env,
             on_change=self._changed,
+            rank_base=self._rank_base,
         )
         self.sources: dict[str, Reporter] = {
             "nvml": self.nvml,
@@ -148,18 +149,31 @@ class Sidecar:
         )
 
         def workload(index: int) -> tuple[int, int]:
-            alloc = self.footprint.allocated_by_rank().get(index, 0)
+            topo = self.footprint.topology
+            rank = topo.global_rank(index) if topo is not None else index
+            alloc = self.footprint.allocated_by_rank().get(rank, 0)
             live = self.sglang.live
             return alloc, int(live.running or 0) if live else 0
 
         def count() -> int:
-            """Read when NVML is polled: the configured count, else SGLang's TP x PP."""
+            """Read when NVML is polled: the configured count, else this node's share of
+            SGLang's TP x PP (all of it on a single node)."""
             if s.fake_gpu_count is not None:
                 return s.fake_gpu_count
-            facts = self.sglang.facts if self.sglang.health.up else None
-            return facts.tp_size * facts.pp_size if facts is not None else 8
+            topo = self.footprint.topology
+            return topo.gpus_per_node if topo is not None else 8
 
         return FakeNvml(count=count, spec=spec, workload=workload, faults=s.fake_faults)
+
+    def _rank_base(self, local_gpus: int) -> int:
+        """Global rank of this node's first GPU: node_rank * gpus_per_node (SGLang's launch
+        order, exporter.topology), gpus_per_node from SGLang's TP x PP / nnodes once known,
+        else the GPUs this node reads."""
+        node = self.settings.node_rank
+        if node == 0:
+            return 0
+        topo = self.footprint.topology
+        return node * (topo.gpus_per_node if topo is not None else local_gpus)
 
     def sglang_running(self) -> int | None:
         """Concurrency right now as SGLang reports it (sglang:num_running_reqs)."""

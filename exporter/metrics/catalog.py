@@ -386,6 +386,17 @@ DEPLOYMENT_INFO = _m(
     ("index_k_dtype", "configurator", "hicache", "model"),
     "footprint",
 )
+RANK_INFO = _m(
+    "dsv4_rank_info",
+    "info",
+    "Where each rank this sidecar reports runs (value 1): `rank` is the deployment-wide rank "
+    "(SGLang's torch.distributed rank, tp_size * pp_rank + tp_rank) that every per-GPU and "
+    "per-rank series is labelled with; `node_rank` the node (SGLang's --node-rank, from the "
+    "node_rank setting), `local_rank` the GPU position on that node, and the TP / PP ranks "
+    "(docs/deploy.md, multi-node).",
+    ("rank", "node_rank", "local_rank", "tp_rank", "pp_rank"),
+    "footprint",
+)
 FOOTPRINT_STATUS = _m(
     "dsv4_footprint_up",
     "gauge",

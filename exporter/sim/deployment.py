@@ -87,6 +87,8 @@ class SimDeployment:
             "tp_size": s.tp_size,
             "dp_size": 1,
             "pp_size": s.pp_size,
+            "nnodes": s.nnodes,
+            "node_rank": 0,  # the head's own: only node 0 serves HTTP
             "mem_fraction_static": s.mem_fraction_static,
             "page_size": 256,
             "max_running_requests": s.max_running_requests,

@@ -113,9 +113,13 @@ class SimProbe:
         gated: bool,
         seed: int = 0,
         memory: Sequence[dict[str, Any]] | None = None,
+        nnodes: int = 1,
     ) -> None:
         self.directory = Path(directory)
         self.ranks = ranks
+        # Multi-node: each node's ranks write on that node, so into node-<k>/ (one directory
+        # per simulated node, for that node's sidecar); global rank k*per_node+i on node k.
+        self.nnodes = nnodes
         self.c4_layers = c4_layers
         self.gated = gated
         self.counters = [self._fresh() for _ in range(ranks)]
@@ -147,12 +151,17 @@ class SimProbe:
                 if self._rng.random() < VERIFY_SAMPLE_RATE:
                     c.count_check(mismatch=not self.gated and self._rng.random() < 0.5)
 
+    def directory_of(self, rank: int) -> Path:
+        if self.nnodes == 1:
+            return self.directory
+        return self.directory / f"node-{rank // (self.ranks // self.nnodes)}"
+
     def write(self) -> None:
         self.seq += 1
-        self.directory.mkdir(parents=True, exist_ok=True)
         for rank, c in enumerate(self.counters):
+            self.directory_of(rank).mkdir(parents=True, exist_ok=True)
             write_snapshot(
-                self.directory,
+                self.directory_of(rank),
                 rank,
                 c,
                 pid=os.getpid(),
@@ -172,7 +181,7 @@ class SimProbe:
         with contextlib.suppress(OSError):
             for rank, c in enumerate(self.counters):
                 write_snapshot(
-                    self.directory,
+                    self.directory_of(rank),
                     rank,
                     c,
                     pid=os.getpid(),

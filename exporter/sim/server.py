@@ -125,7 +125,9 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         c4 = sum(fp.stage.main.c4 for fp in dep.footprints)
         ranks = settings.tp_size * settings.pp_size
         memory = [deployment_memory(dep, r) for r in range(ranks)]
-        probe = SimProbe(settings.probe_dir, ranks, c4, gated, settings.seed, memory)
+        probe = SimProbe(
+            settings.probe_dir, ranks, c4, gated, settings.seed, memory, settings.nnodes
+        )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):

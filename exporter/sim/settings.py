@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from exporter.footprint.releases import NEWEST_RELEASE, VersionError, rules_for_version
+from exporter.topology import Topology, TopologyError
 
 
 class SimSettings(BaseSettings):
@@ -35,6 +36,13 @@ class SimSettings(BaseSettings):
     available_gib: float = Field(50.0, gt=0, description="Budget handed to the configurator.")
     tp_size: int = Field(8, ge=1, le=64, description="Tensor-parallel ranks (GPUs).")
     pp_size: int = Field(1, ge=1, le=16, description="Pipeline stages.")
+    nnodes: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Nodes the deployment spans (SGLang's --nnodes). The simulator is the "
+        "head (node 0, the only one serving HTTP); a worker node's sidecar points at it.",
+    )
     mem_fraction_static: float = Field(0.88, gt=0, lt=1, description="Reported mem fraction.")
     max_running_requests: int = Field(256, ge=1, description="Max running requests per DP.")
     speculative: bool = Field(False, description="Report MTP speculative decoding on.")
@@ -47,7 +55,9 @@ class SimSettings(BaseSettings):
     chars_per_token: int = Field(4, ge=1, description="Characters per simulated token.")
     seed: int = Field(0, description="Seed of the corruption model (reproducible runs).")
     probe_dir: Path | None = Field(
-        None, description="Write simulated probe snapshots (one file per rank) here."
+        None,
+        description="Write simulated probe snapshots (one file per rank) here; with "
+        "nnodes > 1 into node-<k>/ per node.",
     )
     index_k_gated: bool | None = Field(
         None,
@@ -66,3 +76,12 @@ class SimSettings(BaseSettings):
         except VersionError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @model_validator(mode="after")
+    def _launchable(self) -> SimSettings:
+        """tp_size x pp_size must place over nnodes the way SGLang places it."""
+        try:
+            Topology(self.tp_size, self.pp_size, self.nnodes)
+        except TopologyError as exc:
+            raise ValueError(str(exc)) from None
+        return self

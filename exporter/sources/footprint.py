@@ -45,6 +45,7 @@ from exporter.footprint.settings import StateDtype
 from exporter.metrics import catalog as m
 from exporter.sources.base import SourceHealth
 from exporter.sources.sglang import ServerFacts
+from exporter.topology import RankPlace, Topology, TopologyError, node_topology
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +127,16 @@ class RankFootprint:
     footprint: Footprint
     reserve_bytes: int | None
     free_bytes: int | None
+    place: RankPlace | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = self.footprint.to_json()
         d["rank"] = self.rank
+        if self.place is not None:
+            d["node_rank"] = self.place.node_rank
+            d["local_rank"] = self.place.local
+            d["tp_rank"] = self.place.tp_rank
+            d["pp_rank"] = self.place.pp_rank
         d["reserve_bytes"] = self.reserve_bytes
         d["reserve_remaining_bytes"] = (
             None
@@ -156,6 +163,9 @@ class FootprintView:
         self.release: RuleChoice | None = None
         self.switches: tuple[str, ...] = ()
         self._geometry_key: str | None = None
+        # This node's ranks (multi-node: only its own, labelled globally); None until known.
+        self.topology: Topology | None = None
+        self.topology_error = ""
         # Read the model's config.json once, here (start-up), never on the event loop.
         self._config_geometry: ModelGeometry | None = None
         self._config_error = ""
@@ -199,8 +209,17 @@ class FootprintView:
         """Recompute from the latest SGLang facts and NVML readings. Pure and cheap (no I/O:
         config.json was read at construction), so it runs on the event loop."""
         if facts is None:
-            self.release = None
+            self.release, self.topology = None, None
             self._down("no_sglang", "waiting for SGLang's /server_info")
+            return
+        try:
+            topo = node_topology(
+                facts.tp_size, facts.pp_size, facts.nnodes, self.cfg.nnodes, self.cfg.node_rank
+            )
+            self.topology, self.topology_error = topo, ""
+        except TopologyError as exc:
+            self.topology, self.topology_error = None, str(exc)
+            self._down("bad_config", f"{exc}: check the node_rank / nnodes settings")
             return
         geom = self._geometry(facts)
         if geom is None:
@@ -235,7 +254,8 @@ class FootprintView:
                 # V4.1 deployment is read as SWA cap mode (SGLang's default for it).
                 swa_ratio_explicit=not geom.is_v41,
             )
-            stages = [stage_slice(geom, facts.pp_size, r) for r in range(facts.pp_size)]
+            # Only the stages this node holds: a PP stage's own layer slice per local rank.
+            stages = {pp: stage_slice(geom, facts.pp_size, pp) for pp in topo.pp_ranks()}
         except (SettingsError, GeometryError) as exc:
             self._down("bad_config", str(exc))
             return
@@ -245,8 +265,8 @@ class FootprintView:
             return
         # The core prices the configurator's own budget (recovered from the token count) by
         # real dtypes too: correct_full_tokens is the capacity the fix costs or frees.
-        per_stage = [
-            footprint_for_tokens(
+        per_stage = {
+            pp: footprint_for_tokens(
                 geom,
                 settings,
                 dep.configurator,
@@ -254,15 +274,17 @@ class FootprintView:
                 stage,
                 rules=self.release,
             )
-            for stage in stages
-        ]
+            for pp, stage in stages.items()
+        }
         ranks = []
         mfs = facts.mem_fraction_static
-        for rank in range(facts.tp_size * facts.pp_size):
-            total = gpu_total.get(rank)
+        for place in topo.places():
+            total = gpu_total.get(place.rank)
             reserve = int(total * (1 - mfs)) if total and mfs else None
             ranks.append(
-                RankFootprint(rank, per_stage[rank // facts.tp_size], reserve, gpu_free.get(rank))
+                RankFootprint(
+                    place.rank, per_stage[place.pp_rank], reserve, gpu_free.get(place.rank), place
+                )
             )
         self.ranks = ranks
         self.status, self.detail = "ok", ""
@@ -300,7 +322,23 @@ class FootprintView:
             "rules_verified": self.release.verified if self.release else None,
             "rules_note": self.release.note if self.release else None,
             "not_modelled": self._not_modelled(),
+            "topology": self._topology_json(),
             "ranks": [r.to_json() for r in self.ranks],
+        }
+
+    def _topology_json(self) -> dict[str, Any] | None:
+        """This node's place in the deployment: which ranks and stages it reports."""
+        topo = self.topology
+        if topo is None:
+            return {"error": self.topology_error} if self.topology_error else None
+        return {
+            "tp_size": topo.tp_size,
+            "pp_size": topo.pp_size,
+            "nnodes": topo.nnodes,
+            "node_rank": topo.node_rank,
+            "gpus_per_node": topo.gpus_per_node,
+            "ranks": [p.rank for p in topo.places()],
+            "pp_ranks": list(topo.pp_ranks()),
         }
 
     def _not_modelled(self) -> list[str]:
@@ -320,6 +358,8 @@ class FootprintView:
             for switch in NOT_MODELLED_SWITCHES:
                 fam.add_metric([switch], 1.0 if switch in in_use else 0.0)
             yield fam
+        if self.topology is not None:
+            yield self._rank_info(self.topology)
         dep = self.deployment
         if self.status != "ok" or dep is None or not self.ranks:
             return
@@ -358,3 +398,19 @@ class FootprintView:
                 reserve.add_metric([rank], float(r.reserve_bytes))
                 left.add_metric([rank], float(r.reserve_bytes - fp.overcommit_bytes))
         yield from (planned, alloc, tokens, over, reclaim, correct, reserve, left)
+
+    @staticmethod
+    def _rank_info(topo: Topology) -> Metric:
+        fam = m.RANK_INFO.family()
+        for p in topo.places():
+            fam.add_metric(
+                [],
+                {
+                    "rank": str(p.rank),
+                    "node_rank": str(p.node_rank),
+                    "local_rank": str(p.local),
+                    "tp_rank": str(p.tp_rank),
+                    "pp_rank": str(p.pp_rank),
+                },
+            )
+        return fam

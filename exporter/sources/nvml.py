@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,8 +113,12 @@ class NvmlSource:
         per_process: bool = False,
         env: dict[str, str] | None = None,
         on_change: Any = None,
+        rank_base: Callable[[int], int] | None = None,
     ) -> None:
         self._nvml = nvml
+        # Global rank of this node's first GPU, given how many GPUs it reads (multi-node:
+        # node_rank * gpus_per_node, exporter.topology); 0 on a single node.
+        self.rank_base = rank_base or (lambda _n: 0)
         self.poll_interval = poll_interval
         self.timeout = timeout
         self.rank_map = rank_map
@@ -211,9 +215,12 @@ class NvmlSource:
             raise NoGpus("NVML reports zero GPUs")
         gpus: list[GpuReading] = []
         failed: dict[int, str] = {}
-        for rank, selector in enumerate(self._rank_selectors(count)):
+        selectors = self._rank_selectors(count)
+        base = self.rank_base(len(selectors))
+        for position, selector in enumerate(selectors):
+            rank = base + position
             try:
-                gpus.append(self._read(rank, selector))
+                gpus.append(self._read(rank, selector, position))
             except pynvml.NVMLError as exc:
                 reason = error_reason(exc)
                 if reason in _LIBRARY_WIDE:
@@ -228,14 +235,14 @@ class NvmlSource:
             return [int(s) if s.isdigit() else s for s in self.selectors]
         return list(range(count))
 
-    def _read(self, rank: int, selector: str | int) -> GpuReading:
+    def _read(self, rank: int, selector: str | int, position: int) -> GpuReading:
         nv = self.nvml
         if isinstance(selector, int):
             h = nv.nvmlDeviceGetHandleByIndex(selector)
             index = selector
         else:
             h = nv.nvmlDeviceGetHandleByUUID(selector)
-            index = rank
+            index = position
         try:
             mem = nv.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
             reserved = int(mem.reserved)

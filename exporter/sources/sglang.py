@@ -69,6 +69,9 @@ class ServerFacts:
     hicache: bool
     max_total_num_tokens: int | None
     weights_gb: float | None = None
+    # SGLang's --nnodes (a server arg, so /server_info has it); --node-rank there is the
+    # head's own (0): each node's rank comes from its pod (the node_rank setting).
+    nnodes: int = 1
 
     @property
     def model(self) -> str:
@@ -127,6 +130,7 @@ def parse_server_info(d: Any) -> ServerFacts:
         hicache=bool(d.get("enable_hierarchical_cache", False)),
         max_total_num_tokens=tokens,
         weights_gb=weights,
+        nnodes=max(_num(d, "nnodes", int, 1) or 1, 1),
     )
 
 
