@@ -240,6 +240,17 @@ class ProbeFileSource:
         return out
 
 
+    def index_k_by_rank(self) -> dict[int, str]:
+        """rank -> the index-K dtype the probe read off that rank's pool (up ranks only)."""
+        out = {}
+        for view in self._ranks:
+            if view.up and view.snapshot is not None and view.rank.isdigit():
+                ik = view.snapshot.memory.index_k()
+                if ik is not None:
+                    out[int(view.rank)] = ik.dtype
+        return out
+
+
 def _memory(
     r: str,
     s: Snapshot,
