@@ -222,9 +222,7 @@ def build() -> dm.Dashboard:
                 f"sum by (instance, rank) ({sel('dsv4_sglang_graph_memory_bytes', rank=True)})",
                 "CUDA graphs · rank {{rank}}",
             ),
-            target(
-                sel("dsv4_memory_unexplained_bytes", rank=True), "unexplained · rank {{rank}}"
-            ),
+            target(sel("dsv4_memory_unexplained_bytes", rank=True), "unexplained · rank {{rank}}"),
         ],
         h=10,
     )
@@ -235,12 +233,8 @@ def build() -> dm.Dashboard:
         "(DSV4FootprintModelDrift, DSV4OvercommitOnAssumption).",
         "bytes",
         [
-            target(
-                sel("dsv4_probe_overcommit_bytes", rank=True), "measured · rank {{rank}}"
-            ),
-            target(
-                sel("dsv4_kv_pool_overcommit_bytes", rank=True), "predicted · rank {{rank}}"
-            ),
+            target(sel("dsv4_probe_overcommit_bytes", rank=True), "measured · rank {{rank}}"),
+            target(sel("dsv4_kv_pool_overcommit_bytes", rank=True), "predicted · rank {{rank}}"),
         ],
         h=10,
     )
@@ -269,9 +263,7 @@ def build() -> dm.Dashboard:
                 instant=True,
                 fmt="table",
             ),
-            target(
-                sel("dsv4_memory_accounted_bytes", rank=True), instant=True, fmt="table"
-            ),
+            target(sel("dsv4_memory_accounted_bytes", rank=True), instant=True, fmt="table"),
         ],
         hidden_columns=("Time", "job"),
     )

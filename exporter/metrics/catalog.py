@@ -314,7 +314,7 @@ SGLANG_GRAPH_BYTES = _m(
     "dsv4_sglang_graph_memory_bytes",
     "gauge",
     "GPU memory captured CUDA graphs took, by phase, as SGLang measured it "
-    "(sglang:graph_memory_usage_gb{phase}; before 0.5.17 one total, phase=\"all\").",
+    '(sglang:graph_memory_usage_gb{phase}; before 0.5.17 one total, phase="all").',
     ("rank", "phase"),
     "sglang",
 )

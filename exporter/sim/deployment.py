@@ -33,7 +33,14 @@ SIM_SUFFIX = "+sim"
 # memory_usage.graph with startup_available appeared in 0.5.17 (metrics_collector.py,
 # scheduler_components/memory_usage.py).
 MEMORY_GAUGES_SINCE = (0, 5, 17)
-GRAPH_PHASES = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend")
+GRAPH_PHASES = (
+    "prefill",
+    "decode",
+    "target_verify",
+    "draft_prefill",
+    "draft_decode",
+    "draft_extend",
+)
 CONTEXT_LEN = 1_048_576
 
 

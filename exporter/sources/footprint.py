@@ -338,19 +338,19 @@ class FootprintView:
     ) -> tuple[DeploymentFacts, DeploymentSettings]:
         """Replace assumed facts by measured or inferred ones where the evidence allows."""
         table = dict(dep.facts)
-        assert self.release is not None and facts.max_total_num_tokens
+        release = self.release
+        assert release is not None and facts.max_total_num_tokens
         tokens = facts.max_total_num_tokens
         table["release_rules"] = (
-            self.release.rules.name,
-            "inferred" if self.release.verified else "assumed",
+            release.rules.name,
+            "inferred" if release.verified else "assumed",
         )
         self.index_k_margin = {}
         self.inference_detail = ""
 
         def alloc_by_rank(s: DeploymentSettings) -> dict[int, int]:
             per_stage = [
-                footprint_for_tokens(geom, s, "legacy", tokens, st, rules=self.release)
-                for st in stages
+                footprint_for_tokens(geom, s, "legacy", tokens, st, rules=release) for st in stages
             ]
             return {
                 r: per_stage[r // facts.tp_size].allocated_bytes
@@ -373,7 +373,7 @@ class FootprintView:
                     is not None
                 }
                 candidates = {
-                    d: alloc_by_rank(replace(settings, index_k_dtype=d))
+                    d: alloc_by_rank(replace(settings, index_k_dtype=d))  # type: ignore[arg-type]
                     for d in INFERABLE_INDEX_K
                 }
                 got = infer_index_k_dtype(candidates, observed)
@@ -395,7 +395,7 @@ class FootprintView:
                 if estimate is not None:
                     planned = {
                         p: footprint_for_tokens(
-                            geom, settings, p, tokens, stages[0], rules=self.release
+                            geom, settings, p, tokens, stages[0], rules=release
                         ).planned_bytes
                         for p in ("legacy", "fixed")
                     }
@@ -464,16 +464,16 @@ class FootprintView:
         dep = self.deployment
         if self.status != "ok" or dep is None or not self.ranks:
             return
-        facts = m.DEPLOYMENT_FACT.family()
+        fact_info = m.DEPLOYMENT_FACT.family()
         for name in FACTS:
             if name in dep.facts:
-                value, source = dep.facts[name]
-                facts.add_metric([], {"fact": name, "value": value, "source": source})
-        yield facts
+                fact_value, source = dep.facts[name]
+                fact_info.add_metric([], {"fact": name, "value": fact_value, "source": source})
+        yield fact_info
         if self.index_k_margin:
             margin = m.INDEX_K_INFERENCE_MARGIN.family()
-            for rank, gap in sorted(self.index_k_margin.items()):
-                margin.add_metric([str(rank)], float(gap))
+            for margin_rank, gap in sorted(self.index_k_margin.items()):
+                margin.add_metric([str(margin_rank)], float(gap))
             yield margin
         yield m.DEPLOYMENT_INFO.info(
             {

@@ -239,7 +239,6 @@ class ProbeFileSource:
                     out[view.rank] = measured
         return out
 
-
     def index_k_by_rank(self) -> dict[int, str]:
         """rank -> the index-K dtype the probe read off that rank's pool (up ranks only)."""
         out = {}

@@ -28,6 +28,7 @@ Pure: no I/O; the footprint view and the collector below call it with the latest
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -50,9 +51,7 @@ class DtypeInference:
     detail: str
 
 
-def observed_kv_bytes(
-    mem: RankMemory | None, total: int | None, used: int | None
-) -> int | None:
+def observed_kv_bytes(mem: RankMemory | None, total: int | None, used: int | None) -> int | None:
     """Bytes on the GPU that weights and graphs do not explain, at start-up when SGLang says
     how much was free then, else now; None without SGLang's weight figure."""
     if mem is None or mem.weight_bytes is None:
@@ -86,7 +85,7 @@ def infer_index_k_dtype(
                 None, {}, f"rank {rank}: {seen} B observed is less than any candidate's pools"
             )
         picks.add(fits[-1][1])
-        margins[rank] = min(b[0] - a[0] for a, b in zip(allocs, allocs[1:], strict=False))
+        margins[rank] = min(b[0] - a[0] for a, b in itertools.pairwise(allocs))
     if not picks:
         return DtypeInference(None, {}, "no rank reports SGLang's weights and NVML memory")
     if len(picks) > 1:

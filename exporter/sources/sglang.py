@@ -144,7 +144,7 @@ def _gb(v: Any) -> int | None:
     """A non-negative finite GB (GiB) number as bytes; anything else is absent."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
         return None
-    return int(round(v * GIB))
+    return round(v * GIB)
 
 
 def _count(v: Any) -> int | None:
