@@ -109,15 +109,7 @@ class RankMemory:
         return None if self.graph_bytes is None else sum(self.graph_bytes.values())
 
     def present(self) -> set[str]:
-        values = (
-            self.weight_bytes,
-            self.kv_cache_bytes,
-            self.graph_bytes,
-            self.startup_available_bytes,
-            self.swa_tokens,
-            self.context_len,
-        )
-        return {f for f, v in zip(MEMORY_FIELDS, values, strict=True) if v is not None}
+        return {f for f, v in zip(MEMORY_FIELDS, self._values(), strict=True) if v is not None}
 
     def merged(self, fallback: RankMemory | None) -> RankMemory:
         """Field by field: this one's value, else the fallback's."""
