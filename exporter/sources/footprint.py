@@ -434,6 +434,11 @@ class FootprintView:
                 "configurator": dep.configurator,
                 "hicache": dep.hicache,
                 "sources": dep.sources,
+                "facts": {k: {"value": v, "source": src} for k, (v, src) in dep.facts.items()},
+                "index_k_inference": {
+                    "margin_bytes": {str(r): b for r, b in self.index_k_margin.items()},
+                    "detail": self.inference_detail,
+                },
                 "not_modelled": list(dep.not_modelled),
             },
             "sglang_version": self.release.version if self.release else None,

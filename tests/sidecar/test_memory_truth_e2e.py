@@ -12,7 +12,9 @@ deployment fact saying where its value came from.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,8 +31,11 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 
-def _scrape(sim_settings: SimSettings, probe_dir: Path | None, need: str) -> str:
-    """One scrape of a sidecar (told only SGLang's URL) once ``need`` has a value on rank 1."""
+def _scrape(
+    sim_settings: SimSettings, probe_dir: Path | None, need: str
+) -> tuple[str, dict[str, Any]]:
+    """One scrape of a sidecar (told only SGLang's URL) once ``need`` has a value on rank 1,
+    and its /api/v1/footprint deployment section."""
     truth = SimDeployment(sim_settings)
     with ServerThread(create_sim_app(sim_settings)) as sim:
         cfg: dict[str, object] = {
@@ -49,7 +54,9 @@ def _scrape(sim_settings: SimSettings, probe_dir: Path | None, need: str) -> str
                 t = scrape(sc.url)
                 return t if sample_value(t, need, rank="1") is not None else None
 
-            return wait_for(ready)
+            text = wait_for(ready)
+            api = httpx.get(sc.url + "/api/v1/footprint", timeout=5).json()["deployment"]
+            return text, api
 
 
 def _fact(text: str, fact: str) -> tuple[str, str] | None:
@@ -75,7 +82,8 @@ def _bf16_fork(probe_dir: Path | None = None, version: str = "0.5.20") -> SimSet
 
 
 def test_probe_measures_the_bf16_fork_overcommit(tmp_path):
-    text = _scrape(_bf16_fork(tmp_path), tmp_path, "dsv4_probe_overcommit_bytes")
+    text, api = _scrape(_bf16_fork(tmp_path), tmp_path, "dsv4_probe_overcommit_bytes")
+    assert api["sources"]["index_k_dtype"].startswith("probe")
     truth = SimDeployment(_bf16_fork()).true_footprint(0).overcommit_bytes
     assert 4.2 * GIB < truth < 4.5 * GIB  # the ground truth the sidecar was not told
     for rank in ("0", "1"):
@@ -91,10 +99,12 @@ def test_probe_measures_the_bf16_fork_overcommit(tmp_path):
 
 
 def test_nvml_reconciliation_alone_finds_the_bf16_fork(tmp_path):
-    text = _scrape(_bf16_fork(), None, "dsv4_memory_unexplained_bytes")
+    text, api = _scrape(_bf16_fork(), None, "dsv4_memory_unexplained_bytes")
     truth = SimDeployment(_bf16_fork()).true_footprint(0).overcommit_bytes
     assert _fact(text, "index_k_dtype") == ("bf16", "inferred")
     assert _fact(text, "pricing") == ("legacy", "inferred")
+    assert api["facts"]["index_k_dtype"] == {"value": "bf16", "source": "inferred"}
+    assert api["sources"]["index_k_dtype"].startswith("inferred bf16")
     margin = sample_value(text, "dsv4_index_k_inference_margin_bytes", rank="0")
     assert margin is not None and margin > 3.5 * GIB  # bf16 vs fp8 pools at 50 GiB
     for rank in ("0", "1"):
@@ -117,7 +127,7 @@ def test_nvml_reconciliation_alone_finds_the_bf16_fork(tmp_path):
 
 def test_matching_fp8_deployment_is_inferred_fp8(tmp_path):
     settings = SimSettings(index_k_dtype="fp8", sglang_version="0.5.23", tp_size=2)
-    text = _scrape(settings, None, "dsv4_memory_unexplained_bytes")
+    text, _ = _scrape(settings, None, "dsv4_memory_unexplained_bytes")
     assert _fact(text, "index_k_dtype") == ("fp8", "inferred")
     over = sample_value(text, "dsv4_kv_pool_overcommit_bytes", rank="0")
     assert over is not None and over < 0.05 * GIB
@@ -126,7 +136,7 @@ def test_matching_fp8_deployment_is_inferred_fp8(tmp_path):
 def test_older_release_degrades_per_field(tmp_path):
     """0.5.12: no sglang:weight/graph gauges, no startup_available in internal_states; the
     weights and one graph total come from internal_states, free-at-start-up from /metrics."""
-    text = _scrape(_bf16_fork(version="0.5.12"), None, "dsv4_memory_unexplained_bytes")
+    text, _ = _scrape(_bf16_fork(version="0.5.12"), None, "dsv4_memory_unexplained_bytes")
     assert sample_value(text, "dsv4_sglang_memory_field_present", field="swa_tokens") == 0
     assert sample_value(text, "dsv4_sglang_memory_field_present", field="weight") == 1
     assert sample_value(text, "dsv4_sglang_graph_memory_bytes", rank="0", phase="all") == (
