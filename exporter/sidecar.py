@@ -177,6 +177,7 @@ class Sidecar:
             gpu_used=self.nvml.used_bytes_by_rank(),
             memory=self.sglang.memory_by_rank(),
             probe_index_k=self.probe.index_k_by_rank() if self.probe is not None else None,
+            probe_pools=self.probe.measured_pools_by_rank() if self.probe is not None else None,
         )
         self.exposition.bump()
 
@@ -256,11 +257,7 @@ class _ReconcileInputs:
         probe = self.sc.probe
         if probe is None:
             return {}
-        return {
-            int(r): sum(pools.values())
-            for r, pools in probe.measured_pools().items()
-            if r.isdigit()
-        }
+        return {r: sum(pools.values()) for r, pools in probe.measured_pools_by_rank().items()}
 
     def predicted_pools_by_rank(self) -> dict[int, int]:
         fp = self.sc.footprint

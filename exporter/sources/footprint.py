@@ -148,6 +148,7 @@ class _Evidence:
     gpu_used: Mapping[int, int]
     memory: Mapping[int, RankMemory]
     probe_index_k: Mapping[int, str]
+    probe_pools: Mapping[int, Mapping[str, int]]
 
 
 def _explain(fact: tuple[str, str], before: str) -> str:
@@ -240,6 +241,7 @@ class FootprintView:
         gpu_used: Mapping[int, int] | None = None,
         memory: Mapping[int, RankMemory] | None = None,
         probe_index_k: Mapping[int, str] | None = None,
+        probe_pools: Mapping[int, Mapping[str, int]] | None = None,
     ) -> None:
         """Recompute from the latest SGLang facts and NVML readings. Pure and cheap (no I/O:
         config.json was read at construction), so it runs on the event loop.
@@ -299,7 +301,9 @@ class FootprintView:
             facts,
             geom,
             stages,
-            _Evidence(gpu_total, gpu_used or {}, memory or {}, probe_index_k or {}),
+            _Evidence(
+                gpu_total, gpu_used or {}, memory or {}, probe_index_k or {}, probe_pools or {}
+            ),
         )
         self.deployment = dep
         # The core prices the configurator's own budget (recovered from the token count) by
@@ -383,6 +387,22 @@ class FootprintView:
                     table["index_k_dtype"] = (got.dtype, "inferred")
         ik: IndexKDtype = table["index_k_dtype"][0]  # type: ignore[assignment]
         settings = replace(settings, index_k_dtype=ik)
+        if table["compress_state_dtype"][1] == "assumed" and ev.probe_pools:
+            # the state pools' measured bytes tell float32 from bfloat16 (half the bytes)
+            rank, pools = min(ev.probe_pools.items())
+            stage = stages[rank // facts.tp_size]
+            for sd in ("float32", "bfloat16"):
+                cand = replace(settings, compress_state_dtype=sd)
+                fp = footprint_for_tokens(geom, cand, "legacy", tokens, stage, rules=release)
+                if all(
+                    pools.get(p) == fp.pools[p].allocated_bytes
+                    for p in ("c4_state", "c128_state")
+                    if p in fp.pools
+                ):
+                    table["compress_state_dtype"] = (sd, "probe")
+                    settings = cand
+                    dep = replace(dep, compress_state_dtype=cand.compress_state_dtype)
+                    break
         conf = dep.configurator
         if table["pricing"][1] == "assumed":
             mem0, total0 = ev.memory.get(0), ev.gpu_total.get(0)

@@ -239,6 +239,10 @@ class ProbeFileSource:
                     out[view.rank] = measured
         return out
 
+    def measured_pools_by_rank(self) -> dict[int, dict[str, int]]:
+        """:meth:`measured_pools` keyed by the integer rank (ranks named otherwise left out)."""
+        return {int(r): p for r, p in self.measured_pools().items() if r.isdigit()}
+
     def index_k_by_rank(self) -> dict[int, str]:
         """rank -> the index-K dtype the probe read off that rank's pool (up ranks only)."""
         out = {}

@@ -94,7 +94,8 @@ def test_probe_measures_the_bf16_fork_overcommit(tmp_path):
     assert _fact(text, "index_k_dtype") == ("bf16", "probe")
     assert _fact(text, "pricing") == ("legacy", "inferred")
     assert _fact(text, "release_rules") == ("0.5.15-0.5.20", "inferred")
-    assert _fact(text, "compress_state_dtype") == ("float32", "assumed")
+    # the state pools' measured bytes are float32's (bfloat16 would be half)
+    assert _fact(text, "compress_state_dtype") == ("float32", "probe")
     assert _fact(text, "speculative") == ("false", "configured")
 
 
@@ -103,6 +104,7 @@ def test_nvml_reconciliation_alone_finds_the_bf16_fork(tmp_path):
     truth = SimDeployment(_bf16_fork()).true_footprint(0).overcommit_bytes
     assert _fact(text, "index_k_dtype") == ("bf16", "inferred")
     assert _fact(text, "pricing") == ("legacy", "inferred")
+    assert _fact(text, "compress_state_dtype") == ("float32", "assumed")  # a probe tells
     assert api["facts"]["index_k_dtype"] == {"value": "bf16", "source": "inferred"}
     assert api["sources"]["index_k_dtype"].startswith("inferred bf16")
     margin = sample_value(text, "dsv4_index_k_inference_margin_bytes", rank="0")
