@@ -145,3 +145,28 @@ def test_older_release_degrades_per_field(tmp_path):
         pytest.approx(2 * GIB, abs=8 * MIB)
     )
     assert _fact(text, "index_k_dtype") == ("bf16", "inferred")
+
+
+def test_fixed_pricing_fork_is_inferred_fixed(tmp_path):
+    """A fork with the dtype-aware configurator: its budget matches the fixed plan; the
+    over-commit left is what 0.5.20's configurator leaves unpriced besides index-K (~0.3 GiB)."""
+    settings = _bf16_fork().model_copy(update={"configurator": "fixed"})
+    text, _ = _scrape(settings, None, "dsv4_memory_unexplained_bytes")
+    assert _fact(text, "index_k_dtype") == ("bf16", "inferred")
+    assert _fact(text, "pricing") == ("fixed", "inferred")
+    truth = SimDeployment(settings).true_footprint(0).overcommit_bytes
+    assert truth < 0.5 * GIB
+    assert sample_value(text, "dsv4_kv_pool_overcommit_bytes", rank="0") == truth
+
+
+def test_small_budget_stays_assumed(tmp_path):
+    """At 20 GiB the fp8 and bf16 pools differ by 1.5 GiB per rank, under the 2 GiB margin:
+    the sidecar does not guess; the fact stays assumed (DSV4OvercommitOnAssumption's input)."""
+    settings = _bf16_fork().model_copy(update={"available_gib": 20})
+    text, api = _scrape(settings, None, "dsv4_memory_unexplained_bytes")
+    assert _fact(text, "index_k_dtype") == ("fp8", "assumed")
+    assert sample_value(text, "dsv4_index_k_inference_margin_bytes", rank="0") is None
+    assert "2147483648" in api["index_k_inference"]["detail"]
+    # the unassumed pools leave the difference unexplained, in plain sight
+    rest = sample_value(text, "dsv4_memory_unexplained_bytes", rank="0")
+    assert rest is not None and rest > 1.5 * GIB
