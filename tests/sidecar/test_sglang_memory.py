@@ -199,3 +199,23 @@ def test_reconcile_prefers_the_probe_and_skips_ranks_without_weights():
         RankReconciliation(1, 127 * GIB, 70 * GIB, 50 * GIB, "model", 2 * GIB),
     ]
     assert [r.unexplained for r in rows] == [GIB, 5 * GIB]
+
+
+def test_hostile_metrics_labels_are_skipped_or_bounded():
+    head = "# TYPE sglang:graph_memory_usage_gb gauge\n"
+    rows = [
+        f'sglang:graph_memory_usage_gb{{{LABELS.format(tp=0, pp=0)},phase="p{i}"}} 1.0'
+        for i in range(40)
+    ]
+    rows.append(f'sglang:graph_memory_usage_gb{{{LABELS.format(tp=0, pp=0)},phase="A B"}} 1.0')
+    bad_rank = LABELS.format(tp="x", pp=0)
+    text = (
+        head
+        + "\n".join(rows)
+        + "\n# TYPE sglang:weight_memory_usage_gb gauge\n"
+        + f"sglang:weight_memory_usage_gb{{{bad_rank}}} 70\n"
+        + f"sglang:weight_memory_usage_gb{{{LABELS.format(tp=0, pp=0)}}} -5\n"
+    )
+    mem = parse_sglang_metrics(text).memory
+    assert list(mem) == [(0, 0)]
+    assert len(mem[(0, 0)].graph_bytes or {}) == 8 and mem[(0, 0)].weight_bytes is None
