@@ -86,6 +86,16 @@ class AlertConfig:
         "a wrong index-K dtype is off by gigabytes).",
     )
     model_drift_for: str = knob("15m", "`for:` of DSV4FootprintModelDrift.")
+    assumed_facts: str = knob(
+        "index_k_dtype|pricing",
+        "DSV4OvercommitOnAssumption: the deployment facts (regex on `fact`) the over-commit "
+        "rests on; it fires while one of them has source `assumed`.",
+    )
+    assumed_fact_for: str = knob(
+        "30m",
+        "`for:` of DSV4OvercommitOnAssumption (long enough for the probe's first snapshot and "
+        "SGLang's start-up figures to settle the fact).",
+    )
     # --- Tool-call corruption ---------------------------------------------------------------
     corruption_window: str = knob(
         "30m", "Window of the degenerate ratio and of the sample count (recording rules)."

@@ -210,6 +210,25 @@ def _memory(b: Builder, n: Names) -> None:
                 "this release's pools are not modelled: report it with the SGLang version.",
             ),
             b.alert(
+                "DSV4OvercommitOnAssumption",
+                "max without (value, source) ("
+                + b.sel(
+                    "dsv4_deployment_fact_info",
+                    f'source="assumed", fact=~"{c.assumed_facts}"',
+                )
+                + ") == 1",
+                c.assumed_fact_for,
+                "warning",
+                "The KV over-commit figure rests on an assumed deployment fact.",
+                "On {{ $labels.instance }} nothing told, measured or inferred the "
+                "{{ $labels.fact }} the footprint model prices the pools with: "
+                "dsv4_kv_pool_overcommit_bytes is a guess (a bf16 index-K fork assumed fp8 "
+                "hides ~4 GiB per rank). Settle it: index_k_dtype with the in-process probe "
+                "(DSV4_PROBE=1) or the sidecar's index_k_dtype setting; pricing with the "
+                "sidecar's configurator setting (legacy/fixed). SGLang 0.5.17+ memory figures "
+                "with NVML let the sidecar infer both; see the runbook for why it could not.",
+            ),
+            b.alert(
                 "DSV4GPUMemoryFillingUp",
                 f"predict_linear({free}[{c.gpu_fill_lookback}], {c.gpu_fill_horizon_seconds}) < 0"
                 f"\nand\n{free} / {total} < {num(c.gpu_fill_max_free_ratio)}",

@@ -199,6 +199,75 @@ def build() -> dm.Dashboard:
         w=24,
     )
 
+    b.row("Memory reconciliation per rank")
+    b.timeseries(
+        "Measured vs predicted vs NVML per rank",
+        "Per rank: NVML used, and what explains it: SGLang's weights and CUDA graphs (its own "
+        "gauges), the KV pools as the probe measured them and as the footprint model predicts "
+        "them, and the rest nothing explains (CUDA context, NCCL, activations, or pool bytes "
+        "the model does not know: a bf16 fork priced as fp8 shows ~4 GiB here).",
+        "bytes",
+        [
+            target(sel("dsv4_gpu_memory_used_bytes", rank=True), "NVML used · rank {{rank}}"),
+            target(
+                f"sum by (instance, rank) ({sel('dsv4_probe_pool_bytes', rank=True)})",
+                "KV measured (probe) · rank {{rank}}",
+            ),
+            target(
+                f"sum by (instance, rank) ({sel('dsv4_kv_pool_allocated_bytes', rank=True)})",
+                "KV predicted (model) · rank {{rank}}",
+            ),
+            target(sel("dsv4_sglang_weight_memory_bytes", rank=True), "weights · rank {{rank}}"),
+            target(
+                f"sum by (instance, rank) ({sel('dsv4_sglang_graph_memory_bytes', rank=True)})",
+                "CUDA graphs · rank {{rank}}",
+            ),
+            target(sel("dsv4_memory_unexplained_bytes", rank=True), "unexplained · rank {{rank}}"),
+        ],
+        h=10,
+    )
+    b.timeseries(
+        "Over-commit: measured vs predicted",
+        "Per rank: pool bytes beyond the configurator's budget as the probe measured them and "
+        "as the footprint model prices them. Apart means a wrong or assumed fact "
+        "(DSV4FootprintModelDrift, DSV4OvercommitOnAssumption).",
+        "bytes",
+        [
+            target(sel("dsv4_probe_overcommit_bytes", rank=True), "measured · rank {{rank}}"),
+            target(sel("dsv4_kv_pool_overcommit_bytes", rank=True), "predicted · rank {{rank}}"),
+        ],
+        h=10,
+    )
+    b.table(
+        "Deployment facts and their sources",
+        "Every fact the over-commit rests on and where its value came from: configured, probe "
+        "(measured in SGLang), inferred (SGLang's memory figures with NVML) or assumed "
+        "(DSV4OvercommitOnAssumption fires for index_k_dtype and pricing).",
+        [target(sel("dsv4_deployment_fact_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value", "job"),
+    )
+    b.table(
+        "SGLang memory figures",
+        "What this SGLang release reports (0 = field missing: older releases degrade), the "
+        "free memory at its start-up, the KV figure it reports (0 for DSV4 pools: never used) "
+        "and NVML used split into weights, KV pools and CUDA graphs.",
+        [
+            target(sel("dsv4_sglang_memory_field_present"), "{{field}}", instant=True, fmt="table"),
+            target(
+                sel("dsv4_sglang_startup_available_memory_bytes", rank=True),
+                instant=True,
+                fmt="table",
+            ),
+            target(
+                sel("dsv4_sglang_kv_cache_memory_reported_bytes", rank=True),
+                instant=True,
+                fmt="table",
+            ),
+            target(sel("dsv4_memory_accounted_bytes", rank=True), instant=True, fmt="table"),
+        ],
+        hidden_columns=("Time", "job"),
+    )
+
     b.row("Deployment")
     b.table(
         "Deployment",

@@ -33,6 +33,7 @@ from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.probe_drift import ModelDrift
 from exporter.sources.probe_files import ProbeFileSource
+from exporter.sources.reconcile import MemoryReconciliation
 from exporter.sources.sglang import SglangSource
 from exporter.supervisor import CrashHook, LoopFactory, TaskSupervisor
 
@@ -81,7 +82,7 @@ class Sidecar:
             self.probe = ProbeFileSource(
                 settings.probe_dir,
                 stale_after_s=settings.probe_stale_after,
-                on_change=self.exposition.bump,
+                on_change=self._changed,  # the probe's index-K dtype settles a fact
             )
             self.sources["probe"] = self.probe
             self.pollers.append(self.probe)
@@ -129,6 +130,7 @@ class Sidecar:
             )
             self.sources["canary"] = self.canary
             self.pollers.append(self.canary)
+        self.reconciliation = MemoryReconciliation(_ReconcileInputs(self))
         self.registry.register(_Collector(self))
         self._stop = asyncio.Event()
         self.supervisor = TaskSupervisor(self._stop)
@@ -183,7 +185,13 @@ class Sidecar:
     def _changed(self) -> None:
         facts = self.sglang.facts if self.sglang.health.up else None
         self.footprint.refresh(
-            facts, self.nvml.total_bytes_by_rank(), self.nvml.free_bytes_by_rank()
+            facts,
+            self.nvml.total_bytes_by_rank(),
+            self.nvml.free_bytes_by_rank(),
+            gpu_used=self.nvml.used_bytes_by_rank(),
+            memory=self.sglang.memory_by_rank(),
+            probe_index_k=self.probe.index_k_by_rank() if self.probe is not None else None,
+            probe_pools=self.probe.measured_pools_by_rank() if self.probe is not None else None,
         )
         self.exposition.bump()
 
@@ -242,12 +250,36 @@ class _Collector:
             yield from src.collect()
         if sc.drift is not None:
             yield from sc.drift.collect()
+        yield from sc.reconciliation.collect()
         yield from sc.pipeline.collect()
         yield from sc.supervisor.collect()
         dialect, source = sc.dsml_dialect()
         yield m.DSML_DIALECT_INFO.info({"dialect": dialect or "auto", "source": source})
         if sc.tap is not None:
             yield from sc.tap.collect()
+
+
+class _ReconcileInputs:
+    """The latest snapshots the memory reconciliation splits NVML's used memory with."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sc = sidecar
+
+    def used_by_rank(self) -> dict[int, int]:
+        return self.sc.nvml.used_bytes_by_rank()
+
+    def memory_by_rank(self) -> dict[int, Any]:
+        return self.sc.sglang.memory_by_rank()
+
+    def measured_pools_by_rank(self) -> dict[int, int]:
+        probe = self.sc.probe
+        if probe is None:
+            return {}
+        return {r: sum(pools.values()) for r, pools in probe.measured_pools_by_rank().items()}
+
+    def predicted_pools_by_rank(self) -> dict[int, int]:
+        fp = self.sc.footprint
+        return fp.allocated_by_rank() if fp.status == "ok" else {}
 
 
 def _read_model_config(path: Path | None) -> dict[str, Any] | None:

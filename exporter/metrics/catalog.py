@@ -296,6 +296,53 @@ HICACHE_LOAD_BACKS = _m(
     (),
     "hicache",
 )
+# SGLang's own memory accounting per rank (re-exported in bytes; SGLang's "GB" is GiB, its
+# get_available_gpu_memory divides by 1 << 30). /metrics has the sglang:*_gb constants
+# (weights, KV, graphs: 0.5.17+; startup_available_gpu_memory_gb: 0.5.12+), /server_info's
+# internal_states[].memory_usage the same (weight, kvcache, graph: 0.5.12+; startup_available
+# and graph per phase: 0.5.17+). Reported by each stage's TP rank 0 and applied to the
+# stage's ranks (TP shards hold equal weights and pools).
+SGLANG_WEIGHT_BYTES = _m(
+    "dsv4_sglang_weight_memory_bytes",
+    "gauge",
+    "GPU memory the weights took at load, as SGLang measured it (sglang:weight_memory_usage_gb, "
+    "else internal_states memory_usage.weight).",
+    ("rank",),
+    "sglang",
+)
+SGLANG_GRAPH_BYTES = _m(
+    "dsv4_sglang_graph_memory_bytes",
+    "gauge",
+    "GPU memory captured CUDA graphs took, by phase, as SGLang measured it "
+    '(sglang:graph_memory_usage_gb{phase}; before 0.5.17 one total, phase="all").',
+    ("rank", "phase"),
+    "sglang",
+)
+SGLANG_KV_REPORTED_BYTES = _m(
+    "dsv4_sglang_kv_cache_memory_reported_bytes",
+    "gauge",
+    "KV cache memory as SGLang reports it (sglang:kv_cache_memory_usage_gb). Reads 0 for DSV4 "
+    "pools (DeepSeekV4TokenToKVPool never sets mem_usage, 0.5.12-0.5.23): never used; the "
+    "pools are measured by the probe or priced by the footprint model.",
+    ("rank",),
+    "sglang",
+)
+SGLANG_STARTUP_AVAILABLE_BYTES = _m(
+    "dsv4_sglang_startup_available_memory_bytes",
+    "gauge",
+    "Free GPU memory SGLang measured when its scheduler started, after weights, KV pools and "
+    "CUDA graphs (sglang:startup_available_gpu_memory_gb).",
+    ("rank",),
+    "sglang",
+)
+SGLANG_MEMORY_FIELD = _m(
+    "dsv4_sglang_memory_field_present",
+    "gauge",
+    "1 when this SGLang reports the memory field (weight, kv_cache, graph, startup_available, "
+    "swa_tokens, context_len), 0 when its release lacks it (the sidecar then degrades).",
+    ("field",),
+    "sglang",
+)
 
 # --- footprint -----------------------------------------------------------------------------
 POOL_LABELS = ("rank", "pool")
@@ -395,6 +442,39 @@ RANK_INFO = _m(
     "node_rank setting), `local_rank` the GPU position on that node, and the TP / PP ranks "
     "(docs/deploy.md, multi-node).",
     ("rank", "node_rank", "local_rank", "tp_rank", "pp_rank"),
+    "footprint",
+)
+DEPLOYMENT_FACT = _m(
+    "dsv4_deployment_fact_info",
+    "info",
+    "Every deployment fact the over-commit rests on, with where its value came from: "
+    "configured (a setting, SGLang's env or server args), probe (measured in SGLang), inferred "
+    "(from SGLang's memory figures and NVML) or assumed (nothing told; a default).",
+    ("fact", "value", "source"),
+    "footprint",
+)
+MEMORY_ACCOUNTED = _m(
+    "dsv4_memory_accounted_bytes",
+    "gauge",
+    "NVML used memory per rank, split into what is known: weights and cuda_graphs (SGLang's "
+    "measurement), kv_pools (probe-measured, else the footprint model).",
+    ("rank", "part"),
+    "footprint",
+)
+MEMORY_UNEXPLAINED = _m(
+    "dsv4_memory_unexplained_bytes",
+    "gauge",
+    "NVML used minus weights, KV pools and CUDA graphs: CUDA context, NCCL buffers, "
+    "activations, and any pool memory the model does not know.",
+    ("rank",),
+    "footprint",
+)
+INDEX_K_INFERENCE_MARGIN = _m(
+    "dsv4_index_k_inference_margin_bytes",
+    "gauge",
+    "Index-K dtype inferred from memory reconciliation: the gap between the candidate dtypes' "
+    "pool bytes. The inference holds while the rank's unexplained rest stays below it.",
+    ("rank",),
     "footprint",
 )
 FOOTPRINT_STATUS = _m(

@@ -1,4 +1,10 @@
-"""The simulated deployment: SGLang's start-up arithmetic run by the footprint model."""
+"""The simulated deployment: SGLang's start-up arithmetic run by the footprint model.
+
+It keeps the ground truth the sidecar is not told (index-K dtype, configurator pricing, the
+budget, what the pools really allocate, weights and graphs) and reports only what a real
+SGLang of the simulated release reports: its token counts, server args, and its memory figures
+(weights, graphs, free memory at start-up) in /metrics and /server_info internal_states.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +17,31 @@ from exporter.footprint import (
     Footprint,
     ModelGeometry,
     RuleChoice,
+    footprint_for_tokens,
     plan_for_budget,
     resolve_model,
     rules_for_version,
     stage_slice,
 )
+from exporter.footprint.releases import parse_release
+from exporter.sim.fake_nvml import FakeGpuSpec, FakeNvml
 from exporter.sim.settings import SimSettings
 
 GIB = 1024**3
 SIM_SUFFIX = "+sim"
+# sglang:weight/kv_cache/graph_memory_usage_gb, max_total_num_tokens_swa and the per-phase
+# memory_usage.graph with startup_available appeared in 0.5.17 (metrics_collector.py,
+# scheduler_components/memory_usage.py).
+MEMORY_GAUGES_SINCE = (0, 5, 17)
+GRAPH_PHASES = (
+    "prefill",
+    "decode",
+    "target_verify",
+    "draft_prefill",
+    "draft_decode",
+    "draft_extend",
+)
+CONTEXT_LEN = 1_048_576
 
 
 @dataclass(frozen=True)
@@ -56,6 +78,116 @@ class SimDeployment:
             for r in range(s.pp_size)
         ]
 
+    @cached_property
+    def _truth(self) -> list[Footprint]:
+        s = self.settings
+        return [
+            footprint_for_tokens(
+                self.geometry,
+                fp.settings,
+                s.configurator,
+                self.max_total_num_tokens,
+                fp.stage,
+                int(s.available_gib * GIB),
+                self.release,
+            )
+            for fp in self.footprints
+        ]
+
+    def true_footprint(self, rank: int) -> Footprint:
+        """What ``rank``'s device pool really allocates (ground truth, dtype included) at
+        SGLang's token count (the minimum over stages), priced by the simulated configurator on
+        the simulated budget."""
+        return self._truth[rank // self.settings.tp_size]
+
+    @property
+    def ranks(self) -> int:
+        return self.settings.tp_size * self.settings.pp_size
+
+    @property
+    def mem_fraction_static(self) -> float:
+        """As reported; by default the fraction SGLang's profiler would need to hand the
+        configurator ``available_gib``: budget = (GPU - context) x fraction - weights."""
+        s = self.settings
+        if s.mem_fraction_static is not None:
+            return s.mem_fraction_static
+        return (s.available_gib + s.weights_gib) / (s.gpu_memory_gib - s.context_gib)
+
+    @property
+    def has_memory_gauges(self) -> bool:
+        return parse_release(self.settings.sglang_version) >= MEMORY_GAUGES_SINCE
+
+    def gpu_spec(self) -> FakeGpuSpec:
+        s = self.settings
+        return FakeGpuSpec(
+            memory_bytes=int(s.gpu_memory_gib * GIB),
+            weights_bytes=int(s.weights_gib * GIB),
+            context_bytes=int(s.context_gib * GIB),
+            graph_bytes=int(s.graph_gib * GIB),
+        )
+
+    def gpus(self) -> FakeNvml:
+        """The GPUs this deployment runs on: a fake NVML whose used memory is the ground truth
+        (context, weights, graphs and what the pools really allocate), for tests that give the
+        sidecar the hardware's view and nothing else."""
+        alloc = {r: self.true_footprint(r).allocated_bytes for r in range(self.ranks)}
+        return FakeNvml(
+            count=self.ranks, spec=self.gpu_spec(), workload=lambda i: (alloc.get(i, 0), 0)
+        )
+
+    def startup_available_bytes(self, rank: int) -> int:
+        """Free memory when the scheduler started (cudaMemGetInfo: driver-reserved counts as
+        used), after weights, pools and graphs."""
+        spec = self.gpu_spec()
+        used = (
+            spec.reserved_bytes
+            + spec.context_bytes
+            + spec.weights_bytes
+            + spec.graph_bytes
+            + self.true_footprint(rank).allocated_bytes
+        )
+        return spec.memory_bytes - used
+
+    def memory_gauges(self, stage: int) -> dict[str, float]:
+        """sglang:*_gb constants (and token constants) that TP rank 0 of ``stage`` emits."""
+        s = self.settings
+        rank = stage * s.tp_size
+        out = {
+            "sglang:page_size": 256.0,
+            "sglang:num_pages": float(self.max_total_num_tokens // 256),
+            "sglang:context_len": float(CONTEXT_LEN),
+            "sglang:startup_available_gpu_memory_gb": self.startup_available_bytes(rank) / GIB,
+        }
+        if self.has_memory_gauges:
+            out["sglang:max_total_num_tokens_swa"] = float(
+                self.true_footprint(rank).pools["swa_kv"].tokens
+            )
+            out["sglang:weight_memory_usage_gb"] = s.weights_gib
+            out["sglang:kv_cache_memory_usage_gb"] = 0.0  # DSV4 pools never set mem_usage
+        return out
+
+    def graph_phases(self) -> dict[str, float]:
+        return {p: (self.settings.graph_gib if p == "decode" else 0.0) for p in GRAPH_PHASES}
+
+    def memory_usage(self) -> dict[str, Any]:
+        """internal_states[0].memory_usage in the simulated release's shape (GB = GiB)."""
+        s = self.settings
+        if not self.has_memory_gauges:  # 0.5.12-0.5.16: four fields, graph one float
+            return {
+                "weight": round(s.weights_gib, 2),
+                "kvcache": 0.0,
+                "token_capacity": self.max_total_num_tokens,
+                "graph": round(s.graph_gib, 2),
+            }
+        return {
+            "weight": round(s.weights_gib, 3),
+            "kvcache": 0.0,
+            "startup_available": round(self.startup_available_bytes(0) / GIB, 3),
+            "token_capacity": self.max_total_num_tokens,
+            "token_capacity_swa": self.true_footprint(0).pools["swa_kv"].tokens,
+            "graph": {p: round(v, 3) for p, v in self.graph_phases().items()},
+        }
+
     @property
     def max_total_num_tokens(self) -> int:
         # SGLang takes the minimum across ranks so every stage can hold the same requests.
@@ -89,7 +221,7 @@ class SimDeployment:
             "pp_size": s.pp_size,
             "nnodes": s.nnodes,
             "node_rank": 0,  # the head's own: only node 0 serves HTTP
-            "mem_fraction_static": s.mem_fraction_static,
+            "mem_fraction_static": self.mem_fraction_static,
             "page_size": 256,
             "max_running_requests": s.max_running_requests,
             "swa_full_tokens_ratio": 0.1,
@@ -108,12 +240,7 @@ class SimDeployment:
             "simulator": True,
             "internal_states": [
                 {
-                    "memory_usage": {
-                        "weight": round(s.weights_gib * GIB / 1e9, 2),
-                        "kvcache": 0.0,
-                        "token_capacity": tokens,
-                        "graph": 2.15,
-                    },
+                    "memory_usage": self.memory_usage(),
                     "effective_max_running_requests_per_dp": s.max_running_requests,
                     "num_running_reqs": running,
                 }

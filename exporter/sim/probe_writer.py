@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter.footprint import footprint_for_tokens
 from exporter.footprint.pricing import indexer_bytes_per_token, stored_index_k_dtype
 from exporter.probe.snapshot import ProbeCounters, write_snapshot
 from exporter.sim.deployment import GIB, SimDeployment
@@ -61,9 +60,7 @@ def deployment_memory(dep: SimDeployment, rank: int) -> dict[str, Any]:
     tokens = dep.max_total_num_tokens
     stage = dep.footprints[rank // s.tp_size].stage
     budget = int(s.available_gib * GIB)
-    fp = footprint_for_tokens(
-        dep.geometry, dep.footprints[0].settings, s.configurator, tokens, stage, budget, dep.release
-    )
+    fp = dep.true_footprint(rank)
     stored = stored_index_k_dtype(fp.settings, fp.rules)
     head_dim = dep.geometry.index_head_dim
     sizes = {

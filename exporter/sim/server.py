@@ -76,9 +76,18 @@ class _SglangMetrics:
         for pp in range(s.pp_size):
             # Only TP rank 0 of each stage reports the scheduler's numbers, as in SGLang.
             values = [self.dep.model_path, "unified", "0", str(pp), "0"]
-            for name, v in gauges.items():
+            for name, v in {**gauges, **self.dep.memory_gauges(pp)}.items():
                 g = GaugeMetricFamily(name, f"{name} (simulator)", labels=labels)
                 g.add_metric(values, float(v))
+                yield g
+            if self.dep.has_memory_gauges:
+                g = GaugeMetricFamily(
+                    "sglang:graph_memory_usage_gb",
+                    "Memory used by captured device graphs in GB (simulator)",
+                    labels=[*labels, "phase"],
+                )
+                for phase, gb in self.dep.graph_phases().items():
+                    g.add_metric([*values, phase], gb)
                 yield g
         if s.hicache == "on":
             c = CounterMetricFamily(

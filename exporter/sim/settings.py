@@ -43,7 +43,16 @@ class SimSettings(BaseSettings):
         description="Nodes the deployment spans (SGLang's --nnodes). The simulator is the "
         "head (node 0, the only one serving HTTP); a worker node's sidecar points at it.",
     )
-    mem_fraction_static: float = Field(0.88, gt=0, lt=1, description="Reported mem fraction.")
+    mem_fraction_static: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Reported mem_fraction_static; default: the one that gives available_gib "
+        "on this GPU (SGLang's budget = (GPU - context) x fraction - weights).",
+    )
+    gpu_memory_gib: float = Field(140.0, gt=0, description="Memory of each simulated GPU.")
+    context_gib: float = Field(0.5, ge=0, description="CUDA context and buffers per GPU.")
+    graph_gib: float = Field(2.0, ge=0, description="Decode CUDA graphs per GPU.")
     max_running_requests: int = Field(256, ge=1, description="Max running requests per DP.")
     speculative: bool = Field(False, description="Report MTP speculative decoding on.")
     weights_gib: float = Field(70.0, ge=0, description="Reported weights per GPU.")

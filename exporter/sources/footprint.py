@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -32,6 +32,7 @@ from exporter.footprint import (
     ModelGeometry,
     RuleChoice,
     SettingsError,
+    StageSlice,
     VersionError,
     footprint_for_tokens,
     load_config_json,
@@ -41,10 +42,12 @@ from exporter.footprint import (
     rules_for_version,
     stage_slice,
 )
+from exporter.footprint.pricing import BudgetError, available_bytes_from_gpu
 from exporter.footprint.settings import StateDtype
 from exporter.metrics import catalog as m
 from exporter.sources.base import SourceHealth
-from exporter.sources.sglang import ServerFacts
+from exporter.sources.reconcile import infer_index_k_dtype, infer_pricing, observed_kv_bytes
+from exporter.sources.sglang import RankMemory, ServerFacts
 from exporter.topology import RankPlace, Topology, TopologyError, node_topology
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,12 @@ UNIFIED_KV_ENV = (
     "SGLANG_DSV4_UNIFIED_KV_FP8",
 )
 TRUTHY = ("1", "true", "yes", "on")
+# dsv4_deployment_fact_info: the facts and where a value can come from
+FACTS = ("index_k_dtype", "pricing", "compress_state_dtype", "speculative", "release_rules")
+FACT_SOURCES = ("configured", "probe", "inferred", "assumed")
+# dtypes the NVML reconciliation tells apart (fp4 needs --enable-deepseek-v4-fp4-indexer on
+# NVIDIA, which /server_info reports: configured, not inferred)
+INFERABLE_INDEX_K = ("fp8", "bf16")
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,8 @@ class DeploymentFacts:
     hicache: bool
     sources: dict[str, str]
     not_modelled: tuple[str, ...] = ()
+    # fact -> (value, source in FACT_SOURCES), for dsv4_deployment_fact_info
+    facts: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def resolve_facts(
@@ -113,12 +124,43 @@ def resolve_facts(
         # the pool stores; only a fork with the dtype-aware fix prices it by dtype, and the
         # server cannot tell us which fork it is: that one is a setting.
         conf, src["configurator"] = "legacy", "auto: upstream prices index-K as fp8"
+    table = {
+        "index_k_dtype": (ik, "assumed" if src["index_k_dtype"] == "default" else "configured"),
+        "pricing": (conf, "configured" if src["configurator"] == "config" else "assumed"),
+        "compress_state_dtype": (
+            sd,
+            "assumed" if src["compress_state_dtype"] == "default" else "configured",
+        ),
+        # a server arg /server_info reports
+        "speculative": ("true" if facts.speculative else "false", "configured"),
+    }
     switches: list[str] = []
     if facts.speculative_algorithm and facts.speculative_algorithm.upper() == "DSPARK":
         switches.append("dspark-draft")
     if any(env.get(k, "").lower() in TRUTHY for k in UNIFIED_KV_ENV):
         switches.append("unified-kv")
-    return DeploymentFacts(ik, sd, oc, conf, facts.hicache, src, tuple(switches))
+    return DeploymentFacts(ik, sd, oc, conf, facts.hicache, src, tuple(switches), table)
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What the view may settle facts with (each empty when unknown)."""
+
+    gpu_total: Mapping[int, int]
+    gpu_used: Mapping[int, int]
+    memory: Mapping[int, RankMemory]
+    probe_index_k: Mapping[int, str]
+    probe_pools: Mapping[int, Mapping[str, int]]
+
+
+def _explain(fact: tuple[str, str], before: str) -> str:
+    """The /api/v1/footprint source string once a fact was settled by evidence."""
+    value, source = fact
+    if source == "probe":
+        return "probe: measured in the pool"
+    if source == "inferred":
+        return f"inferred {value} from SGLang's memory figures and NVML"
+    return before
 
 
 @dataclass(frozen=True)
@@ -166,6 +208,8 @@ class FootprintView:
         # This node's ranks (multi-node: only its own, labelled globally); None until known.
         self.topology: Topology | None = None
         self.topology_error = ""
+        self.index_k_margin: dict[int, int] = {}
+        self.inference_detail = ""
         # Read the model's config.json once, here (start-up), never on the event loop.
         self._config_geometry: ModelGeometry | None = None
         self._config_error = ""
@@ -205,9 +249,18 @@ class FootprintView:
         facts: ServerFacts | None,
         gpu_total: Mapping[int, int],
         gpu_free: Mapping[int, int],
+        gpu_used: Mapping[int, int] | None = None,
+        memory: Mapping[int, RankMemory] | None = None,
+        probe_index_k: Mapping[int, str] | None = None,
+        probe_pools: Mapping[int, Mapping[str, int]] | None = None,
     ) -> None:
         """Recompute from the latest SGLang facts and NVML readings. Pure and cheap (no I/O:
-        config.json was read at construction), so it runs on the event loop."""
+        config.json was read at construction), so it runs on the event loop.
+
+        ``memory`` (SGLang's own memory figures per rank), ``gpu_used`` and ``probe_index_k``
+        (the dtype the probe read off each rank's pool) settle facts nothing configured: the
+        index-K dtype from the probe, else from memory reconciliation; the pricing from the
+        budget SGLang's profiler gave the configurator."""
         if facts is None:
             self.release, self.topology = None, None
             self._down("no_sglang", "waiting for SGLang's /server_info")
@@ -263,6 +316,17 @@ class FootprintView:
         if self.switches:
             self._down("not_modelled", "not modelled: " + ", ".join(self.switches))
             return
+        dep, settings = self._settle(
+            dep,
+            settings,
+            facts,
+            geom,
+            stages,
+            _Evidence(
+                gpu_total, gpu_used or {}, memory or {}, probe_index_k or {}, probe_pools or {}
+            ),
+        )
+        self.deployment = dep
         # The core prices the configurator's own budget (recovered from the token count) by
         # real dtypes too: correct_full_tokens is the capacity the fix costs or frees.
         per_stage = {
@@ -290,6 +354,109 @@ class FootprintView:
         self.status, self.detail = "ok", ""
         self.health.success(0.0)
 
+    def _settle(
+        self,
+        dep: DeploymentFacts,
+        settings: DeploymentSettings,
+        facts: ServerFacts,
+        geom: ModelGeometry,
+        stages: Mapping[int, StageSlice],
+        ev: _Evidence,
+    ) -> tuple[DeploymentFacts, DeploymentSettings]:
+        """Replace assumed facts by measured or inferred ones where the evidence allows.
+
+        Only this node's ranks are evidence (multi-node: global ranks, ``stages`` keyed by the
+        PP rank of the stages this node holds)."""
+        table = dict(dep.facts)
+        release = self.release
+        assert release is not None and facts.max_total_num_tokens and self.topology is not None
+        places = self.topology.places()
+        stage_of = {p.rank: stages[p.pp_rank] for p in places}
+        tokens = facts.max_total_num_tokens
+        table["release_rules"] = (
+            release.rules.name,
+            "inferred" if release.verified else "assumed",
+        )
+        self.index_k_margin = {}
+        self.inference_detail = ""
+
+        def alloc_by_rank(s: DeploymentSettings) -> dict[int, int]:
+            per_stage = {
+                pp: footprint_for_tokens(geom, s, "legacy", tokens, st, rules=release)
+                for pp, st in stages.items()
+            }
+            return {p.rank: per_stage[p.pp_rank].allocated_bytes for p in places}
+
+        if table["index_k_dtype"][1] == "assumed":
+            probed = set(ev.probe_index_k.values())
+            if len(probed) == 1 and (d := probed.pop()) in ("fp8", "bf16", "fp4"):
+                table["index_k_dtype"] = (d, "probe")
+            else:
+                observed = {
+                    r: kv
+                    for r in stage_of
+                    if (
+                        kv := observed_kv_bytes(
+                            ev.memory.get(r), ev.gpu_total.get(r), ev.gpu_used.get(r)
+                        )
+                    )
+                    is not None
+                }
+                candidates = {
+                    d: alloc_by_rank(replace(settings, index_k_dtype=d))  # type: ignore[arg-type]
+                    for d in INFERABLE_INDEX_K
+                }
+                got = infer_index_k_dtype(candidates, observed)
+                self.index_k_margin = got.margin_bytes if got.dtype else {}
+                self.inference_detail = got.detail
+                if got.dtype is not None:
+                    table["index_k_dtype"] = (got.dtype, "inferred")
+        ik: IndexKDtype = table["index_k_dtype"][0]  # type: ignore[assignment]
+        settings = replace(settings, index_k_dtype=ik)
+        if table["compress_state_dtype"][1] == "assumed" and ev.probe_pools:
+            # the state pools' measured bytes tell float32 from bfloat16 (half the bytes)
+            local = {r: p for r, p in ev.probe_pools.items() if r in stage_of}
+            rank, pools = min(local.items()) if local else (-1, {})
+            stage = stage_of.get(rank)
+            for sd in ("float32", "bfloat16") if stage is not None else ():
+                cand = replace(settings, compress_state_dtype=sd)
+                fp = footprint_for_tokens(geom, cand, "legacy", tokens, stage, rules=release)
+                if all(
+                    pools.get(p) == fp.pools[p].allocated_bytes
+                    for p in ("c4_state", "c128_state")
+                    if p in fp.pools
+                ):
+                    table["compress_state_dtype"] = (sd, "probe")
+                    settings = cand
+                    dep = replace(dep, compress_state_dtype=cand.compress_state_dtype)
+                    break
+        conf = dep.configurator
+        if table["pricing"][1] == "assumed":
+            first = places[0]  # this node's first rank: its own budget and stage
+            mem0, total0 = ev.memory.get(first.rank), ev.gpu_total.get(first.rank)
+            mfs = facts.mem_fraction_static
+            if mem0 is not None and mem0.weight_bytes is not None and total0 and mfs:
+                try:
+                    estimate = available_bytes_from_gpu(total0, mem0.weight_bytes, mfs)
+                except BudgetError:
+                    estimate = None
+                if estimate is not None:
+                    planned = {
+                        p: footprint_for_tokens(
+                            geom, settings, p, tokens, stages[first.pp_rank], rules=release
+                        ).planned_bytes
+                        for p in ("legacy", "fixed")
+                    }
+                    pricing = infer_pricing(planned, estimate)
+                    if pricing is not None:
+                        conf = pricing  # type: ignore[assignment]
+                        table["pricing"] = (pricing, "inferred")
+        sources = dict(dep.sources)
+        sources["index_k_dtype"] = _explain(table["index_k_dtype"], sources["index_k_dtype"])
+        sources["configurator"] = _explain(table["pricing"], sources["configurator"])
+        dep = replace(dep, index_k_dtype=ik, configurator=conf, sources=sources, facts=table)
+        return dep, settings
+
     def _down(self, status: str, detail: str) -> None:
         """Count an error per transition into a down state, not per recomputation."""
         if status != self.status or self.health.up or self.health.cycles == 0:
@@ -315,6 +482,11 @@ class FootprintView:
                 "configurator": dep.configurator,
                 "hicache": dep.hicache,
                 "sources": dep.sources,
+                "facts": {k: {"value": v, "source": src} for k, (v, src) in dep.facts.items()},
+                "index_k_inference": {
+                    "margin_bytes": {str(r): b for r, b in self.index_k_margin.items()},
+                    "detail": self.inference_detail,
+                },
                 "not_modelled": list(dep.not_modelled),
             },
             "sglang_version": self.release.version if self.release else None,
@@ -363,6 +535,17 @@ class FootprintView:
         dep = self.deployment
         if self.status != "ok" or dep is None or not self.ranks:
             return
+        fact_info = m.DEPLOYMENT_FACT.family()
+        for name in FACTS:
+            if name in dep.facts:
+                fact_value, source = dep.facts[name]
+                fact_info.add_metric([], {"fact": name, "value": fact_value, "source": source})
+        yield fact_info
+        if self.index_k_margin:
+            margin = m.INDEX_K_INFERENCE_MARGIN.family()
+            for margin_rank, gap in sorted(self.index_k_margin.items()):
+                margin.add_metric([str(margin_rank)], float(gap))
+            yield margin
         yield m.DEPLOYMENT_INFO.info(
             {
                 "index_k_dtype": dep.index_k_dtype,

@@ -318,6 +318,10 @@ class NvmlSource:
         snap = self.snapshot
         return {g.rank: g.free for g in snap.gpus} if snap else {}
 
+    def used_bytes_by_rank(self) -> dict[int, int]:
+        snap = self.snapshot
+        return {g.rank: g.used for g in snap.gpus} if snap else {}
+
     def total_bytes_by_rank(self) -> dict[int, int]:
         snap = self.snapshot
         return {g.rank: g.total for g in snap.gpus} if snap else {}

@@ -239,6 +239,20 @@ class ProbeFileSource:
                     out[view.rank] = measured
         return out
 
+    def measured_pools_by_rank(self) -> dict[int, dict[str, int]]:
+        """:meth:`measured_pools` keyed by the integer rank (ranks named otherwise left out)."""
+        return {int(r): p for r, p in self.measured_pools().items() if r.isdigit()}
+
+    def index_k_by_rank(self) -> dict[int, str]:
+        """rank -> the index-K dtype the probe read off that rank's pool (up ranks only)."""
+        out = {}
+        for view in self._ranks:
+            if view.up and view.snapshot is not None and view.rank.isdigit():
+                ik = view.snapshot.memory.index_k()
+                if ik is not None:
+                    out[int(view.rank)] = ik.dtype
+        return out
+
 
 def _memory(
     r: str,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,11 @@ ERROR_REASONS = (
 DSV4_DEFAULT_SWA_RATIO = 0.1
 GLOBAL_DEFAULT_SWA_RATIO = 0.8
 DSV4_DEFAULT_MAX_RUNNING = 256
+GIB = 1 << 30  # SGLang's "GB": get_available_gpu_memory divides by 1 << 30
+# Memory fields SGLang reports (see RankMemory for the release each comes from).
+MEMORY_FIELDS = ("weight", "kv_cache", "graph", "startup_available", "swa_tokens", "context_len")
+MAX_GRAPH_PHASES = 8  # 0.5.23 has six (GRAPH_MEMORY_USAGE_KEYS); bounds the phase label
+_PHASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 class ShapeError(ValueError):
@@ -72,10 +78,101 @@ class ServerFacts:
     # SGLang's --nnodes (a server arg, so /server_info has it); --node-rank there is the
     # head's own (0): each node's rank comes from its pod (the node_rank setting).
     nnodes: int = 1
+    memory: RankMemory | None = None  # internal_states[0].memory_usage (DP worker 0)
 
     @property
     def model(self) -> str:
         return self.served_model_name or self.model_path
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """SGLang's own memory figures for one rank, in bytes; None where the release lacks them.
+
+    Sources by release (sglang/srt/observability/metrics_collector.py ``emit_constants`` and
+    the scheduler's ``memory_usage`` in /server_info internal_states):
+    ``weight``: sglang:weight_memory_usage_gb 0.5.17+, memory_usage.weight 0.5.12+;
+    ``kv_cache``: sglang:kv_cache_memory_usage_gb 0.5.17+, memory_usage.kvcache 0.5.12+ (0 for
+    DSV4 pools: exported, never used); ``graph``: sglang:graph_memory_usage_gb{phase} 0.5.17+,
+    memory_usage.graph (one float before 0.5.17, per phase after); ``startup_available``:
+    sglang:startup_available_gpu_memory_gb 0.5.12+, memory_usage.startup_available 0.5.17+;
+    ``swa_tokens``: sglang:max_total_num_tokens_swa 0.5.17+; ``context_len``:
+    sglang:context_len 0.5.12+.
+    """
+
+    weight_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    graph_bytes: Mapping[str, int] | None = None  # phase -> bytes ("all" before 0.5.17)
+    startup_available_bytes: int | None = None
+    swa_tokens: int | None = None
+    context_len: int | None = None
+
+    @property
+    def graph_total_bytes(self) -> int | None:
+        return None if self.graph_bytes is None else sum(self.graph_bytes.values())
+
+    def present(self) -> set[str]:
+        return {f for f, v in zip(MEMORY_FIELDS, self._values(), strict=True) if v is not None}
+
+    def merged(self, fallback: RankMemory | None) -> RankMemory:
+        """Field by field: this one's value, else the fallback's."""
+        if fallback is None:
+            return self
+        pick = [
+            mine if mine is not None else theirs
+            for mine, theirs in zip(self._values(), fallback._values(), strict=True)
+        ]
+        return RankMemory(*pick)
+
+    def _values(self) -> tuple[Any, ...]:
+        return (
+            self.weight_bytes,
+            self.kv_cache_bytes,
+            self.graph_bytes,
+            self.startup_available_bytes,
+            self.swa_tokens,
+            self.context_len,
+        )
+
+
+def _gb(v: Any) -> int | None:
+    """A non-negative finite GB (GiB) number as bytes; anything else is absent."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+        return None
+    return round(v * GIB)
+
+
+def _count(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == float("inf"):
+        return None
+    return int(v)
+
+
+def _graph_phases(raw: Any) -> dict[str, int] | None:
+    """memory_usage.graph: one float (before 0.5.17) or {phase: GB} (0.5.17+)."""
+    if isinstance(raw, Mapping):
+        out = {}
+        for phase, v in list(raw.items())[:MAX_GRAPH_PHASES]:
+            b = _gb(v)
+            if isinstance(phase, str) and _PHASE.fullmatch(phase) and b is not None:
+                out[phase] = b
+        return out or None
+    b = _gb(raw)
+    return None if b is None else {"all": b}
+
+
+def memory_usage_of(state: Mapping[str, Any]) -> RankMemory | None:
+    """internal_states[i].memory_usage as RankMemory; None when absent or not an object."""
+    mu = state.get("memory_usage")
+    if not isinstance(mu, Mapping):
+        return None
+    return RankMemory(
+        weight_bytes=_gb(mu.get("weight")),
+        kv_cache_bytes=_gb(mu.get("kvcache")),
+        graph_bytes=_graph_phases(mu.get("graph")),
+        startup_available_bytes=_gb(mu.get("startup_available")),
+        swa_tokens=_count(mu.get("token_capacity_swa")),
+    )
 
 
 def _num(d: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:
@@ -131,6 +228,7 @@ def parse_server_info(d: Any) -> ServerFacts:
         max_total_num_tokens=tokens,
         weights_gb=weights,
         nnodes=max(_num(d, "nnodes", int, 1) or 1, 1),
+        memory=memory_usage_of(state0),
     )
 
 
@@ -156,6 +254,52 @@ class LiveMetrics:
     load_back_tokens: dict[str, float] = field(default_factory=dict)
     load_back_seconds: float | None = None
     load_backs: float | None = None
+    # (pp_rank, tp_rank) -> SGLang's memory constants as that scheduler reported them
+    memory: dict[tuple[int, int], RankMemory] = field(default_factory=dict)
+
+
+# sglang:<name> constant gauge -> RankMemory field and unit converter
+_MEMORY_GAUGES: dict[str, tuple[str, Any]] = {
+    "weight_memory_usage_gb": ("weight_bytes", _gb),
+    "kv_cache_memory_usage_gb": ("kv_cache_bytes", _gb),
+    "startup_available_gpu_memory_gb": ("startup_available_bytes", _gb),
+    "max_total_num_tokens_swa": ("swa_tokens", _count),
+    "context_len": ("context_len", _count),
+}
+
+
+def _rank_key(labels: Mapping[str, str]) -> tuple[int, int] | None:
+    try:
+        return int(labels.get("pp_rank", "0") or 0), int(labels.get("tp_rank", "0") or 0)
+    except ValueError:
+        return None
+
+
+def _memory_gauges(fams: list[Any]) -> dict[tuple[int, int], RankMemory]:
+    """Per scheduler (pp_rank, tp_rank): the memory constants it emitted at start-up."""
+    fields: dict[tuple[int, int], dict[str, Any]] = {}
+    for fam in fams:
+        short = fam.name[len("sglang:") :]
+        conv = _MEMORY_GAUGES.get(short)
+        if conv is None and short != "graph_memory_usage_gb":
+            continue
+        for s in fam.samples:
+            if s.name != fam.name or s.labels.get("dp_rank", "0") not in ("0", ""):
+                continue
+            key = _rank_key(s.labels)
+            if key is None:
+                continue
+            got = fields.setdefault(key, {})
+            if conv is not None:
+                value = conv[1](s.value)
+                if value is not None:
+                    got[conv[0]] = value
+                continue
+            phases = got.setdefault("graph_bytes", {})
+            phase, b = s.labels.get("phase", ""), _gb(s.value)
+            if _PHASE.fullmatch(phase) and b is not None and len(phases) < MAX_GRAPH_PHASES:
+                phases[phase] = b
+    return {k: RankMemory(**v) for k, v in fields.items()}
 
 
 def parse_sglang_metrics(text: str) -> LiveMetrics:
@@ -164,7 +308,8 @@ def parse_sglang_metrics(text: str) -> LiveMetrics:
     usage: float | None = None
     lb_tokens: dict[str, float] = {}
     lb_sum = lb_count = None
-    for fam in text_string_to_metric_families(text):
+    fams = list(text_string_to_metric_families(text))
+    for fam in fams:
         name = fam.name
         if not name.startswith("sglang:"):
             continue
@@ -202,6 +347,7 @@ def parse_sglang_metrics(text: str) -> LiveMetrics:
         load_back_tokens=lb_tokens,
         load_back_seconds=lb_sum,
         load_backs=lb_count,
+        memory=_memory_gauges(fams),
     )
 
 
@@ -334,6 +480,51 @@ class SglangSource:
         self.health.count_error(reason, detail)
         self.live = None
 
+    def memory_by_rank(self) -> dict[int, RankMemory]:
+        """Global rank (pp_rank * tp_size + tp_rank) -> SGLang's memory figures for it.
+
+        Only each stage's TP rank 0 reports unless SGLang runs with
+        --enable-metrics-for-all-schedulers; its figures stand for the stage's other TP ranks
+        (TP shards hold equal weights, pools and graphs). /metrics first, field by field
+        /server_info internal_states (DP worker 0: stage 0) where /metrics lacks it.
+        """
+        f = self.facts
+        if f is None or not self.health.up:
+            return {}
+        reported = self.live.memory if self.live is not None else {}
+        out: dict[int, RankMemory] = {}
+        for rank in range(f.tp_size * f.pp_size):
+            stage, tp = divmod(rank, f.tp_size)
+            mine = reported.get((stage, tp)) or reported.get((stage, 0))
+            fallback = f.memory if stage == 0 else None
+            if mine is None and fallback is None:
+                continue
+            out[rank] = (mine or RankMemory()).merged(fallback)
+        return out
+
+    def _memory_families(self) -> Iterable[Metric]:
+        by_rank = self.memory_by_rank()
+        present: set[str] = set()
+        weight, graph = m.SGLANG_WEIGHT_BYTES.family(), m.SGLANG_GRAPH_BYTES.family()
+        kv, avail = m.SGLANG_KV_REPORTED_BYTES.family(), m.SGLANG_STARTUP_AVAILABLE_BYTES.family()
+        for rank, mem in sorted(by_rank.items()):
+            r = str(rank)
+            present |= mem.present()
+            for fam, value in (
+                (weight, mem.weight_bytes),
+                (kv, mem.kv_cache_bytes),
+                (avail, mem.startup_available_bytes),
+            ):
+                if value is not None:
+                    fam.add_metric([r], float(value))
+            for phase, b in sorted((mem.graph_bytes or {}).items()):
+                graph.add_metric([r, phase], float(b))
+        yield from (weight, graph, kv, avail)
+        fields = m.SGLANG_MEMORY_FIELD.family()
+        for name in MEMORY_FIELDS:
+            fields.add_metric([name], 1.0 if name in present else 0.0)
+        yield fields
+
     # --- exposition ----------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
         h = self.health  # exported as dsv4_source_*{source="sglang"} by the sidecar
@@ -345,6 +536,7 @@ class SglangSource:
             yield m.SGLANG_MAX_TOTAL_TOKENS.one(f.max_total_num_tokens)
         if f.mem_fraction_static is not None:
             yield m.SGLANG_MEM_FRACTION.one(f.mem_fraction_static)
+        yield from self._memory_families()
         live = self.live
         if live is None:
             return

@@ -4,9 +4,9 @@ Prometheus' promtool on the real rule file.
 The simulator writes what the probe measures from its own ground truth (the release's pool at
 SGLang's token count, the index-K dtype it really runs) and does not tell the sidecar. With the
 facts the sidecar assumes matching the deployment (fp8), the probe's bytes per pool equal the
-model's prediction and drift is 0. Beside a bf16 fork the sidecar was told nothing about, the
-probe reports ~4.3 GiB measured over-commit per rank, the model (priced as fp8) drifts on
-c4_index_k only, and DSV4FootprintModelDrift fires on exactly that scraped value.
+model's prediction and drift is 0. Beside a bf16 fork, the
+probe reports ~4.3 GiB measured over-commit per rank; a sidecar told the wrong dtype (fp8)
+drifts on c4_index_k only, and DSV4FootprintModelDrift fires on exactly that scraped value.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ GIB = 1 << 30
 DRIFT_TEST = REPO / "alerts" / "tests" / "DSV4FootprintModelDrift.test.yaml"
 
 
-def _scrape_with_memory(dtype: str, probe_dir: Path, pp_size: int = 1) -> str:
+def _scrape_with_memory(
+    dtype: str, probe_dir: Path, pp_size: int = 1, told: str | None = None
+) -> str:
     sim = create_sim_app(
         SimSettings(
             index_k_dtype=dtype,
@@ -52,6 +54,7 @@ def _scrape_with_memory(dtype: str, probe_dir: Path, pp_size: int = 1) -> str:
                     "canary": False,
                     "probe_dir": str(probe_dir),
                     "sglang_url": s.url,
+                    **({"index_k_dtype": told} if told else {}),
                 }
             )
         )
@@ -89,8 +92,9 @@ def test_measured_bytes_equal_the_model_on_a_matching_deployment(tmp_path, pp_si
 
 
 def test_wrong_model_drifts_and_the_alert_fires(tmp_path):
-    text = _scrape_with_memory("bf16", tmp_path)
-    # the sidecar was told nothing: it assumed fp8 ...
+    # told fp8 (a configured fact outranks the probe's: told nothing, the sidecar would take
+    # the probe's bf16 and agree, tests/sidecar/test_memory_truth_e2e.py) ...
+    text = _scrape_with_memory("bf16", tmp_path, told="fp8")
     assert sample_value(text, "dsv4_deployment_info", index_k_dtype="fp8") == 1
     # ... the probe measured bf16 and the real over-commit
     assert sample_value(text, "dsv4_probe_index_k_info", rank="0", dtype="bf16") == 1
