@@ -386,6 +386,13 @@ DEPLOYMENT_INFO = _m(
     ("index_k_dtype", "configurator", "hicache", "model"),
     "footprint",
 )
+DEPLOYMENT_FACT = _m(
+    "dsv4_deployment_fact_info",
+    "info",
+    "A deployment fact the footprint rests on, with where it came from (value 1).",
+    ("fact", "value", "source"),
+    "footprint",
+)
 FOOTPRINT_STATUS = _m(
     "dsv4_footprint_up",
     "gauge",
