@@ -92,6 +92,8 @@ def variable_values(
     rank: str = ".+",
     rate_interval: str = "1m",
     range_: str = "1h",
+    namespace: str = ".*",
+    deployment: str = ".*",
 ) -> dict[str, str]:
     """The substitution table: regexes for the multi-value variables, durations for Grafana's
     built-ins (``$__rate_interval`` should be at least 4x the scrape interval)."""
@@ -99,6 +101,9 @@ def variable_values(
         "job": job,
         "instance": instance,
         "rank": rank,
+        "namespace": namespace,
+        "deployment": deployment,
+        "__url_time_range": "from=now-1h&to=now",
         "__rate_interval": rate_interval,
         "__range": range_,
         "__interval": rate_interval,
