@@ -227,6 +227,10 @@ class Board:
             )
         )
 
+    def variable(self, v: cogbuilder.Builder[dm.VariableModel]) -> None:
+        """An extra template variable after the standard ones."""
+        self._dash.with_variable(v)
+
     def link(self, dashboard_link: DashboardLink) -> None:
         """An extra link in the dashboard's header."""
         self._dash.link(dashboard_link)

@@ -13,11 +13,13 @@ dashboards.
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders.dashboard import CustomVariable
 from grafana_foundation_sdk.models import dashboard as dm
 
 from alerts.fleet import FleetNames
 from dashboards.common import (
     ALERTS,
+    CONCURRENCY_BUCKETS,
     UIDS,
     Board,
     link,
@@ -27,9 +29,37 @@ from dashboards.common import (
 )
 
 SCOPE = 'namespace=~"$namespace", deployment=~"$deployment"'
-# Concurrency buckets that count as "high" (the corruption follows concurrency): le >= 32.
-LOW_BUCKETS = "1|4|8|16"
-HIGH = f'concurrency_le!~"{LOW_BUCKETS}"'
+# "High" concurrency (the corruption follows concurrency) starts at a bucket the viewer picks
+# (default 32): the variable's value is the regex of the buckets below it ("none": every bucket).
+HIGH_FROM_DEFAULT = "32"
+HIGH = 'concurrency_le!~"$below"'
+
+
+def _high_from_variable() -> CustomVariable:
+    """The ``below`` variable: option text = first high bucket, value = the buckets below."""
+    buckets = [b for b in CONCURRENCY_BUCKETS if b != "+Inf"]
+    options = [
+        dm.VariableOption(
+            selected=b == HIGH_FROM_DEFAULT,
+            text=b,
+            value="|".join(buckets[:i]) or "none",
+        )
+        for i, b in enumerate(buckets)
+    ]
+    default = next(o for o in options if o.selected)
+    return (
+        CustomVariable("below")
+        .label("High concurrency from")
+        .description(
+            "The smallest concurrency bucket counted as high in the degenerate-ratio columns "
+            "and heatmap (1: every sample)."
+        )
+        .values(", ".join(f"{o.text} : {o.value}" for o in options))
+        .options(options)
+        .current(default)
+    )
+
+
 N = FleetNames(ALERTS)
 
 
@@ -81,6 +111,7 @@ def build() -> dm.Dashboard:
         rank_metric=None,
         kubernetes=True,
     )
+    b.variable(_high_from_variable())
     for slug in ("overview", "memory-overcommit", "tool-call-corruption"):
         b.link(link(slug))
 
@@ -146,7 +177,7 @@ def build() -> dm.Dashboard:
         "Pods at risk",
         "One row per pod (sort by any column): worst rank's KV over-commit, reclaimable bytes "
         "and over-commit as a share of the reserve; lowest GPU free memory; degenerate ratio "
-        "and graded samples at concurrency >= 32 over the time range; canary up; share of "
+        "and graded samples at high concurrency over the time range; canary up; share of "
         "ranks with a working probe; risky configuration (1: bf16 index-K with HiCache or the "
         "legacy configurator with bf16). The instance links to the pod's memory dashboard, the "
         "pod to its tool-call dashboard.",
@@ -204,8 +235,8 @@ def build() -> dm.Dashboard:
             "Value #B": "reclaimable",
             "Value #C": "share of reserve",
             "Value #D": "GPU free (min)",
-            "Value #E": "degenerate @ c>=32",
-            "Value #F": "samples @ c>=32",
+            "Value #E": "degenerate @ high concurrency",
+            "Value #F": "samples @ high concurrency",
             "Value #G": "canary up",
             "Value #H": "probe coverage",
             "Value #I": "risky config",
@@ -298,7 +329,7 @@ def build() -> dm.Dashboard:
         h=10,
     )
     b.states(
-        "Degenerate ratio per deployment at concurrency >= 32",
+        "Degenerate ratio per deployment at high concurrency",
         "Worst high-concurrency bucket's degenerate ratio over "
         f"{ALERTS.corruption_window} (recording rule), one row per deployment: orange and red "
         "at the DSV4ToolCallCorruptionHigh thresholds.",

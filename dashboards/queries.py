@@ -94,6 +94,7 @@ def variable_values(
     range_: str = "1h",
     namespace: str = ".*",
     deployment: str = ".*",
+    below: str = "none",
 ) -> dict[str, str]:
     """The substitution table: regexes for the multi-value variables, durations for Grafana's
     built-ins (``$__rate_interval`` should be at least 4x the scrape interval)."""
@@ -103,6 +104,7 @@ def variable_values(
         "rank": rank,
         "namespace": namespace,
         "deployment": deployment,
+        "below": below,
         "__url_time_range": "from=now-1h&to=now",
         "__rate_interval": rate_interval,
         "__range": range_,
