@@ -29,17 +29,15 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
 
 from bench.procs import cpu_seconds, free_port, rss_mb
 from dashboards.queries import panel_queries
-from tests.obs.fleet_pod import capture_pod, series_by_family
+from tests.obs.fleet_pod import Replay, capture_pod, series_by_family, serve_replay
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "alerts" / "dsv4-sidecar.rules.yaml"
@@ -61,63 +59,6 @@ CONFIGS: tuple[tuple[str, dict[str, str]], ...] = (
         },
     ),
 )
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-
-class Replay:
-    """Each pod's exposition, counters advanced by one per scrape of that pod (monotonic, and
-    histogram buckets stay cumulative since every bucket and _count grow alike)."""
-
-    def __init__(self, texts: list[str]) -> None:
-        self.parts: list[list[tuple[str, float, bool]]] = []
-        for text in texts:
-            rows = []
-            for line in text.splitlines():
-                m = _LINE.match(line)
-                if not m or line.startswith("#"):
-                    rows.append((line, 0.0, False))
-                    continue
-                name = m.group(1)
-                grows = name.endswith(("_total", "_bucket", "_count"))
-                rows.append((f"{name}{m.group(2) or ''} ", float(m.group(3)), grows))
-            self.parts.append(rows)
-        self.scrapes: dict[int, int] = {}
-        self.lock = threading.Lock()
-
-    def body(self, pod: int, n_configs: int) -> bytes:
-        with self.lock:
-            k = self.scrapes.get(pod, 0)
-            self.scrapes[pod] = k + 1
-        out = []
-        for head, value, grows in self.parts[pod % n_configs]:
-            if not head.endswith(" "):
-                out.append(head)
-            else:
-                out.append(f"{head}{value + k if grows else value}")
-        return ("\n".join(out) + "\n").encode()
-
-
-def _serve(replay: Replay, n_configs: int) -> tuple[ThreadingHTTPServer, int]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            m = re.fullmatch(r"/pods/(\d+)/metrics", self.path)
-            if not m:
-                self.send_error(404)
-                return
-            data = replay.body(int(m.group(1)), n_configs)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, port
 
 
 def _get(port: int, path: str, timeout: float = 60) -> dict:
@@ -238,8 +179,9 @@ def run(quick: bool = False) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="dsv4-fleet-bench-"))
     texts = [capture_pod(tmp / name, tp_size=8, **cfg) for name, cfg in CONFIGS]  # type: ignore[arg-type]
     per_config = [sum(series_by_family(t).values()) for t in texts]
-    replay = Replay(texts)
-    server, replay_port = _serve(replay, len(texts))
+    # Counters advance by one per scrape of the pod: every series moves (cost, not meaning).
+    replay = Replay(texts, grow=lambda value, k: value + k)
+    server, replay_port = serve_replay(replay)
     seconds = 75.0 if quick else 180.0
     try:
         results = [_one_size(n, replay_port, seconds, tmp) for n in SIZES]

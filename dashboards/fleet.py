@@ -267,7 +267,8 @@ def build() -> dm.Dashboard:
         [
             target(
                 f"{psel('dsv4_deployment_info')}\n"
-                "* ignoring (version, index_k_dtype, configurator, hicache) group_left (version)\n"
+                "* ignoring (version, model, index_k_dtype, configurator, hicache)\n"
+                "  group_left (version)\n"
                 f"{psel('dsv4_sglang_info')}",
                 instant=True,
                 fmt="table",
