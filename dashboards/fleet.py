@@ -16,7 +16,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders.dashboard import CustomVariable
 from grafana_foundation_sdk.models import dashboard as dm
 
-from alerts.fleet import FleetNames
+from alerts.fleet import FleetNames, pod_labels
 from dashboards.common import (
     ALERTS,
     CONCURRENCY_BUCKETS,
@@ -98,6 +98,15 @@ def _high(metric_filter: str) -> str:
     return (
         "sum without (source, verdict, concurrency_le) (\n"
         f"  increase({psel('dsv4_dsml_samples_total', extra)}[$__range])\n)"
+    )
+
+
+def _by_deployment(metric_filter: str) -> str:
+    """Graded samples per step and concurrency bucket over the pods of each deployment."""
+    extra = ", ".join(m for m in (HIGH, metric_filter) if m)
+    return (
+        f"  sum without ({pod_labels(ALERTS)}, source, verdict) (\n"
+        f"    increase({psel('dsv4_dsml_samples_total', extra)}[$__rate_interval])\n  )"
     )
 
 
@@ -332,11 +341,13 @@ def build() -> dm.Dashboard:
     b.states(
         "Degenerate ratio per deployment at high concurrency",
         "Worst high-concurrency bucket's degenerate ratio over "
-        f"{ALERTS.corruption_window} (recording rule), one row per deployment: orange and red "
+        "each step (the same sum as the recording rule "
+        f"{N.degenerate_ratio}, at the panel's resolution), one row per deployment: orange and red "
         "at the DSV4ToolCallCorruptionHigh thresholds.",
         [
             target(
-                f"max without (concurrency_le) (\n  {dsel(N.degenerate_ratio, HIGH)}\n)",
+                f"max without (concurrency_le) (\n{_by_deployment(eq(verdict='degenerate'))}\n/\n"
+                f"({_by_deployment('')} > 0)\n)",
                 "{{namespace}}/{{deployment}}",
             )
         ],
