@@ -177,7 +177,7 @@ def _one_size(pods: int, replay_port: int, seconds: float, tmp: Path) -> dict:
 
 def run(quick: bool = False) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="dsv4-fleet-bench-"))
-    texts = [capture_pod(tmp / name, tp_size=8, **cfg) for name, cfg in CONFIGS]  # type: ignore[arg-type]
+    texts = [capture_pod(tmp / name, tp_size=8, **cfg) for name, cfg in CONFIGS]
     per_config = [sum(series_by_family(t).values()) for t in texts]
     # Counters advance by one per scrape of the pod: every series moves (cost, not meaning).
     replay = Replay(texts, grow=lambda value, k: value + k)

@@ -81,7 +81,7 @@ def collect(seconds: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="dsv4-fleet-png-"))
     texts = []
     for deployment, pods, cfg in FLEET:
-        text = capture_pod(tmp / deployment, tp_size=8, **cfg)  # type: ignore[arg-type]
+        text = capture_pod(tmp / deployment, tp_size=8, **cfg)
         texts += [text] * pods
     # Ratios kept: counters grow in proportion, so each pod keeps its real degenerate ratio.
     server, port = serve_replay(Replay(texts, grow=lambda v, k: v * (1 + k / 10)))
