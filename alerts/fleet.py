@@ -87,9 +87,11 @@ def recording_rules(c: AlertConfig, sel: Any) -> list[dict[str, Any]]:
         },
         {
             # 0, not absent, for a bucket that graded samples but has no degenerate series.
+            # Reads the record above: rules of a group run in order at one timestamp, so it
+            # is this evaluation's value (and the costly increase() runs once, not twice).
             "record": n.degenerate,
             "expr": f"sum without ({pods}, source, verdict) (\n  increase({degenerate}[{w}])\n)"
-            f"\nor\n0 * sum without ({pods}, source, verdict) (\n  increase({samples}[{w}])\n)",
+            f"\nor\n0 * {n.samples}",
         },
         {
             # No value (not NaN) for a bucket where the deployment graded nothing.
