@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from dashboards.common import ALERTS
 from dashboards.queries import panel_queries
 from tests.obs.fleet_pod import Replay, capture_pod, serve_replay
 from tests.support import prometheus, promql
@@ -174,6 +175,8 @@ def draw(data: dict, out: Path) -> None:
             "YES" if risky else "",
         ]
         shade = ["white"] * len(line)
+        if r.get("Pods at risk [A]", 0.0) > ALERTS.kv_overcommit_warning_bytes:
+            shade[7] = "#f8d49a"  # over the DSV4KVPoolOvercommit warning threshold
         if share >= 1:
             shade[8] = shade[7] = "#f4a6a6"
         elif share > 0.5:
@@ -184,8 +187,8 @@ def draw(data: dict, out: Path) -> None:
             shade[10] = "#f8d49a" if degenerate < 0.1 else "#f4a6a6"
         cells.append(line)
         colours.append(shade)
-    fig = plt.figure(figsize=(19, 9.5))
-    ax = fig.add_axes((0.01, 0.46, 0.98, 0.5))
+    fig = plt.figure(figsize=(19, 8))
+    ax = fig.add_axes((0.01, 0.5, 0.98, 0.45))
     ax.axis("off")
     ax.set_title(
         "DSV4 sidecar / Fleet: pods at risk (real Prometheus, 10 simulated TP-8 pods, "
@@ -197,8 +200,8 @@ def draw(data: dict, out: Path) -> None:
     t.auto_set_font_size(False)
     t.set_fontsize(9)
     t.auto_set_column_width(list(range(len(cols))))
-    t.scale(1, 1.5)
-    hx = fig.add_axes((0.09, 0.07, 0.5, 0.33))
+    t.scale(1, 1.7)
+    hx = fig.add_axes((0.09, 0.07, 0.5, 0.36))
     names = []
     for i, series in enumerate(sorted(data["heat"], key=lambda s: s["metric"].get("pod", ""))):
         xs = [float(ts) - data["t0"] for ts, _ in series["values"]]
@@ -214,7 +217,7 @@ def draw(data: dict, out: Path) -> None:
     )
     fig.text(
         0.62,
-        0.38,
+        0.42,
         "Deployment alerts firing (one per bad deployment and cause):\n\n" + (fired or "none"),
         fontsize=9.5,
         va="top",
