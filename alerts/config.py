@@ -145,9 +145,7 @@ class AlertConfig:
         "deployment-level rules aggregate `without` them (and `rank`), so every other label "
         "(job, namespace, deployment, cluster and external labels) survives federation.",
     )
-    deployment_risky_config_for: str = knob(
-        "10m", "`for:` of DSV4DeploymentRiskyConfiguration."
-    )
+    deployment_risky_config_for: str = knob("10m", "`for:` of DSV4DeploymentRiskyConfiguration.")
     deployment_overcommit_for: str = knob(
         "10m",
         "`for:` of DSV4DeploymentOvercommit (every rank of the deployment over "
