@@ -25,6 +25,8 @@ DEFAULT_RUNBOOK_BASE_URL = "https://github.com/dsv4-sidecar/dsv4-sidecar/blob/ma
 
 # Prometheus durations, compound allowed (1h30m); units as Prometheus spells them.
 _DURATION = re.compile(r"^(?:[0-9]+(?:ms|[smhdwy]))+$")
+# A PromQL grouping list: label names separated by commas.
+_LABEL_LIST = re.compile(r"^\s*[a-zA-Z_][a-zA-Z0-9_]*(?:\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*)*\s*$")
 
 
 def knob(default: Any, doc: str) -> Any:
@@ -146,6 +148,19 @@ class AlertConfig:
         "(the alert clears this long after a deliberate down-size).",
     )
     gpu_count_for: str = knob("1m", "`for:` of DSV4GPUCountDropped.")
+    # --- Fleet: deployment-level rules (alerts/fleet.py) ----------------------------------------
+    pod_labels: str = knob(
+        "instance, pod",
+        "Target labels that tell one pod's sidecar from another's in the same deployment: the "
+        "deployment-level rules aggregate `without` them (and `rank`), so every other label "
+        "(job, namespace, deployment, cluster and external labels) survives federation.",
+    )
+    deployment_risky_config_for: str = knob("10m", "`for:` of DSV4DeploymentRiskyConfiguration.")
+    deployment_overcommit_for: str = knob(
+        "10m",
+        "`for:` of DSV4DeploymentOvercommit (every rank of the deployment over "
+        "`kv_overcommit_warning_bytes`).",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -160,6 +175,10 @@ class AlertConfig:
             raise ValueError("corruption_critical_ratio must not be below the warning ratio")
         if not 0 < self.gpu_fill_max_free_ratio <= 1:
             raise ValueError("gpu_fill_max_free_ratio must be in (0, 1]")
+        if not _LABEL_LIST.match(self.pod_labels):
+            raise ValueError(
+                f"pod_labels: {self.pod_labels!r} is not a comma-separated list of label names"
+            )
         if self.runbook_base_url.endswith("/"):
             raise ValueError("runbook_base_url: no trailing slash")
 

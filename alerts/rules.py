@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from alerts import fleet
 from alerts.config import GIB, MIB, AlertConfig
 from exporter.metrics.catalog import spec_for_series
 
@@ -102,11 +103,13 @@ def build(c: AlertConfig) -> dict[str, Any]:
     b = Builder(c)
     n = Names.for_config(c)
     _recording(b, n)
+    b.group(fleet.GROUP_RECORDING, fleet.recording_rules(c, b.sel))
     _memory(b, n)
     _toolcalls(b, n)
     _hicache(b)
     _config(b)
     _meta(b)
+    b.group(fleet.GROUP_ALERTS, fleet.alerts(c, b))
     return {"groups": b.groups}
 
 

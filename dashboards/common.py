@@ -57,12 +57,14 @@ UIDS = {
     "memory-overcommit": "dsv4-memory-overcommit",
     "tool-call-corruption": "dsv4-tool-call-corruption",
     "hicache-transfer-gap": "dsv4-hicache-transfer-gap",
+    "fleet": "dsv4-fleet",
 }
 TITLES = {
     "overview": "DSV4 sidecar / Overview",
     "memory-overcommit": "DSV4 sidecar / Memory & over-commit",
     "tool-call-corruption": "DSV4 sidecar / Tool-call corruption",
     "hicache-transfer-gap": "DSV4 sidecar / HiCache transfer gap",
+    "fleet": "DSV4 sidecar / Fleet",
 }
 
 # A metric every sidecar exports exactly once: the source of the job and instance choices.
@@ -112,8 +114,11 @@ def _query_variable(name: str, label: str, query: str, description: str) -> Quer
     )
 
 
-def variables(rank_metric: str | None) -> list[cogbuilder.Builder[dm.VariableModel]]:
-    """datasource, job, instance (and rank, from ``rank_metric``) variables, in that order."""
+def variables(
+    rank_metric: str | None, kubernetes: bool = False
+) -> list[cogbuilder.Builder[dm.VariableModel]]:
+    """datasource, job, instance (and rank, from ``rank_metric``; namespace and deployment
+    when ``kubernetes``) variables, in that order."""
     out: list[cogbuilder.Builder[dm.VariableModel]] = [
         DatasourceVariable("datasource")
         .label("Data source")
@@ -141,6 +146,17 @@ def variables(rank_metric: str | None) -> list[cogbuilder.Builder[dm.VariableMod
                 "Attention-TP rank(s) of the engine.",
             )
         )
+    if kubernetes:
+        # "All" is ".*", not ".+": a sidecar scraped without the Kubernetes labels still shows.
+        for name, label, what in (
+            ("namespace", "Namespace", "Kubernetes namespace(s) of the SGLang pods."),
+            ("deployment", "Deployment", "Deployment(s) (or `app`) of the SGLang pods."),
+        ):
+            out.append(
+                _query_variable(
+                    name, label, f'label_values({_IDENTITY}{{job=~"$job"}}, {name})', what
+                ).all_value(".*")
+            )
     return out
 
 
@@ -184,6 +200,7 @@ class Board:
     slug: str
     description: str
     rank_metric: str | None
+    kubernetes: bool = False
     _next_id: int = 1
     _dash: Dashboard = field(init=False)
 
@@ -199,7 +216,7 @@ class Board:
             .refresh("1m")
             .timezone("browser")
             .timepicker(TimePicker().refresh_intervals(["30s", "1m", "5m", "15m"]))
-            .variables(variables(self.rank_metric))
+            .variables(variables(self.rank_metric, self.kubernetes))
             .link(
                 DashboardLink("DSV4 dashboards")
                 .type(dm.DashboardLinkType.DASHBOARDS)
@@ -209,6 +226,10 @@ class Board:
                 .keep_time(True)
             )
         )
+
+    def variable(self, v: cogbuilder.Builder[dm.VariableModel]) -> None:
+        """An extra template variable after the standard ones."""
+        self._dash.with_variable(v)
 
     def link(self, dashboard_link: DashboardLink) -> None:
         """An extra link in the dashboard's header."""
@@ -342,19 +363,30 @@ class Board:
         h: int = 6,
         hidden_columns: Sequence[str] = ("Time", "__name__"),
         links: Sequence[tuple[str, str]] = (),
+        link_title: str = "Runbook",
+        merge: bool = False,
+        renames: dict[str, str] | None = None,
+        column_units: dict[str, str] | None = None,
     ) -> table.Panel:
-        """An instant table of label sets (info metrics, alert lists)."""
+        """An instant table of label sets (info metrics, alert lists). ``merge`` joins the
+        targets' rows on their shared label columns (every target then returns the same
+        label set, one value column each: ``Value #A``, ``Value #B``...), ``renames`` names
+        those columns and ``column_units`` gives each value column its own unit."""
         p = self._common(table.Panel(), title, description, unit, w, h, targets)
-        p = p.with_transformation(
-            dm.DataTransformerConfig(
-                id_val="organize",
-                options={"excludeByName": {c: True for c in hidden_columns}},
-            )
-        )
+        if merge:
+            p = p.with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+        organize: dict[str, Any] = {"excludeByName": {c: True for c in hidden_columns}}
+        if renames:
+            organize["renameByName"] = dict(renames)
+        p = p.with_transformation(dm.DataTransformerConfig(id_val="organize", options=organize))
         for column, url in links:
             p = p.override_by_name(
                 column,
-                [dm.DynamicConfigValue(id_val="links", value=[{"title": "Runbook", "url": url}])],
+                [dm.DynamicConfigValue(id_val="links", value=[{"title": link_title, "url": url}])],
+            )
+        for column, column_unit in (column_units or {}).items():
+            p = p.override_by_name(
+                column, [dm.DynamicConfigValue(id_val="unit", value=column_unit)]
             )
         self.add(p)
         return p

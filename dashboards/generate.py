@@ -14,7 +14,7 @@ from pathlib import Path
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards import corruption, hicache, memory, overview
+from dashboards import corruption, fleet, hicache, memory, overview
 from exporter import generated
 
 DASHBOARDS_DIR = Path(__file__).resolve().parent
@@ -25,6 +25,7 @@ BUILDERS: dict[str, Callable[[], dm.Dashboard]] = {
     "memory-overcommit": memory.build,
     "tool-call-corruption": corruption.build,
     "hicache-transfer-gap": hicache.build,
+    "fleet": fleet.build,
 }
 
 

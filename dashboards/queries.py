@@ -92,6 +92,9 @@ def variable_values(
     rank: str = ".+",
     rate_interval: str = "1m",
     range_: str = "1h",
+    namespace: str = ".*",
+    deployment: str = ".*",
+    below: str = "none",
 ) -> dict[str, str]:
     """The substitution table: regexes for the multi-value variables, durations for Grafana's
     built-ins (``$__rate_interval`` should be at least 4x the scrape interval)."""
@@ -99,6 +102,10 @@ def variable_values(
         "job": job,
         "instance": instance,
         "rank": rank,
+        "namespace": namespace,
+        "deployment": deployment,
+        "below": below,
+        "__url_time_range": "from=now-1h&to=now",
         "__rate_interval": rate_interval,
         "__range": range_,
         "__interval": rate_interval,

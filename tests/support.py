@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+import yaml
 
 
 def free_port() -> int:
@@ -108,8 +109,10 @@ def prometheus(
     rule_files: list[Path] | None = None,
     scrape_interval: str = "1s",
     eval_interval: str = "1s",
+    scrape_configs: list[dict[str, Any]] | None = None,
 ) -> Iterator[str]:
-    """A real Prometheus on a free loopback port with its own data dir; yields its URL."""
+    """A real Prometheus on a free loopback port with its own data dir; yields its URL.
+    ``scrape_configs`` replaces the default job (one static job over ``targets``)."""
     binary = require_prometheus()
     tmp = Path(tempfile.mkdtemp(prefix="dsv4-prom-"))
     port = free_port()
@@ -118,8 +121,12 @@ def prometheus(
     (tmp / "prometheus.yml").write_text(
         f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {eval_interval}\n"
         + (f"rule_files:{rules}\n" if rules else "")
-        + "scrape_configs:\n  - job_name: dsv4-sidecar\n"
-        + f"    static_configs:\n      - targets: [{static}]\n"
+        + (
+            yaml.safe_dump({"scrape_configs": scrape_configs})
+            if scrape_configs is not None
+            else "scrape_configs:\n  - job_name: dsv4-sidecar\n"
+            + f"    static_configs:\n      - targets: [{static}]\n"
+        )
     )
     log = (tmp / "prometheus.log").open("wb")  # closed in finally
     proc = subprocess.Popen(

@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from alerts.fleet import KUBERNETES_LABELS
 from tests.deploy.conftest import (
     DOCKER,
     K8S,
@@ -212,8 +213,11 @@ def test_service_monitor_has_what_the_operator_needs():
         int(v[:-1]) * seconds[v[-1]] for v in (endpoint["interval"], endpoint["scrapeTimeout"])
     )
     assert 0 < timeout <= interval
-    (relabel,) = endpoint["relabelings"]
+    relabel = endpoint["relabelings"][0]
     assert relabel["targetLabel"] == "job" and relabel["replacement"] == SCRAPE_JOB
+    # The Kubernetes labels the fleet rules group by (alerts/fleet.py).
+    targets = {r["targetLabel"] for r in endpoint["relabelings"]}
+    assert set(KUBERNETES_LABELS) <= targets
 
 
 def test_prometheus_rule_is_well_formed_and_promtool_clean(promtool, tmp_path):

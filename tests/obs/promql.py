@@ -18,7 +18,8 @@ from tests.obs.conftest import run_promtool
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'(?:[^'\\]|\\.)*'")
 _RECORDING = re.compile(r"\b[a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]+\b")
-_SELECTOR = re.compile(r"\b([a-zA-Z_][a-zA-Z0-9_]*)\s*\{([^}]*)\}")
+# Names may hold colons (recording rules): `deployment:x:count{...}` is one selector.
+_SELECTOR = re.compile(r"(?<![a-zA-Z0-9_:])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
 _MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*\"((?:[^\"\\]|\\.)*)\"")
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
 _DSV4_TOKEN = re.compile(r"\bdsv4_[a-z0-9_]+\b")

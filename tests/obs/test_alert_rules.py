@@ -32,6 +32,8 @@ REQUIRED_ALERTS = {
     "DSV4SGLangDown",
     "DSV4ProbeStale",
     "DSV4GPUCountDropped",
+    "DSV4DeploymentRiskyConfiguration",
+    "DSV4DeploymentOvercommit",
 }
 DURATION = re.compile(r"^(?:[0-9]+(?:ms|[smhdwy]))+$")
 
@@ -156,6 +158,12 @@ MUTATIONS = [
     ({"model_drift_bytes": 16777215}, "DSV4FootprintModelDrift"),
     ({"model_drift_for": "14m"}, "DSV4FootprintModelDrift"),
     ({"gpu_count_lookback": "12h10m"}, "DSV4GPUCountDropped.lookback"),
+    ({"deployment_risky_config_for": "9m"}, "DSV4DeploymentRiskyConfiguration"),
+    ({"deployment_overcommit_for": "9m"}, "DSV4DeploymentOvercommit"),
+    ({"kv_overcommit_warning_bytes": 1073741823}, "DSV4DeploymentOvercommit"),
+    ({"kv_overcommit_warning_bytes": 1073741825}, "DSV4DeploymentOvercommit"),
+    # A pod label left out of pod_labels splits deployments into pods: the fleet tests notice.
+    ({"pod_labels": "instance"}, "fleet"),
 ]
 
 
@@ -214,6 +222,8 @@ def test_site_override_renders_valid_rules(promtool: str, tmp_path: Path) -> Non
         ({"gpu_fill_max_free_ratio": 0}, ValueError),
         ({"canary_stale_seconds": -1}, ValueError),
         ({"runbook_base_url": "https://x/"}, ValueError),
+        ({"pod_labels": "instance pod"}, ValueError),
+        ({"pod_labels": ""}, ValueError),
     ],
 )
 def test_bad_overrides_rejected(overrides: dict[str, Any], error: type[Exception]) -> None:

@@ -175,8 +175,12 @@ def test_every_selector_is_templated(q: PanelQuery) -> None:
     for s in found:
         matchers = {(label, op, value) for label, op, value in s.matchers}
         assert ("job", "=~", "$job") in matchers, s
-        if s.metric not in JOB_ONLY:
+        # Deployment-level recording rules have no instance: they are scoped by deployment.
+        if s.metric not in JOB_ONLY and ":" not in s.metric:
             assert ("instance", "=~", "$instance") in matchers, s
+        if q.dashboard == "fleet" and s.metric not in JOB_ONLY:
+            assert ("namespace", "=~", "$namespace") in matchers, s
+            assert ("deployment", "=~", "$deployment") in matchers, s
         if "rank" in s.labels():
             assert ("rank", "=~", "$rank") in matchers, s
 

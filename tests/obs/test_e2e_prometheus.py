@@ -53,6 +53,8 @@ probe_stale_seconds: 60
 probe_stale_for: 0s
 gpu_count_lookback: 5m
 gpu_count_for: 0s
+deployment_risky_config_for: 0s
+deployment_overcommit_for: 0s
 """
 
 EXPECTED_CORRUPTING = {
@@ -61,6 +63,9 @@ EXPECTED_CORRUPTING = {
     "DSV4CanaryFailing",
     "DSV4IndexKUngatedReads",
     "DSV4RiskyConfiguration",
+    # One pod is a whole deployment here (no Kubernetes labels: the deployment is the job).
+    "DSV4DeploymentRiskyConfiguration",
+    "DSV4DeploymentOvercommit",
 }
 
 
