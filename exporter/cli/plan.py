@@ -92,9 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "unset, a V4.1 deployment on 0.5.21+ runs SWA cap mode: the SWA pool is sized from "
         "max-running-requests, --chunked-prefill-size and --swa-prefix-tails)",
     )
-    p.add_argument(
-        "--chunked-prefill-size", type=int, default=8192, help="SGLang's (SWA cap mode)"
-    )
+    p.add_argument("--chunked-prefill-size", type=int, default=8192, help="SGLang's (SWA cap mode)")
     p.add_argument(
         "--swa-prefix-tails",
         type=int,

@@ -145,9 +145,8 @@ def not_modelled(
     is on, give no number (docs/footprint.md, "Switches that are not modelled")."""
     rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     found = list(settings.not_modelled)
-    if geom.is_v41:
-        if rule_set.kv_pricing != "page_layout" or settings.speculative:
-            found.append("deepseek-v4.1")
+    if geom.is_v41 and (rule_set.kv_pricing != "page_layout" or settings.speculative):
+        found.append("deepseek-v4.1")
     if settings.speculative and swa_cap_tokens(geom, settings, rule_set) is not None:
         found.append("swa-cap-mode")
     return tuple(found)

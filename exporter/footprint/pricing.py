@@ -225,7 +225,8 @@ def swa_cap_fixed_bytes(
     sdb = state_bytes(settings, rules)
     layers = priced_layers(geom, stage, rules)
     per_slot = kv_priced_bytes(geom, page, rules) * layers.total + (
-        settings.ring_c4 / page
+        settings.ring_c4
+        / page
         * (2 * 2 * geom.head_dim * sdb + 2 * 2 * geom.index_head_dim * sdb)
         * layers.c4
     )
@@ -347,7 +348,9 @@ def counts_for_full_tokens(
     then ``finalize_with_max_running_requests`` for the request-scoped c128 state)."""
     page = settings.page_size
     cap = swa_cap_tokens(geom, settings, rules)
-    swa = align_down(int(full_tokens * settings.swa_full_tokens_ratio), page) if cap is None else cap
+    swa = (
+        align_down(int(full_tokens * settings.swa_full_tokens_ratio), page) if cap is None else cap
+    )
     unit = geom.sliding_window if rules.c4_state_unit == "window" else page
     hisparse = settings.hisparse_ratio or 1
     if rules.c128_state == "per_swa_token":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.footprint import PRESETS, DeploymentSettings, plan_for_budget, rules_for_version
+from exporter.footprint.geometry import stage_slice
 from exporter.footprint.pricing import (
     counts_for_full_tokens,
     swa_cap_fixed_bytes,
@@ -14,7 +15,6 @@ from exporter.footprint.pricing import (
     swa_slot_bytes,
     token_coefficient,
 )
-from exporter.footprint.geometry import stage_slice
 
 FLASH = PRESETS["deepseek-v4-flash"]
 R23 = rules_for_version("0.5.23").rules
@@ -22,7 +22,9 @@ R20 = rules_for_version("0.5.20").rules
 CAP = DeploymentSettings(swa_ratio_explicit=False, max_running_requests=256)
 
 
-def _by_hand(window: int, page: int, mrr: int, chunk: int, evict: int, tails: int, chunks: int) -> int:
+def _by_hand(
+    window: int, page: int, mrr: int, chunk: int, evict: int, tails: int, chunks: int
+) -> int:
     cap = (window + evict + page + page) * mrr + chunks * chunk + page
     return -(-(cap + tails * (window + page)) // page) * page
 
