@@ -191,3 +191,21 @@ def test_fp4_on_nvidia_is_reclaimable_capacity():
     reclaim = dict((lbl["rank"], v) for lbl, v in samples["dsv4_kv_pool_reclaimable_bytes"])
     assert reclaim["0"] == pytest.approx(fp.reclaimable_bytes)
     assert len(reclaim) == FLASH_FACTS.tp_size
+
+
+def test_server_info_carries_the_cap_mode_server_args():
+    """chunked_prefill_size / swa_prefix_tails / radix / overlap come from /server_info;
+    absent, they are None / False and the footprint assumes SGLang's defaults."""
+    raw = json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text())
+    raw.update(
+        chunked_prefill_size=16384,
+        swa_prefix_tails=12,
+        disable_radix_cache=True,
+        disable_overlap_schedule=True,
+    )
+    facts = parse_server_info(raw)
+    assert (facts.chunked_prefill_size, facts.swa_prefix_tails) == (16384, 12)
+    assert facts.disable_radix_cache and facts.disable_overlap_schedule
+    for key in ("chunked_prefill_size", "swa_prefix_tails"):
+        raw.pop(key)
+    assert parse_server_info(raw).swa_prefix_tails is None
