@@ -89,7 +89,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         help="SGLang's --swa-full-tokens-ratio (default 0.1, what SGLang sets for V4; left "
-        "unset, a V4.1 deployment on 0.5.21+ runs SWA cap mode, which is not modelled)",
+        "unset, a V4.1 deployment on 0.5.21+ runs SWA cap mode: the SWA pool is sized from "
+        "max-running-requests, --chunked-prefill-size and --swa-prefix-tails)",
+    )
+    p.add_argument("--chunked-prefill-size", type=int, default=8192, help="SGLang's (SWA cap mode)")
+    p.add_argument(
+        "--swa-prefix-tails",
+        type=int,
+        default=None,
+        help="SGLang's (SWA cap mode; default 4 x max-running-requests)",
+    )
+    p.add_argument(
+        "--disable-radix-cache", action="store_true", help="SGLang's (SWA cap mode: no tails)"
+    )
+    p.add_argument(
+        "--disable-overlap-schedule",
+        action="store_true",
+        help="SGLang's (SWA cap mode: one prefill chunk in flight, not two)",
+    )
+    p.add_argument(
+        "--swa-eviction-interval",
+        type=int,
+        default=128,
+        help="SGLANG_SWA_EVICTION_INTERVAL (SWA cap mode)",
     )
     p.add_argument("--page-size", type=int, default=256)
     p.add_argument("--compress-state-dtype", choices=("float32", "bfloat16"), default="float32")
@@ -174,6 +196,11 @@ def compute(args: argparse.Namespace) -> tuple[Footprint, int | None]:
         speculative=args.speculative,
         online_compress=args.online_compress,
         hisparse_ratio=args.hisparse_ratio,
+        chunked_prefill_size=args.chunked_prefill_size,
+        swa_prefix_tails=args.swa_prefix_tails,
+        disable_radix_cache=args.disable_radix_cache,
+        disable_overlap_schedule=args.disable_overlap_schedule,
+        swa_eviction_interval=args.swa_eviction_interval,
     )
     release = rules_for_version(args.sglang_version)
     switches = [*args.not_modelled, *not_modelled(geom, settings, release)]

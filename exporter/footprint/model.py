@@ -19,6 +19,9 @@ from exporter.footprint.pricing import (
     low_ratio_padding_bytes,
     priced_index_k_dtype,
     stored_index_k_dtype,
+    swa_cap_fixed_bytes,
+    swa_cap_tokens,
+    swa_slot_bytes,
     token_coefficient,
 )
 from exporter.footprint.releases import NEWEST, ReleaseRules, RuleChoice
@@ -53,6 +56,8 @@ class Footprint:
     available_bytes: int | None = None
     correct_full_tokens: int | None = None
     release: RuleChoice | None = None
+    # SWA slots reserved in cap mode (0.5.21+, no --swa-full-tokens-ratio); None: ratio mode.
+    swa_cap_tokens: int | None = None
 
     @property
     def planned_bytes(self) -> int:
@@ -124,7 +129,11 @@ class Footprint:
                 "speculative": self.settings.speculative,
                 "online_compress": self.settings.online_compress,
                 "hisparse_ratio": self.settings.hisparse_ratio,
+                "swa_ratio_explicit": self.settings.swa_ratio_explicit,
+                "chunked_prefill_size": self.settings.chunked_prefill_size,
+                "swa_prefix_tails": self.settings.swa_prefix_tails,
             },
+            "swa_cap_tokens": self.swa_cap_tokens,
         }
         return out
 
@@ -136,11 +145,10 @@ def not_modelled(
     is on, give no number (docs/footprint.md, "Switches that are not modelled")."""
     rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     found = list(settings.not_modelled)
-    if geom.is_v41:
-        if rule_set.kv_pricing != "page_layout" or settings.speculative:
-            found.append("deepseek-v4.1")
-        if not settings.swa_ratio_explicit:
-            found.append("swa-cap-mode")
+    if geom.is_v41 and (rule_set.kv_pricing != "page_layout" or settings.speculative):
+        found.append("deepseek-v4.1")
+    if settings.speculative and swa_cap_tokens(geom, settings, rule_set) is not None:
+        found.append("swa-cap-mode")
     return tuple(found)
 
 
@@ -187,9 +195,18 @@ def footprint_for_tokens(
     # The low-ratio pages the configurator reserves beyond the coefficient (V4.1), planned
     # against the pools they belong to.
     padding = _low_ratio_padding_by_pool(geom, stage, settings, full_tokens, rule_set)
+    # Cap mode (0.5.21+): the SWA pool and its c4 state are a fixed slot count, planned as a bias.
+    cap = swa_cap_tokens(geom, settings, rule_set)
+    cap_planned = (
+        {p: cap * b for p, b in swa_slot_bytes(geom, stage, settings, rule_set).items()}
+        if cap is not None
+        else {}
+    )
+    swa_bias = swa_cap_fixed_bytes(geom, stage, settings, rule_set)
     pools = {}
     for name in (*POOLS, *(k for k in alloc if k not in POOLS)):
-        planned = round(plan_terms.get(name, 0.0) * full_tokens) + padding.get(name, 0)
+        planned = round(plan_terms.get(name, 0.0) * full_tokens + cap_planned.get(name, 0.0))
+        planned += padding.get(name, 0)
         if name == "c128_state":
             planned += bias
         if name == "c2_state":
@@ -197,7 +214,7 @@ def footprint_for_tokens(
         pools[name] = PoolFootprint(name, counts.for_pool(name), planned, alloc[name])
     budget = available_bytes
     if budget is None:
-        budget = bias + c2_bias + round(coeffs[configurator].total * full_tokens)
+        budget = round(bias + c2_bias + swa_bias + coeffs[configurator].total * full_tokens)
     try:
         correct: int | None = _full_tokens(
             geom, stage, settings, rule_set, budget, coeffs["fixed"].total
@@ -217,6 +234,7 @@ def footprint_for_tokens(
         available_bytes=available_bytes,
         correct_full_tokens=correct,
         release=choice,
+        swa_cap_tokens=cap,
     )
 
 
@@ -246,10 +264,12 @@ def _full_tokens(
     available_bytes: int,
     coefficient: float,
 ) -> int:
-    """``calculate_pool_sizes``: budget minus the fixed biases, over the coefficient, then
-    (V4.1) whole pages off until the low-ratio reserved pages fit."""
-    bias = c128_state_fixed_bytes(geom, stage, settings, rules)
+    """``calculate_pool_sizes``: budget minus the fixed biases (c128 state, c2 state, the
+    cap-mode SWA pool, summed in SGLang's order), over the coefficient, then (V4.1) whole
+    pages off until the low-ratio reserved pages fit."""
+    bias: float = c128_state_fixed_bytes(geom, stage, settings, rules)
     bias += c2_state_fixed_bytes(geom, stage, settings)
+    bias += swa_cap_fixed_bytes(geom, stage, settings, rules)
     padding = None
     if stage.main.c1 or stage.main.c2:
 

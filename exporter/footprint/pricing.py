@@ -114,7 +114,9 @@ def token_coefficient(
 ) -> TokenCoefficient:
     """The configurator's per-full-token coefficient for one stage, term by term."""
     page = settings.page_size
-    r = settings.swa_full_tokens_ratio
+    # Cap mode moves the SWA pool and the c4 state that follows it out of the coefficient
+    # and into a fixed bias (swa_cap_fixed_bytes): 0.5.21+ ``_get_bytes_per_full_token``.
+    r = 0.0 if swa_cap_tokens(geom, settings, rules) is not None else settings.swa_full_tokens_ratio
     sdb = state_bytes(settings, rules)
     layers = priced_layers(geom, stage, rules)
     L, L4, L128 = layers.total, layers.c4, layers.c128
@@ -147,6 +149,90 @@ def token_coefficient(
         terms["c128_state"] = r * ring128_share * width * L128
     factor = (L + 1) / L if settings.speculative and L else 1.0
     return TokenCoefficient({k: v * factor for k, v in terms.items()}, factor)
+
+
+def swa_cap_tokens(
+    geom: ModelGeometry, settings: DeploymentSettings, rules: ReleaseRules = NEWEST
+) -> int | None:
+    """SWA slots SGLang reserves in cap mode, None where the pool is sized by the ratio.
+
+    0.5.21-0.5.23 ``DSV4PoolConfigurator._resolve_swa_cap_tokens`` with
+    ``compute_swa_request_cap`` (pool_configurator.py): cap mode is on when the operator gave
+    no --swa-full-tokens-ratio and --chunked-prefill-size is positive (max-running-requests
+    is always known here). Per request, the window plus one eviction interval of draft tokens
+    (1 without speculative decoding) plus a page of padding plus one decode page; times
+    max-running-requests per DP worker, plus two prefill chunks in flight (one with
+    --disable-overlap-schedule) plus a page; plus the radix headroom, prefix_tails x
+    (window + page) with prefix_tails = --swa-prefix-tails or 4 x mrr (0 with
+    --disable-radix-cache); page-aligned up. With speculative decoding the draft count and
+    the spec decode allocation change the per-request term: reported not modelled.
+    """
+    if not rules.swa_cap_mode or settings.swa_ratio_explicit:
+        return None
+    if settings.chunked_prefill_size <= 0:
+        return None
+    page = settings.page_size
+    window = geom.sliding_window
+    mrr = settings.max_running_requests
+    eviction_interval = max(1, settings.swa_eviction_interval)
+    draft_tokens = 1
+    per_request = window + eviction_interval * draft_tokens + page + page
+    chunks_in_flight = 1 if settings.disable_overlap_schedule else 2
+    cap = per_request * max(1, mrr) + chunks_in_flight * settings.chunked_prefill_size + page
+    if settings.swa_prefix_tails is not None:
+        tails = settings.swa_prefix_tails
+    elif settings.disable_radix_cache:
+        tails = 0
+    else:
+        tails = 4 * mrr
+    headroom = tails * (window + page)
+    return -(-(cap + headroom) // page) * page
+
+
+def swa_slot_bytes(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    rules: ReleaseRules = NEWEST,
+) -> dict[str, float]:
+    """What one SWA slot costs per pool (``_get_bytes_per_swa_token``, 0.5.21+): the SWA
+    latent on every layer plus the c4 (and c4 indexer) compress state, ring4 / page_size rows
+    per slot; speculative inflation included."""
+    page = settings.page_size
+    sdb = state_bytes(settings, rules)
+    layers = priced_layers(geom, stage, rules)
+    ring_share = settings.ring_c4 / page
+    factor = (layers.total + 1) / layers.total if settings.speculative and layers.total else 1.0
+    return {
+        "swa_kv": kv_priced_bytes(geom, page, rules) * layers.total * factor,
+        "c4_state": ring_share * (2 * 2 * geom.head_dim * sdb) * layers.c4 * factor,
+        "c4_index_state": ring_share * (2 * 2 * geom.index_head_dim * sdb) * layers.c4 * factor,
+    }
+
+
+def swa_cap_fixed_bytes(
+    geom: ModelGeometry,
+    stage: StageSlice,
+    settings: DeploymentSettings,
+    rules: ReleaseRules = NEWEST,
+) -> float:
+    """The cap-mode SWA pool as a fixed bias (``_get_swa_fixed_bytes``):
+    swa_cap_tokens x bytes per SWA slot, summed in SGLang's order; 0 in ratio mode."""
+    cap = swa_cap_tokens(geom, settings, rules)
+    if cap is None:
+        return 0.0
+    page = settings.page_size
+    sdb = state_bytes(settings, rules)
+    layers = priced_layers(geom, stage, rules)
+    per_slot = kv_priced_bytes(geom, page, rules) * layers.total + (
+        settings.ring_c4
+        / page
+        * (2 * 2 * geom.head_dim * sdb + 2 * 2 * geom.index_head_dim * sdb)
+        * layers.c4
+    )
+    if settings.speculative and layers.total:
+        per_slot *= (layers.total + 1) / layers.total
+    return cap * per_slot
 
 
 def c128_state_rows_planned(settings: DeploymentSettings) -> int:
@@ -261,7 +347,10 @@ def counts_for_full_tokens(
     """Derive every sub-pool's size from the full-pool token count (``_compute_dsv4_sizes``,
     then ``finalize_with_max_running_requests`` for the request-scoped c128 state)."""
     page = settings.page_size
-    swa = align_down(int(full_tokens * settings.swa_full_tokens_ratio), page)
+    cap = swa_cap_tokens(geom, settings, rules)
+    swa = (
+        align_down(int(full_tokens * settings.swa_full_tokens_ratio), page) if cap is None else cap
+    )
     unit = geom.sliding_window if rules.c4_state_unit == "window" else page
     hisparse = settings.hisparse_ratio or 1
     if rules.c128_state == "per_swa_token":
@@ -281,23 +370,24 @@ def counts_for_full_tokens(
 
 def full_tokens_for_budget(
     available_bytes: int,
-    fixed_bytes: int,
+    fixed_bytes: float,
     coefficient: float,
     page: int,
     padding: Callable[[int], float] | None = None,
 ) -> int:
     """int((available - fixed biases) / bytes_per_full_token), aligned down to the page; then,
     with V4.1 low-ratio layers, whole pages removed until their reserved pages fit too."""
-    usable = available_bytes - fixed_bytes
+    usable = max(available_bytes - fixed_bytes, 0)
     full = align_down(int(usable / coefficient), page) if usable > 0 else 0
     if padding is not None:
         while full > 0 and full * coefficient + padding(full) > usable:
             full -= page
     if full <= 0:
         raise BudgetError(
-            f"available bytes {available_bytes} leave no page of tokens after the fixed c128 "
-            f"state ({fixed_bytes} bytes) at {coefficient:.2f} B per token: raise "
-            "mem_fraction_static or lower max_running_requests"
+            f"available bytes {available_bytes} leave no page of tokens after the fixed biases "
+            f"(c128/c2 state and a cap-mode SWA pool, {fixed_bytes:.0f} bytes) at "
+            f"{coefficient:.2f} B per token: raise mem_fraction_static or lower "
+            "max_running_requests (in SWA cap mode also --swa-prefix-tails)"
         )
     return full
 

@@ -76,6 +76,10 @@ class ReleaseRules:
     # whole pages until the reserved low-ratio pages fit (_get_low_ratio_kv_padding_bytes).
     low_ratio_paged: bool = False
     index_reserve: PageReserve = "own_page"
+    # SWA cap mode (0.5.21+, ``DSV4PoolConfigurator._resolve_swa_cap_tokens``): with
+    # --swa-full-tokens-ratio not given, the SWA pool is a fixed page-aligned slot count
+    # (request cap + prefix-tail headroom) taken off the budget as a bias, not a ratio of full.
+    swa_cap_mode: bool = False
     # 0.5.15-0.5.20 subtract the bias from the budget without a floor; 0.5.21+ clamp at 0.
     # (Either way a budget below the bias yields no tokens.)
 
@@ -119,6 +123,7 @@ _R21 = replace(
     kv_pricing="page_layout",
     c4_state_unit="swa_page",
     kv_reserve="global_page",
+    swa_cap_mode=True,
 )
 _R22 = replace(_R21, name="0.5.22", first=(0, 5, 22), last=(0, 5, 22), index_reserve="global_page")
 _R23 = replace(_R22, name="0.5.23", first=(0, 5, 23), last=(0, 5, 23), low_ratio_paged=True)

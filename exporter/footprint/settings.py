@@ -17,6 +17,10 @@ STATE_DTYPES: dict[str, int] = {"float32": 4, "bfloat16": 2}
 DSV4_SWA_RATIO = 0.1
 DSV4_PAGE_SIZE = 256  # DSV4 requires 256
 DSV4_MAX_RUNNING_REQUESTS = 256
+# SGLang's --chunked-prefill-size and SGLANG_SWA_EVICTION_INTERVAL defaults (environ.py):
+# both size the SWA pool in cap mode.
+DEFAULT_CHUNKED_PREFILL_SIZE = 8192
+DEFAULT_SWA_EVICTION_INTERVAL = 128
 
 
 # Deployment switches that change the footprint in ways the model does not reproduce (read from
@@ -29,7 +33,8 @@ NOT_MODELLED_SWITCHES: dict[str, str] = {
     "dspark-draft": "DSpark draft worker (--speculative-algorithm DSPARK)",
     "encoder-replay": "encoder SWA bounded replay (request-window SWA)",
     "pd-decode-slots": "PD disaggregation decode extra slots",
-    "swa-cap-mode": "SWA cap mode (--swa-full-tokens-ratio left unset on 0.5.21+ V4.1)",
+    "swa-cap-mode": "SWA cap mode with speculative decoding (draft tokens and the spec "
+    "decode allocation widen each request's SWA cap)",
     "deepseek-v4.1": "DeepSeek-V4.1 before 0.5.21 (no release serves it) or with speculative "
     "decoding (ratio-2 ring sized by the draft-token count)",
 }
@@ -52,9 +57,17 @@ class DeploymentSettings:
     online_compress: bool = False
     hisparse_ratio: float | None = None  # host-to-device ratio of HiSparse c4, None when off
     unmodelled: tuple[str, ...] = ()  # switches in use from NOT_MODELLED_SWITCHES
-    # --swa-full-tokens-ratio given by the operator. Left unset, SGLang 0.5.21+ sizes a V4.1
-    # SWA pool in cap mode (not modelled); for V4 its DSV4 defaults set 0.1 explicitly.
+    # --swa-full-tokens-ratio given by the operator. Left unset, SGLang 0.5.21+ sizes the SWA
+    # pool in cap mode (pricing.swa_cap_tokens) and swa_full_tokens_ratio is not used.
     swa_ratio_explicit: bool = True
+    # Cap-mode inputs (0.5.21+): --chunked-prefill-size, --swa-prefix-tails (None: 4 x mrr,
+    # 0 with --disable-radix-cache), --disable-radix-cache, SGLANG_SWA_EVICTION_INTERVAL,
+    # --disable-overlap-schedule (one prefill chunk in flight instead of two).
+    chunked_prefill_size: int = DEFAULT_CHUNKED_PREFILL_SIZE
+    swa_prefix_tails: int | None = None
+    disable_radix_cache: bool = False
+    swa_eviction_interval: int = DEFAULT_SWA_EVICTION_INTERVAL
+    disable_overlap_schedule: bool = False
 
     def __post_init__(self) -> None:
         if self.index_k_dtype not in INDEX_K_DTYPES:
@@ -83,6 +96,10 @@ class DeploymentSettings:
             raise SettingsError(
                 f"unknown not-modelled switch(es) {unknown}: known are "
                 f"{', '.join(NOT_MODELLED_SWITCHES)}"
+            )
+        if self.swa_prefix_tails is not None and self.swa_prefix_tails < 0:
+            raise SettingsError(
+                f"swa_prefix_tails must be >= 0 when set, got {self.swa_prefix_tails}"
             )
         if self.hisparse_ratio is not None and self.hisparse_ratio < 1:
             raise SettingsError(f"hisparse_ratio must be >= 1 when set, got {self.hisparse_ratio}")

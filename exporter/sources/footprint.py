@@ -43,7 +43,7 @@ from exporter.footprint import (
     stage_slice,
 )
 from exporter.footprint.pricing import BudgetError, available_bytes_from_gpu
-from exporter.footprint.settings import StateDtype
+from exporter.footprint.settings import DEFAULT_CHUNKED_PREFILL_SIZE, StateDtype
 from exporter.metrics import catalog as m
 from exporter.sources.base import SourceHealth
 from exporter.sources.reconcile import infer_index_k_dtype, infer_pricing, observed_kv_bytes
@@ -304,8 +304,17 @@ class FootprintView:
                 online_compress=dep.online_compress,
                 unmodelled=dep.not_modelled,
                 # /server_info shows the resolved ratio, not whether the operator gave it: a
-                # V4.1 deployment is read as SWA cap mode (SGLang's default for it).
+                # V4.1 deployment is read as SWA cap mode (SGLang's default for it), sized
+                # from these server args (SGLANG_SWA_EVICTION_INTERVAL assumed at 128).
                 swa_ratio_explicit=not geom.is_v41,
+                chunked_prefill_size=(
+                    DEFAULT_CHUNKED_PREFILL_SIZE
+                    if facts.chunked_prefill_size is None
+                    else facts.chunked_prefill_size
+                ),
+                swa_prefix_tails=facts.swa_prefix_tails,
+                disable_radix_cache=facts.disable_radix_cache,
+                disable_overlap_schedule=facts.disable_overlap_schedule,
             )
             # Only the stages this node holds: a PP stage's own layer slice per local rank.
             stages = {pp: stage_slice(geom, facts.pp_size, pp) for pp in topo.pp_ranks()}

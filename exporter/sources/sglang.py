@@ -79,6 +79,12 @@ class ServerFacts:
     # head's own (0): each node's rank comes from its pod (the node_rank setting).
     nnodes: int = 1
     memory: RankMemory | None = None  # internal_states[0].memory_usage (DP worker 0)
+    # Server args that size the SWA pool in cap mode (0.5.21+, footprint.pricing.swa_cap_tokens);
+    # None where /server_info lacks them (the footprint then assumes SGLang's defaults).
+    chunked_prefill_size: int | None = None
+    swa_prefix_tails: int | None = None
+    disable_radix_cache: bool = False
+    disable_overlap_schedule: bool = False
 
     @property
     def model(self) -> str:
@@ -229,6 +235,10 @@ def parse_server_info(d: Any) -> ServerFacts:
         weights_gb=weights,
         nnodes=max(_num(d, "nnodes", int, 1) or 1, 1),
         memory=memory_usage_of(state0),
+        chunked_prefill_size=_num(d, "chunked_prefill_size", int),
+        swa_prefix_tails=_num(d, "swa_prefix_tails", int),
+        disable_radix_cache=bool(d.get("disable_radix_cache", False)),
+        disable_overlap_schedule=bool(d.get("disable_overlap_schedule", False)),
     )
 
 

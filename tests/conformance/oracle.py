@@ -51,10 +51,11 @@ def _context(case: dict[str, Any]) -> dict[str, SimpleNamespace]:
     schedule = SimpleNamespace(
         max_running_requests=case["max_running_requests"],
         chunked_prefill_size=case.get("chunked_prefill_size", 8192),
-        swa_prefix_tails=None,
+        swa_prefix_tails=case.get("swa_prefix_tails"),
         swa_full_tokens_ratio=case["swa_ratio"],
-        _swa_full_tokens_ratio_explicitly_set=True,
-        disable_overlap_schedule=False,
+        # False: --swa-full-tokens-ratio not given, so 0.5.21+ sizes SWA in cap mode.
+        _swa_full_tokens_ratio_explicitly_set=case.get("swa_ratio_explicit", True),
+        disable_overlap_schedule=case.get("disable_overlap_schedule", False),
     )
     spec = SimpleNamespace(
         speculative_algorithm="EAGLE" if spec_on else None,
@@ -72,7 +73,9 @@ def _context(case: dict[str, Any]) -> dict[str, SimpleNamespace]:
         features=SimpleNamespace(enable_encoder_swa_bounded_replay=False),
         graph=SimpleNamespace(cuda_graph_config=None),
     )
-    memory = SimpleNamespace(enable_hisparse=False, disable_radix_cache=False)
+    memory = SimpleNamespace(
+        enable_hisparse=False, disable_radix_cache=case.get("disable_radix_cache", False)
+    )
     disagg = SimpleNamespace(disaggregation_mode="null", disaggregation_decode_extra_slots=0)
     platform = SimpleNamespace(is_sm120=False, is_sm100=False)
     return {
@@ -164,6 +167,11 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         os.environ["SGLANG_DSV4_COMPRESS_STATE_DTYPE"] = "bfloat16"
     else:
         os.environ.pop("SGLANG_DSV4_COMPRESS_STATE_DTYPE", None)
+    # SWA cap mode's eviction interval (0.5.21+), also read when sizing.
+    if case.get("swa_eviction_interval") is not None:
+        os.environ["SGLANG_SWA_EVICTION_INTERVAL"] = str(case["swa_eviction_interval"])
+    else:
+        os.environ.pop("SGLANG_SWA_EVICTION_INTERVAL", None)
     ctx: dict[str, Any] = dict(_context(case))
     runner = _runner(case)
     ctx["max_speculative_num_draft_tokens"] = ctx["get_spec"].max_speculative_num_draft_tokens

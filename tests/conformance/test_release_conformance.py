@@ -39,7 +39,7 @@ from exporter.footprint import (
     plan_for_budget,
     stage_slice,
 )
-from exporter.footprint.pricing import counts_for_full_tokens
+from exporter.footprint.pricing import counts_for_full_tokens, swa_cap_tokens
 from exporter.footprint.releases import parse_release, rules_for_version
 from tests.sglang_release import release_dir
 
@@ -99,7 +99,11 @@ def _case(
     speculative: bool = False,
     state_dtype: str = "float32",
     swa_ratio: float = 0.1,
+    cap: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One deployment; ``cap`` switches SWA cap mode on (no --swa-full-tokens-ratio given)
+    with its inputs (chunked_prefill_size, swa_prefix_tails, disable_radix_cache,
+    swa_eviction_interval, disable_overlap_schedule)."""
     geom = MODELS[model]
     stage = stage_slice(geom, pp_size=pp[0], pp_rank=pp[1])
     return {
@@ -123,6 +127,7 @@ def _case(
         "pp_size": pp[0],
         "pp_rank": pp[1],
         "layer_range": [stage.start, stage.end],
+        **({"swa_ratio_explicit": False, **cap} if cap is not None else {}),
     }
 
 
@@ -141,6 +146,49 @@ def _cases() -> list[dict[str, Any]]:
         _case("deepseek-v41-shaped", 45 * GIB, pp=(2, 1), state_dtype="bfloat16"),
         _case("deepseek-v41-shaped", 17 * GIB + 999, pp=(2, 0), mrr=1000),
     ]
+    # SWA cap mode (0.5.21+ sizes SWA from the request cap when no ratio is given; older
+    # releases, and the model for them, fall back to the ratio).
+    grid += [
+        _case("deepseek-v41-shaped", 30 * GIB, cap={}),
+        _case(
+            "deepseek-v41-shaped",
+            61 * GIB + 12345,
+            index_k="fp4",
+            mrr=64,
+            cap={"swa_prefix_tails": 100},
+        ),
+        _case(
+            "deepseek-v41-shaped",
+            45 * GIB,
+            pp=(2, 1),
+            state_dtype="bfloat16",
+            mrr=32,
+            cap={"disable_radix_cache": True},
+        ),
+        _case(
+            "deepseek-v41-shaped",
+            40 * GIB + 777,
+            pp=(2, 0),
+            mrr=1000,
+            cap={"chunked_prefill_size": 16384, "swa_eviction_interval": 64},
+        ),
+        _case("deepseek-v41-shaped", 25 * GIB, mrr=8, cap={"disable_overlap_schedule": True}),
+        _case("deepseek-v4-flash", 50 * GIB, mrr=200, cap={}),
+        _case("deepseek-v4-pro", 70 * GIB + 31, pp=(4, 2), mrr=64, cap={"swa_prefix_tails": 0}),
+    ]
+    cap_rng = random.Random(20261202)
+    for _ in range(4):
+        grid.append(
+            _case(
+                "deepseek-v41-shaped",
+                cap_rng.randrange(14 * GIB, 90 * GIB),
+                index_k=cap_rng.choice(("fp8", "fp4")),
+                mrr=cap_rng.choice((1, 16, 128, 256, 512)),
+                pp=cap_rng.choice(((1, 0), (2, 0), (2, 1))),
+                state_dtype=cap_rng.choice(("float32", "bfloat16")),
+                cap={"swa_prefix_tails": cap_rng.choice((None, 0, 50, 2000))},
+            )
+        )
     rng = random.Random(20261201)
     for _ in range(10):
         grid.append(
@@ -199,6 +247,12 @@ def _settings(case: dict[str, Any]) -> DeploymentSettings:
         max_running_requests=case["max_running_requests"],
         speculative=case["speculative"],
         compress_state_dtype=case["state_dtype"],
+        swa_ratio_explicit=case.get("swa_ratio_explicit", True),
+        chunked_prefill_size=case.get("chunked_prefill_size", 8192),
+        swa_prefix_tails=case.get("swa_prefix_tails"),
+        disable_radix_cache=case.get("disable_radix_cache", False),
+        swa_eviction_interval=case.get("swa_eviction_interval") or 128,
+        disable_overlap_schedule=case.get("disable_overlap_schedule", False),
     )
 
 
@@ -233,7 +287,8 @@ def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: 
         label = (
             f"case {i} ({case['model']}, {case['index_k']}, "
             f"pp={case['pp_size']}/{case['pp_rank']}, spec={case['speculative']}, "
-            f"mrr={case['max_running_requests']}, {case['state_dtype']})"
+            f"mrr={case['max_running_requests']}, {case['state_dtype']}, "
+            f"cap={not case.get('swa_ratio_explicit', True)})"
         )
         if fp.full_tokens != real["full_max_total_num_tokens"]:
             mismatches.append(
@@ -269,3 +324,24 @@ def test_issue_anchor_0_5_23_flash(oracle: dict[str, list[dict[str, Any]]]) -> N
     assert real["bytes_per_full_token"] == pytest.approx(7086.75)
     fp, _ = _model("0.5.23", CASES[0])
     assert fp.bytes_per_full_token["legacy"] == pytest.approx(7086.75)
+
+
+@pytest.mark.parametrize("version", ("0.5.21", "0.5.23"))
+def test_cap_mode_cases_run_in_cap_mode(
+    oracle: dict[str, list[dict[str, Any]]], version: str
+) -> None:
+    """The cap-mode cases really exercise cap mode: the release's SWA pool is the request cap
+    (what the model says), not the ratio of the full pool, and the ratio would differ."""
+    rules = rules_for_version(version).rules
+    checked = 0
+    for case, real in zip(CASES, oracle[version], strict=True):
+        if case.get("swa_ratio_explicit", True):
+            continue
+        settings = _settings(case)
+        cap = swa_cap_tokens(MODELS[case["model"]], settings, rules)
+        assert cap is not None
+        assert real["swa_max_total_num_tokens"] == cap
+        full = real["full_max_total_num_tokens"]
+        assert cap != full * case["swa_ratio"] // 256 * 256
+        checked += 1
+    assert checked == 11

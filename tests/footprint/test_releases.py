@@ -103,7 +103,10 @@ def test_v41_config_reads_text_config_and_source_layers():
     assert g.is_v41
     v23, v20 = rules_for_version("0.5.23"), rules_for_version("0.5.20")
     assert not_modelled(g, DeploymentSettings(), v23) == ()
-    assert not_modelled(g, DeploymentSettings(swa_ratio_explicit=False), v23) == ("swa-cap-mode",)
+    # SWA cap mode is modelled (0.5.21+); with speculative decoding it is not.
+    assert not_modelled(g, DeploymentSettings(swa_ratio_explicit=False), v23) == ()
+    cap_spec = DeploymentSettings(swa_ratio_explicit=False, speculative=True)
+    assert not_modelled(g, cap_spec, v23) == ("deepseek-v4.1", "swa-cap-mode")
     assert not_modelled(g, DeploymentSettings(speculative=True), v23) == ("deepseek-v4.1",)
     assert not_modelled(g, DeploymentSettings(), v20) == ("deepseek-v4.1",)
 
@@ -133,11 +136,12 @@ def test_v4_presets_are_modelled():
     assert not flash.is_v41
     settings = DeploymentSettings(swa_ratio_explicit=False, speculative=True)
     assert not_modelled(flash, settings, rules_for_version("0.5.12")) == ()
+    assert not_modelled(flash, settings, rules_for_version("0.5.21")) == ("swa-cap-mode",)
 
 
 def test_v41_plan_through_the_cli(capsys):
     """V4.1 with an explicit SWA ratio is priced (low-ratio pools named); left unset it is SWA
-    cap mode, which is not modelled."""
+    cap mode (0.5.21+), priced from the request cap; with speculative decoding not modelled."""
     from exporter.cli import main
 
     assert (
@@ -146,5 +150,11 @@ def test_v41_plan_through_the_cli(capsys):
     d = json.loads(capsys.readouterr().out)
     assert {"c1_kv", "c1_index_k", "c2_kv", "c2_index_k", "c2_state"} <= set(d["pools"])
     assert d["pools"]["c2_state"]["planned_bytes"] == d["pools"]["c2_state"]["allocated_bytes"]
-    assert main(["plan", "--model", str(V41_CONFIG)]) == 3
-    assert "not modelled: swa-cap-mode" in capsys.readouterr().out
+    argv = ["plan", "--json", "--model", str(V41_CONFIG), "--max-running-requests", "10"]
+    assert main([*argv, "--swa-prefix-tails", "3"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # window 128 (fixture), page 256: (128+128+256+256)*10 + 2*8192 + 256, + 3*(128+256).
+    want = -(-((128 + 128 + 256 + 256) * 10 + 2 * 8192 + 256 + 3 * 384) // 256) * 256
+    assert d["swa_cap_tokens"] == want == d["pools"]["swa_kv"]["tokens"]
+    assert main(["plan", "--model", str(V41_CONFIG), "--speculative"]) == 3
+    assert "swa-cap-mode" in capsys.readouterr().out

@@ -144,12 +144,29 @@ def test_not_modelled_switch_exports_no_number():
     assert "dsv4_kv_pool_planned_bytes" not in samples
 
 
-def test_v41_geometry_is_not_modelled():
+def test_v41_geometry_gets_numbers_in_swa_cap_mode():
+    """/server_info cannot say whether the SWA ratio was given: V4.1 reads as SWA cap mode
+    (0.5.21+), whose SWA pool is sized from the server args /server_info does show."""
     path = FIX / "deepseek-v41-shaped.config.json"
     view = FootprintView(load_settings({"model_config_path": str(path)}), env={})
-    view.refresh(replace(FLASH_FACTS, version="0.5.23"), {}, {})
+    facts = replace(
+        FLASH_FACTS,
+        version="0.5.23",
+        max_running_requests=10,
+        chunked_prefill_size=4096,
+        swa_prefix_tails=3,
+    )
+    view.refresh(facts, {}, {})
     assert view.geometry.kv_source_layer_ids == (0, 1)
-    # /server_info cannot say whether the SWA ratio was given: V4.1 reads as SWA cap mode.
+    assert view.status == "ok" and view.ranks, view.detail
+    fp = view.ranks[0].footprint
+    # window 128, page 256: (128 + 128 + 256 + 256) * 10 + 2 * 4096 + 256 + 3 * (128 + 256).
+    want = -(-((128 + 128 + 256 + 256) * 10 + 2 * 4096 + 256 + 3 * 384) // 256) * 256
+    assert fp.swa_cap_tokens == want == fp.pools["swa_kv"].tokens
+    samples = _samples(view)
+    assert not any(v for _, v in samples["dsv4_footprint_not_modelled"])
+    # With speculative decoding the cap's per-request term is not modelled: no number.
+    view.refresh(replace(facts, speculative=True, speculative_algorithm="EAGLE"), {}, {})
     assert view.status == "not_modelled" and "swa-cap-mode" in view.detail
 
 
@@ -174,3 +191,21 @@ def test_fp4_on_nvidia_is_reclaimable_capacity():
     reclaim = dict((lbl["rank"], v) for lbl, v in samples["dsv4_kv_pool_reclaimable_bytes"])
     assert reclaim["0"] == pytest.approx(fp.reclaimable_bytes)
     assert len(reclaim) == FLASH_FACTS.tp_size
+
+
+def test_server_info_carries_the_cap_mode_server_args():
+    """chunked_prefill_size / swa_prefix_tails / radix / overlap come from /server_info;
+    absent, they are None / False and the footprint assumes SGLang's defaults."""
+    raw = json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text())
+    raw.update(
+        chunked_prefill_size=16384,
+        swa_prefix_tails=12,
+        disable_radix_cache=True,
+        disable_overlap_schedule=True,
+    )
+    facts = parse_server_info(raw)
+    assert (facts.chunked_prefill_size, facts.swa_prefix_tails) == (16384, 12)
+    assert facts.disable_radix_cache and facts.disable_overlap_schedule
+    for key in ("chunked_prefill_size", "swa_prefix_tails"):
+        raw.pop(key)
+    assert parse_server_info(raw).swa_prefix_tails is None
