@@ -26,15 +26,15 @@ pytestmark = pytest.mark.e2e
 BUDGET_BY_AREA: dict[str, int] = {
     "probe": 600,
     "dsml": 330,
-    "footprint": 250,
+    "footprint": 300,
     "tap": 60,
     "sidecar": 50,
     "gpu": 50,
     "canary": 25,
-    "sglang": 10,
+    "sglang": 100,
     "hicache": 10,
 }
-BUDGET_TOTAL = 1400
+BUDGET_TOTAL = 1450
 TP_SIZE = 8
 
 
