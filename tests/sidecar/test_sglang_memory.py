@@ -142,6 +142,13 @@ def test_memory_by_rank_expands_each_stage_and_falls_back_per_field():
     }
     weights = {s.labels["rank"]: s.value for s in fams["dsv4_sglang_weight_memory_bytes"].samples}
     assert weights == {"0": 70 * GIB, "1": 70 * GIB}
+    avail = fams["dsv4_sglang_startup_available_memory_bytes"].samples
+    assert {s.labels["rank"]: s.value for s in avail} == {"0": 12 * GIB, "1": 12 * GIB}
+    graph = fams["dsv4_sglang_graph_memory_bytes"].samples
+    assert {(s.labels["rank"], s.labels["phase"]): s.value for s in graph} == {
+        ("0", "all"): 2 * GIB,
+        ("1", "all"): 2 * GIB,
+    }
 
 
 # --- reconciliation ----------------------------------------------------------------------------
