@@ -35,9 +35,15 @@ from pathlib import Path
 
 import yaml
 
-from bench.procs import cpu_seconds, free_port, rss_mb
+from bench.procs import cpu_seconds, free_port, rss_mb, stop
 from dashboards.queries import panel_queries
-from tests.obs.fleet_pod import Replay, capture_pod, series_by_family, serve_replay
+from tests.obs.fleet_pod import (
+    Replay,
+    capture_pod,
+    replay_target,
+    series_by_family,
+    serve_replay,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "alerts" / "dsv4-sidecar.rules.yaml"
@@ -83,19 +89,7 @@ def _config(pods: int, replay_port: int) -> dict:
     jobs = []
     for i in range(pods):
         deployment, _ = CONFIGS[i % len(CONFIGS)]
-        pod = f"{deployment}-{i:04d}"
-        jobs.append(
-            {
-                "targets": [f"127.0.0.1:{replay_port}"],
-                "labels": {
-                    "__metrics_path__": f"/pods/{i}/metrics",
-                    "instance": f"{pod}:9400",
-                    "namespace": "llm",
-                    "deployment": deployment,
-                    "pod": pod,
-                },
-            }
-        )
+        jobs.append(replay_target(replay_port, i, deployment, f"{deployment}-{i:04d}"))
     return {
         "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
         "rule_files": [str(RULES)],
@@ -175,11 +169,7 @@ def _one_size(pods: int, replay_port: int, seconds: float, tmp: Path) -> dict:
             "queries": len(timed),
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, timeout=20)
 
 
 def run(quick: bool = False) -> str:

@@ -24,7 +24,7 @@ import httpx
 
 from dashboards.common import ALERTS
 from dashboards.queries import panel_queries
-from tests.obs.fleet_pod import Replay, capture_pod, serve_replay
+from tests.obs.fleet_pod import Replay, capture_pod, replay_target, serve_replay
 from tests.support import prometheus, promql
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,19 +60,7 @@ def _scrape_configs(port: int) -> list[dict]:
     targets, i = [], 0
     for deployment, pods, _ in FLEET:
         for j in range(pods):
-            pod = f"{deployment}-{j}"
-            targets.append(
-                {
-                    "targets": [f"127.0.0.1:{port}"],
-                    "labels": {
-                        "__metrics_path__": f"/pods/{i}/metrics",
-                        "instance": f"{pod}:9400",
-                        "namespace": "llm",
-                        "deployment": deployment,
-                        "pod": pod,
-                    },
-                }
-            )
+            targets.append(replay_target(port, i, deployment, f"{deployment}-{j}"))
             i += 1
     return [{"job_name": "dsv4-sidecar", "static_configs": targets}]
 

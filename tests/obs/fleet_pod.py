@@ -127,6 +127,21 @@ class Replay:
         return ("\n".join(out) + "\n").encode()
 
 
+def replay_target(port: int, index: int, deployment: str, pod: str) -> dict[str, object]:
+    """One static scrape target for replayed pod ``index``, with the labels Kubernetes service
+    discovery and the ServiceMonitor's relabelling would give a real pod."""
+    return {
+        "targets": [f"127.0.0.1:{port}"],
+        "labels": {
+            "__metrics_path__": f"/pods/{index}/metrics",
+            "instance": f"{pod}:9400",
+            "namespace": "llm",
+            "deployment": deployment,
+            "pod": pod,
+        },
+    }
+
+
 def serve_replay(replay: Replay) -> tuple[ThreadingHTTPServer, int]:
     """A threaded HTTP server on loopback answering ``/pods/<i>/metrics``; (server, port)."""
 
