@@ -69,7 +69,14 @@ UNIFIED_KV_ENV = (
 )
 TRUTHY = ("1", "true", "yes", "on")
 # dsv4_deployment_fact_info: the facts and where a value can come from
-FACTS = ("index_k_dtype", "pricing", "compress_state_dtype", "speculative", "release_rules")
+FACTS = (
+    "index_k_dtype",
+    "pricing",
+    "compress_state_dtype",
+    "speculative",
+    "release_rules",
+    "swa_sizing",
+)
 FACT_SOURCES = ("configured", "probe", "inferred", "assumed")
 # dtypes the NVML reconciliation tells apart (fp4 needs --enable-deepseek-v4-fp4-indexer on
 # NVIDIA, which /server_info reports: configured, not inferred)
@@ -386,6 +393,15 @@ class FootprintView:
             release.rules.name,
             "inferred" if release.verified else "assumed",
         )
+        # SWA pool sizing. Before 0.5.21 there is only the ratio (a server arg /server_info
+        # reports). From 0.5.21 SGLang caps the SWA pool (pool_configurator.py
+        # _resolve_swa_cap_tokens) whenever no --swa-full-tokens-ratio is given, but /server_info
+        # shows the resolved ratio, not whether it was given: V4.1 is read as cap mode (its
+        # default, SGLANG_SWA_EVICTION_INTERVAL taken as 128), V4 as an explicit ratio.
+        if not release.rules.swa_cap_mode:
+            table["swa_sizing"] = ("ratio", "configured")
+        else:
+            table["swa_sizing"] = ("cap_mode" if geom.is_v41 else "ratio", "assumed")
         self.index_k_margin = {}
         self.inference_detail = ""
 

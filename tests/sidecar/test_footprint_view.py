@@ -163,6 +163,9 @@ def test_v41_geometry_gets_numbers_in_swa_cap_mode():
     # window 128, page 256: (128 + 128 + 256 + 256) * 10 + 2 * 4096 + 256 + 3 * (128 + 256).
     want = -(-((128 + 128 + 256 + 256) * 10 + 2 * 4096 + 256 + 3 * 384) // 256) * 256
     assert fp.swa_cap_tokens == want == fp.pools["swa_kv"].tokens
+    # the cap-mode reading is exported as an assumption, not taken silently
+    assert view.deployment is not None
+    assert view.deployment.facts["swa_sizing"] == ("cap_mode", "assumed")
     samples = _samples(view)
     assert not any(v for _, v in samples["dsv4_footprint_not_modelled"])
     # With speculative decoding the cap's per-request term is not modelled: no number.
@@ -209,3 +212,20 @@ def test_server_info_carries_the_cap_mode_server_args():
     for key in ("chunked_prefill_size", "swa_prefix_tails"):
         raw.pop(key)
     assert parse_server_info(raw).swa_prefix_tails is None
+
+
+@pytest.mark.parametrize(
+    ("version", "want"),
+    [("0.5.20", ("ratio", "configured")), ("0.5.23", ("ratio", "assumed"))],
+)
+def test_swa_sizing_fact_says_whether_the_ratio_is_read_or_assumed(version, want):
+    """Before 0.5.21 the ratio is all there is; from 0.5.21 a V4 deployment might run SWA cap
+    mode (no --swa-full-tokens-ratio given) and /server_info cannot tell: assumed."""
+    view = FootprintView(load_settings({}), env={})
+    view.refresh(replace(FLASH_FACTS, version=version), {}, {})
+    assert view.status == "ok", view.detail
+    assert view.deployment is not None and view.deployment.facts["swa_sizing"] == want
+    assert ("swa_sizing", want[0], want[1]) in {
+        (lab["fact"], lab["value"], lab["source"])
+        for lab, _ in _samples(view)["dsv4_deployment_fact_info"]
+    }
