@@ -50,3 +50,21 @@ def test_a_block_of_the_other_dialect_is_graded_as_the_client_gets_it() -> None:
     assert wrong.calls == ()  # the deepseekv41 parser returns no call for it
     right = grade_text(V41_CALL, grammar=dialect)
     assert right.verdict == "well_formed" and [c.name for c in right.calls] == ["ls"]
+
+
+def test_parser_table_matches_the_released_registry() -> None:
+    """PARSER_DIALECTS restates SGLang 0.5.23's parser registry (function_call_parser.py):
+    every DeepSeek DSML parser name maps to the detector of the dialect we grade it as."""
+    import re
+
+    from exporter.dsml.dialect import PARSER_DIALECTS
+    from tests.sglang_release import source_file
+
+    src = source_file("0.5.23", "sglang/srt/function_call/function_call_parser.py").read_text()
+    registry = dict(re.findall(r'"(deepseekv\d+)":\s*(DeepSeekV\d+Detector)', src))
+    detector = {"v3.2": "DeepSeekV32Detector", "v4": "DeepSeekV4Detector"}
+    detector["v4.1"] = "DeepSeekV41Detector"
+    for name, dialect in PARSER_DIALECTS.items():
+        assert registry.get(name) == detector[dialect], name
+    dsml = {n for n, cls in registry.items() if cls in detector.values()}
+    assert dsml == set(PARSER_DIALECTS), "a DSML parser SGLang registers is unknown here"
