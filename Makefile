@@ -46,12 +46,14 @@ fmt: venv
 
 # Every generator has one shape (exporter/generated.py): no argument writes its files,
 # --check writes nothing and exits 1 naming the stale ones (2: it could not render).
-GENERATORS := exporter.metrics.docgen exporter.config_docs exporter.oncall.triage.rules_doc \
+GENERATORS := exporter.metrics.docgen exporter.config_docs exporter.sim.config_docs \
+              exporter.oncall.triage.rules_doc \
               alerts.generate dashboards.generate
 
 docs: venv
 	$(PY) -m exporter.metrics.docgen
 	$(PY) -m exporter.config_docs
+	$(PY) -m exporter.sim.config_docs
 	$(PY) -m exporter.oncall.triage.rules_doc
 
 # Generated observability artefacts; tests/obs fails when the committed output is stale.

@@ -75,7 +75,11 @@ class SidecarSettings(BaseSettings):
     sglang_timeout: float = Field(2.0, gt=0, description="Timeout of one SGLang request (s).")
     sglang_metrics: bool = Field(True, description="Also poll SGLang's /metrics.")
     # GPUs
-    gpu_backend: Literal["nvml", "fake"] = Field("nvml", description="nvml, or fake (simulator).")
+    gpu_backend: Literal["nvml", "fake"] = Field(
+        "nvml",
+        description="nvml, or fake: the simulated SGLang's GPUs, read from the simulator at "
+        "sglang_url (a plugin of the simulator, exporter.sim.gpus).",
+    )
     nvml_poll_interval: float = Field(2.0, gt=0, description="Seconds between NVML polls.")
     nvml_timeout: float = Field(1.5, gt=0, description="Abandon an NVML poll after this (s).")
     per_process_memory: bool = Field(False, description="Export per-process GPU memory (pids).")
@@ -97,14 +101,6 @@ class SidecarSettings(BaseSettings):
         description="SGLang's --nnodes; default: the nnodes SGLang reports in /server_info, "
         "else 1.",
     )
-    fake_gpu_count: int | None = Field(
-        None,
-        ge=0,
-        le=64,
-        description="Fake backend: GPUs (default: SGLang's tp*pp / nnodes, else 8).",
-    )
-    fake_gpu_memory_gib: float = Field(140.0, gt=0, description="Fake backend: memory per GPU.")
-    fake_weights_gib: float = Field(70.0, ge=0, description="Fake backend: weights per GPU.")
     fake_faults: str = Field(
         "", description="Fake backend fault script, e.g. 'init=driver_not_loaded:2,lost=1@10'."
     )
@@ -220,14 +216,25 @@ class SidecarSettings(BaseSettings):
             raise ValueError("is empty (an empty token would leave the endpoint open or off)")
         return v
 
+    @field_validator("gpu_backend")
+    @classmethod
+    def _backend_installed(cls, v: str) -> str:
+        if v != "nvml":
+            from exporter.sources import gpu_backends
+
+            gpu_backends.load(v)  # GpuBackendError (a ValueError) names what is installed
+        return v
+
     @field_validator("fake_faults")
     @classmethod
     def _faults_parse(cls, v: str) -> str:
+        """Checked by the fake GPU backend (a plugin: exporter.sources.gpu_backends), whose
+        fault script it is."""
         if v.strip():
-            from exporter.sim.fake_nvml import FakeNvml
+            from exporter.sources import gpu_backends
 
             try:
-                FakeNvml(count=1, faults=v)
+                gpu_backends.load("fake").check_faults(v)
             except (ValueError, KeyError) as exc:
                 raise ValueError(f"fault script {v!r} does not parse: {exc}") from None
         return v

@@ -1,5 +1,6 @@
-"""Generate docs/configuration.md from the settings models (``make docs``); ``--check`` fails
-when it is stale.
+"""Generate docs/configuration.md from the sidecar's settings model (``make docs``);
+``--check`` fails when it is stale. The simulator documents its own settings the same way
+(``exporter.sim.config_docs``, docs/simulator.md) with :func:`settings_table`.
 
     python -m exporter.config_docs [--check] [--out docs/configuration.md]
 """
@@ -12,7 +13,6 @@ from pydantic_settings import BaseSettings
 
 from exporter import generated
 from exporter.config import SidecarSettings, env_name, flag_name
-from exporter.sim.settings import SimSettings
 
 
 def _default(info) -> str:
@@ -23,7 +23,8 @@ def _default(info) -> str:
     return f"`{info.default}`"
 
 
-def _table(cls: type[BaseSettings]) -> list[str]:
+def settings_table(cls: type[BaseSettings]) -> list[str]:
+    """A markdown table of every key of ``cls``: file key, flag, environment, default."""
     rows = [
         "| key (config file) | flag | environment | default | description |",
         "|---|---|---|---|---|",
@@ -40,18 +41,17 @@ def render() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `exporter/config.py` and `exporter/sim/settings.py` by `make docs`.",
+        "Generated from `exporter/config.py` by `make docs`.",
         "Every key can be given in a YAML file (`--config FILE`), as an environment variable, or",
         "as a flag; flags win over the environment, which wins over the file. A bad value is",
         "reported naming the key, where it came from, and the fix (exit status 2).",
         "",
         "## `dsv4-sidecar serve`",
         "",
-        *_table(SidecarSettings),
+        *settings_table(SidecarSettings),
         "",
-        "## `dsv4-sidecar simulate` (the simulated SGLang)",
-        "",
-        *_table(SimSettings),
+        "The simulated SGLang's settings (`dsv4-sidecar simulate`, `gpu_backend: fake`) are in",
+        "[simulator.md](simulator.md).",
         "",
     ]
     return "\n".join(lines)

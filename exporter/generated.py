@@ -1,7 +1,8 @@
 """One command-line shape for every generator of committed files.
 
-Six generators write files that are committed (docs/metrics.md, docs/configuration.md, the
-rules table of docs/oncall.md, alerts/*.yaml, dashboards/*.json, docker/k8s/generated/*).
+Seven generators write files that are committed (docs/metrics.md, docs/configuration.md,
+docs/simulator.md, the rules table of docs/oncall.md, alerts/*.yaml, dashboards/*.json,
+docker/k8s/generated/*).
 Each renders ``{path: text}`` and hands it to :func:`main`, so all of them behave alike:
 
     python -m <generator>            # (re)write the files

@@ -28,6 +28,7 @@ from exporter.samplers.grading import GradingPipeline, TapHandoff
 from exporter.samplers.prompts import load_prompts
 from exporter.samplers.redact import Redactor
 from exporter.samplers.store import SampleStore
+from exporter.sources import gpu_backends
 from exporter.sources.base import Reporter, Source, health_families
 from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlSource
@@ -57,9 +58,10 @@ class Sidecar:
             on_change=self._changed,
         )
         self.footprint = FootprintView(settings, env=env)
-        if nvml is None and settings.gpu_backend == "fake":
-            nvml = self._fake_nvml()
-        self.fake_nvml = nvml if settings.gpu_backend == "fake" else None
+        if nvml is None:
+            # nvml: the real library; any other backend is a plugin (the simulator's "fake"),
+            # loaded by name so this composition root never imports it.
+            nvml = gpu_backends.create(settings)
         self.nvml = NvmlSource(
             nvml=nvml,
             poll_interval=settings.nvml_poll_interval,
@@ -140,32 +142,6 @@ class Sidecar:
         return resolve_dialect(
             self.settings.dsml_dialect, self.sglang.tool_call_parser, self._model_config
         )
-
-    def _fake_nvml(self) -> Any:
-        from exporter.sim.fake_nvml import GIB, FakeGpuSpec, FakeNvml
-
-        s = self.settings
-        spec = FakeGpuSpec(
-            memory_bytes=int(s.fake_gpu_memory_gib * GIB),
-            weights_bytes=int(s.fake_weights_gib * GIB),
-        )
-
-        def workload(index: int) -> tuple[int, int]:
-            topo = self.footprint.topology
-            rank = topo.global_rank(index) if topo is not None else index
-            alloc = self.footprint.allocated_by_rank().get(rank, 0)
-            live = self.sglang.live
-            return alloc, int(live.running or 0) if live else 0
-
-        def count() -> int:
-            """Read when NVML is polled: the configured count, else this node's share of
-            SGLang's TP x PP (all of it on a single node)."""
-            if s.fake_gpu_count is not None:
-                return s.fake_gpu_count
-            topo = self.footprint.topology
-            return topo.gpus_per_node if topo is not None else 8
-
-        return FakeNvml(count=count, spec=spec, workload=workload, faults=s.fake_faults)
 
     def _rank_base(self, local_gpus: int) -> int:
         """Global rank of this node's first GPU: node_rank * gpus_per_node (SGLang's launch

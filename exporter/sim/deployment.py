@@ -8,7 +8,7 @@ SGLang of the simulated release reports: its token counts, server args, and its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from typing import Any
 
@@ -24,7 +24,7 @@ from exporter.footprint import (
     stage_slice,
 )
 from exporter.footprint.releases import parse_release
-from exporter.sim.fake_nvml import FakeGpuSpec, FakeNvml
+from exporter.sim.fake_nvml import FakeGpuSpec
 from exporter.sim.settings import SimSettings
 
 GIB = 1024**3
@@ -126,14 +126,30 @@ class SimDeployment:
             graph_bytes=int(s.graph_gib * GIB),
         )
 
-    def gpus(self) -> FakeNvml:
-        """The GPUs this deployment runs on: a fake NVML whose used memory is the ground truth
-        (context, weights, graphs and what the pools really allocate), for tests that give the
-        sidecar the hardware's view and nothing else."""
-        alloc = {r: self.true_footprint(r).allocated_bytes for r in range(self.ranks)}
-        return FakeNvml(
-            count=self.ranks, spec=self.gpu_spec(), workload=lambda i: (alloc.get(i, 0), 0)
-        )
+    def node_gpus(self, node_rank: int, running: int) -> dict[str, Any]:
+        """The GPUs of node ``node_rank`` as ``GET /_sim/gpus`` serves them: the GPU model
+        (memory, weights, context, graphs, activations per request) and, per local GPU, its
+        global rank and what its pools really allocate. The sidecar's ``fake`` GPU backend
+        reads this, so simulated NVML shows the deployment's ground truth, never the
+        sidecar's own prediction of it."""
+        s = self.settings
+        if not 0 <= node_rank < s.nnodes:
+            raise ValueError(f"node_rank {node_rank} outside 0..{s.nnodes - 1}")
+        per_node = self.ranks // s.nnodes
+        spec = self.gpu_spec()
+        return {
+            "simulator": True,
+            "node_rank": node_rank,
+            "spec": asdict(spec),
+            "gpus": [
+                {
+                    "rank": rank,
+                    "pools_bytes": self.true_footprint(rank).allocated_bytes,
+                    "running": running,
+                }
+                for rank in range(node_rank * per_node, (node_rank + 1) * per_node)
+            ],
+        }
 
     def startup_available_bytes(self, rank: int) -> int:
         """Free memory when the scheduler started (cudaMemGetInfo: driver-reserved counts as

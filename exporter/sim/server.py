@@ -3,7 +3,8 @@
 Speaks SGLang's /server_info, /get_server_info, /health, /health_generate, /v1/models and
 /metrics (``sglang:`` names and labels as the real server), so the sidecar and the tests run
 against real HTTP. ``POST /_sim/control`` injects faults (slow answers, garbage, HTTP errors)
-and background load for fault tests and the demo.
+and background load for fault tests and the demo; ``GET /_sim/gpus`` serves the simulated
+GPUs' ground truth to the sidecar's ``fake`` GPU backend (``exporter.sim.gpus``).
 """
 
 from __future__ import annotations
@@ -383,6 +384,16 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
             "index_k_dtype": settings.index_k_dtype,
             "hicache": settings.hicache,
         }
+
+    @app.get("/_sim/gpus")
+    async def gpus(node_rank: int = 0) -> Response:
+        """Simulator-only ground truth: the GPUs of one node (the ``fake`` GPU backend's
+        NVML). Faults and delays of the SGLang endpoints do not apply: the GPUs stay up
+        when the server misbehaves, as on a real node."""
+        try:
+            return JSONResponse(dep.node_gpus(node_rank, state.reported_running))
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
 
     @app.post("/_sim/control")
     async def control(request: Request) -> dict[str, Any]:

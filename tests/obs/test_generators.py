@@ -1,4 +1,4 @@
-"""The six generators of committed files share one shape (exporter/generated.py): no argument
+"""The seven generators of committed files share one shape (exporter/generated.py): no argument
 writes, ``--check`` writes nothing and exits 1 naming each stale file, 2 on bad input."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODULES = (
     "exporter.metrics.docgen",
     "exporter.config_docs",
+    "exporter.sim.config_docs",
     "exporter.oncall.triage.rules_doc",
     "alerts.generate",
     "dashboards.generate",
@@ -43,7 +44,13 @@ def test_every_committed_output_is_fresh(name: str, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize(
-    "name", ["exporter.metrics.docgen", "exporter.config_docs", "exporter.oncall.triage.rules_doc"]
+    "name",
+    [
+        "exporter.metrics.docgen",
+        "exporter.config_docs",
+        "exporter.sim.config_docs",
+        "exporter.oncall.triage.rules_doc",
+    ],
 )
 def test_docs_generators_write_then_check(name: str, tmp_path: Path, capsys) -> None:
     """Same options everywhere: --out FILE to write, --check --out FILE to compare."""

@@ -32,11 +32,14 @@ MIB = 1 << 20
 
 
 def _scrape(
-    sim_settings: SimSettings, probe_dir: Path | None, need: str
+    sim_settings: SimSettings,
+    probe_dir: Path | None,
+    need: str,
+    told: dict[str, object] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """One scrape of a sidecar (told only SGLang's URL) once ``need`` has a value on rank 1,
-    and its /api/v1/footprint deployment section."""
-    truth = SimDeployment(sim_settings)
+    """One scrape of a sidecar (told only SGLang's URL, plus ``told``) once ``need`` has a
+    value on rank 1, and its /api/v1/footprint deployment section. Its GPUs are the
+    simulator's (the ``fake`` backend reads them from ``/_sim/gpus``): the ground truth."""
     with ServerThread(create_sim_app(sim_settings)) as sim:
         cfg: dict[str, object] = {
             "sglang_url": sim.url,
@@ -44,10 +47,11 @@ def _scrape(
             "canary": False,
             "sglang_poll_interval": 0.2,
             "nvml_poll_interval": 0.2,
+            **(told or {}),
         }
         if probe_dir is not None:
             cfg["probe_dir"] = str(probe_dir)
-        app = create_app(load_settings(cfg), nvml=truth.gpus(), env={})
+        app = create_app(load_settings(cfg), env={})
         with ServerThread(app) as sc:
 
             def ready() -> str | None:
@@ -170,3 +174,25 @@ def test_small_budget_stays_assumed(tmp_path):
     # the unassumed pools leave the difference unexplained, in plain sight
     rest = sample_value(text, "dsv4_memory_unexplained_bytes", rank="0")
     assert rest is not None and rest > 1.5 * GIB
+
+
+def test_simulated_nvml_is_the_ground_truth_not_the_sidecars_model(tmp_path):
+    """Told the wrong dtype (fp8, configured) beside the bf16 fork, the sidecar's NVML still
+    shows what the bf16 pools really take: the simulated GPUs follow the simulator, never the
+    sidecar's own footprint view, so the gigabytes the model cannot explain stay visible."""
+    settings = _bf16_fork()
+    text, _ = _scrape(settings, None, "dsv4_memory_unexplained_bytes", {"index_k_dtype": "fp8"})
+    truth = SimDeployment(settings)
+    spec = truth.gpu_spec()
+    assert _fact(text, "index_k_dtype") == ("fp8", "configured")
+    for rank in (0, 1):
+        used = sample_value(text, "dsv4_gpu_memory_used_bytes", rank=str(rank))
+        expected = (
+            spec.context_bytes
+            + spec.weights_bytes
+            + spec.graph_bytes
+            + truth.true_footprint(rank).allocated_bytes
+        )
+        assert used == expected
+        rest = sample_value(text, "dsv4_memory_unexplained_bytes", rank=str(rank))
+        assert rest is not None and rest > 3.5 * GIB  # bf16 pools the fp8 model cannot explain

@@ -1,0 +1,88 @@
+"""Generate docs/simulator.md from the simulator's settings model (``make docs``);
+``--check`` fails when it is stale. Same table shape as docs/configuration.md.
+
+    python -m exporter.sim.config_docs [--check] [--out docs/simulator.md]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from exporter import generated
+from exporter.config_docs import settings_table
+from exporter.sim.settings import SimSettings
+
+INTRO = """\
+# The simulated SGLang
+
+Generated from `exporter/sim/settings.py` by `make docs`.
+
+`dsv4-sidecar simulate` serves a DeepSeek-V4 deployment that is not there: SGLang's
+`/server_info`, `/metrics`, `/v1/chat/completions` and `/generate` as the simulated release
+answers them, from the footprint model run on the simulated deployment's ground truth
+(index-K dtype, configurator pricing, budget, weights, graphs). `make demo` and the end-to-end
+tests run the sidecar against it. The sidecar is told only the simulator's URL, as it would be
+told a real server's.
+
+The simulator is attached from outside the sidecar: nothing in the sidecar's production code
+imports it. Its GPUs reach the sidecar through the `fake` GPU backend, a plugin declared in
+`pyproject.toml` (entry point group `dsv4_sidecar.gpu_backends`, see
+`exporter/sources/gpu_backends.py`), selected with `gpu_backend: fake`. That backend reads
+`GET /_sim/gpus?node_rank=K` at most once per NVML poll: the GPU model and, per GPU, what the
+pools really allocate and the running requests. So the sidecar's NVML view is the simulated
+deployment's ground truth, never its own prediction of it. Until the simulator has answered
+once the node reports zero GPUs (NVML source down, reason `no_gpus`); afterwards an
+unreachable simulator leaves the last answer in place. NVML faults are injected with
+`fake_faults` (docs/configuration.md).
+
+{endpoints}
+## `dsv4-sidecar simulate`
+
+Every key can be given in a YAML file (`--config FILE`), as a `DSV4_SIM_*` environment
+variable, or as a flag.
+
+"""
+
+
+ENDPOINTS = (
+    (
+        "GET /_sim/gpus?node_rank=K",
+        "node K's GPUs: spec and, per GPU, global rank, true pool bytes, running requests",
+    ),
+    (
+        "GET /_sim/stats",
+        "ground truth of the corruption model: tool-call requests and degenerate answers per "
+        "concurrency bucket",
+    ),
+    (
+        "POST /_sim/control",
+        "faults of the SGLang endpoints (`garbage`, `http_500`, `bad_shape`, "
+        "`metrics_garbage`), delay, background running requests, queue",
+    ),
+)
+
+
+def render() -> str:
+    endpoints = [
+        "Simulator-only endpoints (not part of SGLang's API):",
+        "",
+        "| endpoint | what it does |",
+        "|---|---|",
+        *(f"| `{path}` | {what} |" for path, what in ENDPOINTS),
+        "",
+    ]
+    intro = INTRO.replace("{endpoints}\n", "\n".join(endpoints) + "\n")
+    return intro + "\n".join(settings_table(SimSettings)) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = generated.parser(__doc__)
+    ap.add_argument("--out", type=Path, default=Path("docs/simulator.md"))
+    args = ap.parse_args(argv)
+    return generated.main(
+        lambda: {args.out: render()}, "docs", check=args.check, name="exporter.sim.config_docs"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""Which library the NVML source reads GPUs through: the real NVML, or a backend plugged in.
+
+The sidecar itself knows one backend, ``nvml`` (nvidia-ml-py, imported by the NVML source).
+Any other backend is a plugin that the sidecar never imports by name: a package declares an
+entry point in the group :data:`ENTRY_POINT_GROUP`, named after the backend, that resolves to
+an object with the :class:`GpuBackend` shape. This repository's simulator declares ``fake``
+(``exporter.sim.gpus``: the simulated SGLang's GPUs) in ``pyproject.toml``, so the simulator
+attaches from outside the production composition root, and a host could add, say, an AMD
+backend the same way.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from exporter.config import SidecarSettings
+
+ENTRY_POINT_GROUP = "dsv4_sidecar.gpu_backends"
+BUILTIN = "nvml"
+
+
+class GpuBackendError(ValueError):
+    """A backend that is not installed, or that rejects its options."""
+
+
+class GpuBackend(Protocol):
+    """What a GPU backend plugin provides."""
+
+    def check_faults(self, script: str) -> None:
+        """Raise ``ValueError`` naming what is wrong with a fault script (``fake_faults``)."""
+
+    def create(self, settings: SidecarSettings) -> Any:
+        """A module-like object with the pynvml functions the NVML source calls (nvmlInit,
+        nvmlDeviceGetCount, nvmlDeviceGetMemoryInfo, ...), raising ``pynvml.NVMLError``."""
+
+
+def installed() -> list[str]:
+    """Names of every backend this installation has: the built-in one and the plugins."""
+    return [BUILTIN, *sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))]
+
+
+def load(name: str) -> GpuBackend:
+    """The plugin ``name``; :class:`GpuBackendError` saying what is installed if absent."""
+    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not found:
+        raise GpuBackendError(
+            f"GPU backend {name!r} is not installed (installed: {', '.join(installed())}); "
+            f"a backend is a package with an entry point in group {ENTRY_POINT_GROUP!r}"
+        )
+    backend: GpuBackend = found[0].load()
+    return backend
+
+
+def create(settings: SidecarSettings) -> Any:
+    """The NVML library for ``settings.gpu_backend``: None for the built-in NVML (the source
+    imports pynvml itself), else the plugin's instance."""
+    if settings.gpu_backend == BUILTIN:
+        return None
+    return load(settings.gpu_backend).create(settings)
