@@ -23,6 +23,7 @@ from prometheus_client.core import Metric
 
 from exporter.config import SidecarSettings
 from exporter.footprint import (
+    INDEX_K_DTYPES,
     NOT_MODELLED_SWITCHES,
     Configurator,
     DeploymentSettings,
@@ -80,7 +81,11 @@ FACTS = (
 FACT_SOURCES = ("configured", "probe", "inferred", "assumed")
 # dtypes the NVML reconciliation tells apart (fp4 needs --enable-deepseek-v4-fp4-indexer on
 # NVIDIA, which /server_info reports: configured, not inferred)
-INFERABLE_INDEX_K = ("fp8", "bf16")
+INFERABLE_INDEX_K: tuple[IndexKDtype, ...] = ("fp8", "bf16")
+# The facts table holds strings (they are exported as label values); these turn a table entry
+# back into the footprint core's Literal types without a cast.
+_INDEX_K: dict[str, IndexKDtype] = {d: d for d in INDEX_K_DTYPES}
+_PRICING: dict[str, Configurator] = {"legacy": "legacy", "fixed": "fixed"}
 
 
 @dataclass(frozen=True)
@@ -427,16 +432,15 @@ class FootprintView:
                     )
                     is not None
                 }
-                candidates = {
-                    d: alloc_by_rank(replace(settings, index_k_dtype=d))  # type: ignore[arg-type]
-                    for d in INFERABLE_INDEX_K
+                candidates: dict[str, dict[int, int]] = {
+                    d: alloc_by_rank(replace(settings, index_k_dtype=d)) for d in INFERABLE_INDEX_K
                 }
                 got = infer_index_k_dtype(candidates, observed)
                 self.index_k_margin = got.margin_bytes if got.dtype else {}
                 self.inference_detail = got.detail
                 if got.dtype is not None:
                     table["index_k_dtype"] = (got.dtype, "inferred")
-        ik: IndexKDtype = table["index_k_dtype"][0]  # type: ignore[assignment]
+        ik = _INDEX_K[table["index_k_dtype"][0]]  # every value put in the table is a dtype
         settings = replace(settings, index_k_dtype=ik)
         if table["compress_state_dtype"][1] == "assumed" and ev.probe_pools:
             # the state pools' measured bytes tell float32 from bfloat16 (half the bytes)
@@ -474,7 +478,7 @@ class FootprintView:
                     }
                     pricing = infer_pricing(planned, estimate)
                     if pricing is not None:
-                        conf = pricing  # type: ignore[assignment]
+                        conf = _PRICING[pricing]
                         table["pricing"] = (pricing, "inferred")
         sources = dict(dep.sources)
         sources["index_k_dtype"] = _explain(table["index_k_dtype"], sources["index_k_dtype"])
