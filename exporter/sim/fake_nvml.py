@@ -6,8 +6,9 @@ Call shapes, return shapes and errors follow the real module: functions raise
 ``nvmlInit`` raises UNINITIALIZED, and a lost GPU's handle raises GPU_IS_LOST.
 
 Memory follows a simple, explainable model per GPU: CUDA context + weights + CUDA graphs +
-the KV pools the footprint model says are allocated + activations per running request. The
-workload provider supplies the last two from the SGLang source's latest snapshot.
+the KV pools' bytes + activations per running request. The workload provider supplies the last
+two: the simulator's ground truth for the sidecar's ``fake`` backend (``exporter.sim.gpus``),
+or whatever a test passes.
 """
 
 from __future__ import annotations
@@ -128,11 +129,6 @@ class FakeNvml:
         """The next memory query at or after ``at`` s blocks for ``seconds`` (a wedged driver)."""
         self.faults.hang_seconds = seconds
         self.faults.hang_at = at
-
-    def set_count(self, count: int | Callable[[], int]) -> None:
-        """A fixed GPU count, or a callable read at each ``nvmlDeviceGetCount`` (e.g. the
-        simulated deployment's TP x PP): the fake follows it without anyone pushing updates."""
-        self._count = count
 
     # --- helpers -------------------------------------------------------------------------------
     def _elapsed(self) -> float:
