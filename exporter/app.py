@@ -13,18 +13,28 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from exporter import __version__
 from exporter.config import SidecarSettings
+from exporter.metrics.exposition import Exposition
 from exporter.samplers.ingest import IngestError, parse_buffer
 from exporter.sidecar import Sidecar
+from exporter.sources.nvml import NvmlLibrary
 
 INGEST_READ_SECONDS = 30
 """A POST body must arrive within this time: a slow sender cannot hold an ingest slot."""
 
 
-def create_app(settings: SidecarSettings, sidecar: Sidecar | None = None, **kw: Any) -> FastAPI:
-    sc = sidecar or Sidecar(settings, **kw)
+def create_app(
+    settings: SidecarSettings,
+    sidecar: Sidecar | None = None,
+    nvml: NvmlLibrary | None = None,
+    env: dict[str, str] | None = None,
+) -> FastAPI:
+    """The HTTP edge over a :class:`Sidecar` (built here unless given); ``nvml`` and ``env``
+    reach the Sidecar (a GPU library stand-in, the environment SGLang's facts are read from)."""
+    sc = sidecar or Sidecar(settings, nvml=nvml, env=env)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -201,11 +211,11 @@ class MetricsEndpoint:
     cached scrape costs about what serving a static body costs (docs/architecture.md,
     "Measurements behind the design")."""
 
-    def __init__(self, app: Any, exposition: Any) -> None:
+    def __init__(self, app: ASGIApp, exposition: Exposition) -> None:
         self.app = app
         self.exposition = exposition
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/metrics":
             await self.app(scope, receive, send)
             return

@@ -13,7 +13,7 @@ import logging
 import platform
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
@@ -31,12 +31,15 @@ from exporter.samplers.store import SampleStore
 from exporter.sources import gpu_backends
 from exporter.sources.base import Reporter, Source, health_families
 from exporter.sources.footprint import FootprintView
-from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml import NvmlLibrary, NvmlSource
 from exporter.sources.probe_drift import ModelDrift
 from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.reconcile import MemoryReconciliation
-from exporter.sources.sglang import SglangSource
+from exporter.sources.sglang import RankMemory, SglangSource
 from exporter.supervisor import CrashHook, LoopFactory, TaskSupervisor
+
+if TYPE_CHECKING:
+    from exporter.samplers.tap import Tap
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,10 @@ class Sidecar:
     """Owns every source, the registry and the background tasks."""
 
     def __init__(
-        self, settings: SidecarSettings, nvml: Any = None, env: dict | None = None
+        self,
+        settings: SidecarSettings,
+        nvml: NvmlLibrary | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.registry = CollectorRegistry(auto_describe=False)
@@ -103,7 +109,7 @@ class Sidecar:
         )
         self._model_config = _read_model_config(settings.model_config_path)
         self.pipeline.dialect = lambda: self.dsml_dialect()[0]
-        self.tap: Any = None
+        self.tap: Tap | None = None
         if settings.tap_port is not None:
             from exporter.samplers.tap import Tap, TapConfig
 
@@ -176,9 +182,10 @@ class Sidecar:
         self.supervisor.install(asyncio.get_running_loop())
         self.exposition.start()
         self.pipeline.start()
-        if self.tap is not None:
+        port = self.settings.tap_port
+        if self.tap is not None and port is not None:  # the tap exists only with a port
             host = self.settings.tap_host or self.settings.host
-            await self.tap.start(host, self.settings.tap_port)
+            await self.tap.start(host, port)
             log.info("tap listening on %s:%s -> %s", host, self.tap.port, self.settings.sglang_url)
         for src in self.pollers:
             self.supervisor.spawn(src.health.name, self._loop_of(src), self._crash_hook(src))
@@ -244,7 +251,7 @@ class _ReconcileInputs:
     def used_by_rank(self) -> dict[int, int]:
         return self.sc.nvml.used_bytes_by_rank()
 
-    def memory_by_rank(self) -> dict[int, Any]:
+    def memory_by_rank(self) -> dict[int, RankMemory]:
         return self.sc.sglang.memory_by_rank()
 
     def measured_pools_by_rank(self) -> dict[int, int]:

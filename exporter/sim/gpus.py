@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.sim.fake_nvml import FakeGpuSpec, FakeNvml
+from exporter.sources.gpu_backends import GpuBackend
 
 if TYPE_CHECKING:
     from exporter.config import SidecarSettings
@@ -122,4 +123,4 @@ class FakeBackend:
         return SimulatedNvml(gpus, faults=settings.fake_faults)
 
 
-backend = FakeBackend()
+backend: GpuBackend = FakeBackend()  # mypy checks the plugin against the protocol here

@@ -12,10 +12,11 @@ backend the same way.
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from exporter.config import SidecarSettings
+    from exporter.sources.nvml import NvmlLibrary
 
 ENTRY_POINT_GROUP = "dsv4_sidecar.gpu_backends"
 BUILTIN = "nvml"
@@ -31,9 +32,9 @@ class GpuBackend(Protocol):
     def check_faults(self, script: str) -> None:
         """Raise ``ValueError`` naming what is wrong with a fault script (``fake_faults``)."""
 
-    def create(self, settings: SidecarSettings) -> Any:
-        """A module-like object with the pynvml functions the NVML source calls (nvmlInit,
-        nvmlDeviceGetCount, nvmlDeviceGetMemoryInfo, ...), raising ``pynvml.NVMLError``."""
+    def create(self, settings: SidecarSettings) -> NvmlLibrary:
+        """An object with the pynvml functions the NVML source calls (``NvmlLibrary``),
+        raising ``pynvml.NVMLError`` as the real library does."""
 
 
 def installed() -> list[str]:
@@ -53,7 +54,7 @@ def load(name: str) -> GpuBackend:
     return backend
 
 
-def create(settings: SidecarSettings) -> Any:
+def create(settings: SidecarSettings) -> NvmlLibrary | None:
     """The NVML library for ``settings.gpu_backend``: None for the built-in NVML (the source
     imports pynvml itself), else the plugin's instance."""
     if settings.gpu_backend == BUILTIN:

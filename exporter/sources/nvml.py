@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pynvml  # nvidia-ml-py: pure Python; libnvidia-ml is loaded only at nvmlInit
 from prometheus_client.core import Metric
@@ -54,6 +54,24 @@ _REASON_BY_CODE = {
     pynvml.NVML_ERROR_TIMEOUT: "timeout",
 }
 _LIBRARY_WIDE = ("uninitialized", "driver_not_loaded", "version_mismatch", "library_not_found")
+
+
+class NvmlLibrary(Protocol):
+    """The part of the pynvml API this source calls: the ``pynvml`` module itself, or a GPU
+    backend plugin's stand-in (``exporter.sources.gpu_backends``). Handles and the structs
+    NVML returns are ctypes objects, untyped here as they are in nvidia-ml-py."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlSystemGetDriverVersion(self) -> str: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any: ...
+    def nvmlDeviceGetUUID(self, handle: Any) -> str: ...
+    def nvmlDeviceGetName(self, handle: Any) -> str: ...
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any: ...
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]: ...
 
 
 def error_reason(exc: BaseException) -> str:
@@ -106,13 +124,13 @@ class NvmlSource:
 
     def __init__(
         self,
-        nvml: Any = None,
+        nvml: NvmlLibrary | None = None,
         poll_interval: float = 2.0,
         timeout: float = 1.5,
         rank_map: list[int] | None = None,
         per_process: bool = False,
         env: dict[str, str] | None = None,
-        on_change: Any = None,
+        on_change: Callable[[], None] | None = None,
         rank_base: Callable[[int], int] | None = None,
     ) -> None:
         self._nvml = nvml
@@ -134,7 +152,7 @@ class NvmlSource:
         self._failures_in_row = 0
 
     @property
-    def nvml(self) -> Any:
+    def nvml(self) -> NvmlLibrary:
         if self._nvml is None:
             self._nvml = pynvml
         return self._nvml
