@@ -16,13 +16,14 @@ the same environment variables SGLang uses, since in a pod the sidecar gets SGLa
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import logging
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, overload
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -351,14 +352,36 @@ def _read_file(path: Path) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
+S = TypeVar("S", bound=BaseSettings)
+
+
+@overload
+def load_settings(
+    flags: dict[str, Any] | None = None,
+    config_file: Path | None = None,
+    cls: None = None,
+    check_files: bool = False,
+) -> SidecarSettings: ...
+
+
+@overload
+def load_settings(
+    flags: dict[str, Any] | None,
+    config_file: Path | None,
+    cls: type[S],
+    check_files: bool = False,
+) -> S: ...
+
+
 def load_settings(
     flags: dict[str, Any] | None = None,
     config_file: Path | None = None,
     cls: type[BaseSettings] | None = None,
     check_files: bool = False,
-) -> Any:
+) -> BaseSettings:
     """Merge file < env < flags and validate, turning pydantic errors into actionable ones;
-    with ``check_files``, also require the files keys name to be usable (``file_problems``)."""
+    with ``check_files``, also require the files keys name to be usable (``file_problems``).
+    ``cls`` defaults to :class:`SidecarSettings` (the simulator passes its own)."""
     cls = cls or SidecarSettings
     file_values = _read_file(config_file) if config_file else {}
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
@@ -392,7 +415,7 @@ def load_settings(
     return settings
 
 
-def add_settings_arguments(parser: Any, cls: type[BaseSettings]) -> None:
+def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
     """One ``--key-with-dashes`` flag per settings field (values validated by pydantic), plus
     ``--config FILE``. Flags default to None so that unset ones fall through to env / file."""
     parser.add_argument("--config", type=Path, default=None, help="YAML config file")
@@ -413,7 +436,7 @@ def add_settings_arguments(parser: Any, cls: type[BaseSettings]) -> None:
         )
 
 
-def settings_from_args(args: Any, cls: type[BaseSettings], check_files: bool = False) -> Any:
+def settings_from_args(args: argparse.Namespace, cls: type[S], check_files: bool = False) -> S:
     flags = {k: getattr(args, k, None) for k in cls.model_fields}
     return load_settings(flags, getattr(args, "config", None), cls, check_files)
 

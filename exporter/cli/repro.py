@@ -20,10 +20,20 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from exporter.oncall.repro_report import DEFAULT_ALPHA, DEFAULT_LEVELS, Arm, is_finite_positive
+from exporter.oncall.repro_report import (
+    DEFAULT_ALPHA,
+    DEFAULT_LEVELS,
+    Arm,
+    LevelResult,
+    is_finite_positive,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
 
 
 class UsageError(Exception):
@@ -161,7 +171,9 @@ def _validate(args: argparse.Namespace) -> tuple[list[Arm], tuple[int, ...]]:
 class _Progress:
     """A rich progress bar per arm and level, on stderr (stdout stays clean for --json)."""
 
-    def __init__(self, console: Any, arms: list[Arm], requests: int | None, duration: float | None):
+    def __init__(
+        self, console: Console, arms: list[Arm], requests: int | None, duration: float | None
+    ) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -181,7 +193,7 @@ class _Progress:
             transient=True,
             disable=not console.is_terminal,
         )
-        self.tasks: list[Any] = []
+        self.tasks: list[TaskID] = []
         self.level_started = time.monotonic()
 
     def level_start(self, _li: int, concurrency: int) -> None:
@@ -195,7 +207,7 @@ class _Progress:
             for arm in self.arms
         ]
 
-    def exchange(self, index: int, level: Any) -> None:
+    def exchange(self, index: int, level: LevelResult) -> None:
         done = level.requests + level.errors
         completed = (
             done

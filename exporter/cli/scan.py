@@ -17,11 +17,14 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
-from exporter.dsml import DEFAULT_MAX_CHARS, REASON_SPECS, VERDICTS, Result
+from exporter.dsml import DEFAULT_MAX_CHARS, REASON_SPECS, VERDICTS, Finding, Result
 from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
 from exporter.stats import wilson_interval
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 RANK = {"degenerate": 0, "error": 1, "truncated": 2, "suspect": 3}
 
@@ -272,7 +275,7 @@ def _visible(text: str) -> str:
     return "".join(out)
 
 
-def _snippet(result: Result, finding: Any, context: int = 60) -> Any:
+def _snippet(result: Result, finding: Finding, context: int = 60) -> Text:
     """The text around a finding, with every finding's span in it highlighted."""
     from rich.text import Text
 
