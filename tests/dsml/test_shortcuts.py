@@ -1,6 +1,7 @@
 """Each shortcut the grader takes for speed answers exactly what the longer path answers.
 
-The shortcuts (issue 14, throughput): a translate screen in front of the mojibake regex, a
+The shortcuts (issue 14, throughput): a translate screen and a lead-character walk in place
+of the mojibake regex over the whole text, a
 type-only schema check, no state machine for a channel without events, no parameter-opener
 search in reasoning without ``DSML``. Each is checked against the path it skips, on the
 corpus and on generated inputs built from the characters that matter to it.
@@ -39,22 +40,39 @@ def _corpus_texts() -> list[str]:
     return texts + [build(4000) for build in SHAPES.values()]
 
 
-def _moji_screen_passes(text: str) -> bool:
-    classes = text.encode("utf-8", "surrogatepass").translate(textcheck._MOJIBAKE_CLASSES)
-    return any(n in classes for n in textcheck._MOJIBAKE_NEEDLES)
+def _moji_walk_equals_finditer(text: str) -> None:
+    """The lead-character walk finds what finditer over the whole text finds (first 8), and
+    text the translate screen rejects has no match at all."""
+    utf8 = text.encode("utf-8", "surrogatepass")
+    classes = utf8.translate(textcheck._MOJIBAKE_CLASSES)
+    everything = [mt.span() for mt in textcheck._MOJIBAKE.finditer(text)][:8]
+    if not any(n in classes for n in textcheck._MOJIBAKE_NEEDLES):
+        assert everything == [], text[:80]
+        return
+    assert textcheck._mojibake_spans(text, utf8, classes) == everything, text[:80]
 
 
 @given(st.text(_MOJI_CHARS, max_size=60))
 @MANY
-def test_mojibake_screen_never_hides_a_match(text: str) -> None:
-    if textcheck._MOJIBAKE_SCREEN.search(text.encode("utf-8", "surrogatepass")):
-        assert _moji_screen_passes(text)
+def test_mojibake_walk_never_misses_a_match(text: str) -> None:
+    _moji_walk_equals_finditer(text)
 
 
-def test_mojibake_screen_on_corpus() -> None:
+def test_mojibake_walk_on_corpus() -> None:
     for text in _corpus_texts():
-        if textcheck._MOJIBAKE_SCREEN.search(text.encode("utf-8", "surrogatepass")):
-            assert _moji_screen_passes(text), text[:80]
+        _moji_walk_equals_finditer(text)
+
+
+def test_mojibake_walk_hands_over_to_finditer_past_its_cap() -> None:
+    """Turkish "çı" opens a lead candidate at every word; past the walk's cap finditer goes
+    on from where the walk stopped and still finds the real mojibake at the end."""
+    turkish = "çıkar " * (textcheck._MOJIBAKE_WALK + 40)
+    for text in (turkish + "the caf\u00c3\u00a9 and the na\u00c3\u00afve", "aĠb" + turkish):
+        _moji_walk_equals_finditer(text)
+        spans = textcheck._mojibake_spans(
+            text, text.encode(), text.encode().translate(textcheck._MOJIBAKE_CLASSES)
+        )
+        assert spans, text[-40:]
 
 
 _JSON = st.recursive(
