@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # The wheels are built per CPython version and platform, but only their Python sources are used.
 # Pinning the tags lets any interpreter or architecture fetch the same files.
@@ -119,3 +121,26 @@ def source_file(version: str, relpath: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"sglang {version} has no {relpath}")
     return path
+
+
+def run_in_release(
+    module: str, version: str, payload: object, timeout: float, drop_env: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """Run ``python -m <module> <release_dir>`` with ``payload`` as JSON on stdin and return
+    its JSON answer: one release per process, as SGLang's modules can be imported only once.
+    A failing child fails the test with the end of its stderr."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "SGLANG_LOGGING_LEVEL": "ERROR"}
+    for name in drop_env:
+        env.pop(name, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, str(release_dir(version))],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=repo,
+        env=env,
+    )
+    assert proc.returncode == 0, f"{module} on sglang {version} failed:\n{proc.stderr[-4000:]}"
+    return list(json.loads(proc.stdout))

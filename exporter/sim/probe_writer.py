@@ -32,15 +32,19 @@ from exporter.sim.deployment import GIB, SimDeployment
 log = logging.getLogger(__name__)
 
 VERIFY_SAMPLE_RATE = 1 / 16
-# What the real probe wraps on 0.5.23 (see docs/probe.md, the accessor table).
+# What the real probe wraps on 0.5.23 (see docs/probe.md, the accessor table); checked against
+# the probe attached to 0.5.23's own classes in tests/probe/test_release_probe.py.
 HOOKS = (
     "index_k_with_scale",
     "index_k_scale",
+    "index_k_fp4_payload",
+    "index_k_fp4_scale",
     "index_k_low_ratio_dequant",
     "index_k_low_ratio_fp4",
     "kv_swa_radix",
     "kv_extra",
     "kv_unified",
+    "kv_unified_rope",
     "state_attention",
     "state_indexer",
     "load_start",

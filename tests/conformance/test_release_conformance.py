@@ -18,13 +18,8 @@ costs about one release import (20-40 s) plus the pool builds.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,7 +36,7 @@ from exporter.footprint import (
 )
 from exporter.footprint.pricing import counts_for_full_tokens, swa_cap_tokens
 from exporter.footprint.releases import parse_release, rules_for_version
-from tests.sglang_release import release_dir
+from tests.sglang_release import run_in_release
 
 # Fail, never skip: a skipped oracle would let a wrong model pass silently.
 try:
@@ -59,7 +54,6 @@ pytestmark = pytest.mark.timeout(900)
 # One release per rule set (0.5.20 for 0.5.15-0.5.20; 0.5.15 was checked when the rules were
 # written and is left out to keep the suite near three minutes).
 RELEASES = ("0.5.12", "0.5.13", "0.5.14", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
-REPO = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
@@ -209,19 +203,7 @@ CASES = _cases()
 
 
 def _run_oracle(version: str) -> list[dict[str, Any]]:
-    src = release_dir(version)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SGLANG_LOGGING_LEVEL": "ERROR"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.conformance.oracle", str(src)],
-        input=json.dumps(CASES),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-        env=env,
-    )
-    assert proc.returncode == 0, f"oracle for sglang {version} failed:\n{proc.stderr[-4000:]}"
-    return list(json.loads(proc.stdout))
+    return run_in_release("tests.conformance.oracle", version, CASES, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,14 @@ Usage: ``python -m tests.probe.release_child <release_dir> < case.json > result.
 
 The probe is attached before SGLang's modules are imported, exactly as the ``.pth`` hook does
 in a pod; then the release's own ``DSV4PoolConfigurator`` sizes the pools and its own
-``DeepSeekV4TokenToKVPool`` is built on torch's meta device (h12's conformance oracle does
-both, and also sums the pool's tensors its own way). The child then drives the real
-``LayerDoneCounter`` from the release's ``cache_controller`` (torch's CPU device module: real
-CPU events and streams) and the pool's real accessors: outside a load (must not count), inside
-a bound load through the release's own gated accessors, and inside a load with the pool's
-``wait_layer_transfer`` removed on the instance (a build that lost the gate: must count
-ungated). It reports what the probe recorded and what the driving expected.
+``DeepSeekV4TokenToKVPool`` is built on torch's meta device (the conformance oracle,
+tests/conformance/oracle.py, does both, and also sums the pool's tensors its own way). The
+child then drives the real ``LayerDoneCounter`` from the release's ``cache_controller``
+(torch's CPU device module: real CPU events and streams) and the pool's real accessors:
+outside a load (must not count), inside a bound load through the release's own gated
+accessors, and inside a load with the pool's ``wait_layer_transfer`` removed on the instance
+(a build that lost the gate: must count ungated). It reports what the probe recorded and
+what the driving expected.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Two parts:
 * every public method of every supported release's ``DeepSeekV4TokenToKVPool`` is classified
   (tests/probe/accessors.py; gating read from the source), docs/probe.md carries that table,
   and the probe wraps every index-K read of every release;
-* in one subprocess per release (tests/probe/release_child.py, on h12's conformance harness),
+* in one subprocess per release (tests/probe/release_child.py, as tests/conformance/ runs),
   the probe is attached before SGLang imports, the release's own configurator sizes a V4-Flash
   deployment at 50 GiB, its own pool is built on the meta device, and its own LayerDoneCounter
   and accessors are driven. The probe must record the configurator's budget and result, measure
@@ -18,10 +18,6 @@ Releases run in parallel subprocesses, one import each (about 20 s each on an id
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,7 +31,7 @@ from exporter.probe.snapshot import INDEX_K_HOOKS
 from exporter.probe.targets import POOL_METHODS
 from tests.conformance.test_release_conformance import _case
 from tests.probe import accessors as A
-from tests.sglang_release import release_dir
+from tests.sglang_release import run_in_release
 
 pytest.importorskip("torch", reason="the conformance extra (pip install -e '.[conformance]')")
 
@@ -58,24 +54,15 @@ ESSENTIAL = (
 )
 
 
-# h12's deployment case format (V4-Flash, 50 GiB, 256 requests, page 256, PP 1)
+# the conformance suite's deployment case format (V4-Flash, 50 GiB, 256 requests, page 256, PP 1)
 CASES = [_case("deepseek-v4-flash", 50 * GIB, index_k=k) for k in ("fp8", "fp4")]
 
 
 def _run(version: str) -> list[dict[str, Any]]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SGLANG_LOGGING_LEVEL": "ERROR"}
-    env.pop("DSV4_PROBE", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.probe.release_child", str(release_dir(version))],
-        input=json.dumps(CASES),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env=env,
+    # without DSV4_PROBE the child attaches the probe itself, before SGLang imports
+    return run_in_release(
+        "tests.probe.release_child", version, CASES, timeout=300, drop_env=("DSV4_PROBE",)
     )
-    assert proc.returncode == 0, f"sglang {version}:\n{proc.stderr[-4000:]}"
-    return list(json.loads(proc.stdout))
 
 
 @pytest.fixture(scope="module")
@@ -185,3 +172,12 @@ def test_v41_index_k_readers_are_driven_and_counted_on_0_5_23(live):
         assert fp4["gated_calls"][hook] is True
         assert fp4["ungated_calls"][hook] is True
     assert fp4["expected_ungated"]["index_k"] >= 3
+
+
+def test_the_simulated_probe_wraps_what_the_real_one_wraps_on_0_5_23(live):
+    """exporter/sim/probe_writer.HOOKS says which hooks the real probe installs on 0.5.23;
+    the real probe, attached to 0.5.23's own classes, must agree."""
+    from exporter.sim.probe_writer import HOOKS
+
+    for got in live["0.5.23"]:
+        assert {h for h, on in got["hooks"].items() if on} == set(HOOKS)
