@@ -7,8 +7,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic_settings import BaseSettings
 
 from exporter import generated
@@ -58,11 +56,8 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = generated.parser(__doc__)
-    ap.add_argument("--out", type=Path, default=Path("docs/configuration.md"))
-    args = ap.parse_args(argv)
-    return generated.main(
-        lambda: {args.out: render()}, "docs", check=args.check, name="exporter.config_docs"
+    return generated.doc_main(
+        argv, __doc__, "docs/configuration.md", "exporter.config_docs", render
     )
 
 

@@ -6,7 +6,6 @@ python -m exporter.metrics.docgen [--check] [--out docs/metrics.md]
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 from exporter import generated
 from exporter.metrics.catalog import CATALOG
@@ -53,12 +52,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = generated.parser(__doc__)
-    ap.add_argument("--out", type=Path, default=Path("docs/metrics.md"))
-    args = ap.parse_args(argv)
-    return generated.main(
-        lambda: {args.out: render()}, "docs", check=args.check, name="exporter.metrics.docgen"
-    )
+    return generated.doc_main(argv, __doc__, "docs/metrics.md", "exporter.metrics.docgen", render)
 
 
 if __name__ == "__main__":

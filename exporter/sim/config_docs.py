@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from exporter import generated
 from exporter.config_docs import settings_table
 from exporter.sim.settings import SimSettings
@@ -76,11 +74,8 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = generated.parser(__doc__)
-    ap.add_argument("--out", type=Path, default=Path("docs/simulator.md"))
-    args = ap.parse_args(argv)
-    return generated.main(
-        lambda: {args.out: render()}, "docs", check=args.check, name="exporter.sim.config_docs"
+    return generated.doc_main(
+        argv, __doc__, "docs/simulator.md", "exporter.sim.config_docs", render
     )
 
 

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -376,7 +376,7 @@ class SglangSource:
         poll_interval: float = 5.0,
         timeout: float = 2.0,
         scrape_metrics: bool = True,
-        on_change: Any = None,
+        on_change: Callable[[], None] | None = None,
         max_info_bytes: int = bounded.SERVER_INFO_MAX_BYTES,
         max_metrics_bytes: int = bounded.METRICS_MAX_BYTES,
     ) -> None:
