@@ -5,13 +5,14 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s clean
+.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
 	@echo "make test   - lint, docs freshness and the whole test suite"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
+	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
 	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules)"
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
@@ -25,6 +26,15 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 venv: $(STAMP)
+
+# The DSML grader's C accelerator (exporter/dsml/_textscan.c). `pip install -e` builds it once;
+# this rebuilds it in place whenever the C source changes, so the tests never run a stale one.
+NATIVE := $(VENV)/.native-textscan
+$(NATIVE): exporter/dsml/_textscan.c setup.py | $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+	@touch $@
+
+native: $(NATIVE)
 
 # Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
@@ -68,15 +78,15 @@ dashboards: venv
 k8s: venv
 	$(PY) docker/k8s/generate.py
 
-test: venv deb-test lint
+test: venv native deb-test lint
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
 	$(PY) -m pytest -q
 
-demo: venv
+demo: venv native
 	$(VENV)/bin/dsv4-sidecar demo
 
-bench: venv deb-bench
+bench: venv native deb-bench
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so

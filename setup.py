@@ -1,10 +1,18 @@
-"""Only one thing pyproject.toml cannot say: ship the probe's start-up hook at the top of
-site-packages (a ``.pth`` file works only there), so ``pip install dsv4-sidecar[probe]`` loads
-the probe in every SGLang process. The hook is inert unless DSV4_PROBE=1."""
+"""What pyproject.toml cannot say:
+
+- ship the probe's start-up hook at the top of site-packages (a ``.pth`` file works only
+  there), so ``pip install dsv4-sidecar[probe]`` loads the probe in every SGLang process. The
+  hook is inert unless DSV4_PROBE=1.
+- build the DSML grader's C accelerator (exporter/dsml/_textscan.c). It is optional: without a
+  C compiler the install still succeeds and the pure-Python reference runs (slower; the
+  sidecar's build-info metric says which one a process uses). DSV4_SIDECAR_NO_NATIVE=1 leaves
+  it out altogether, for a pure ``py3-none-any`` wheel: the probe image installs the wheel into
+  SGLang's own Python, whose version the build stage cannot know, and the probe never grades.
+"""
 
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 PTH = "dsv4_sidecar_probe.pth"
@@ -19,4 +27,13 @@ class BuildPyWithPth(build_py):
         return [*super().get_outputs(include_bytecode), os.path.join(self.build_lib, PTH)]
 
 
-setup(cmdclass={"build_py": BuildPyWithPth})
+TEXTSCAN = Extension(
+    "exporter.dsml._textscan",
+    sources=["exporter/dsml/_textscan.c"],
+    optional=True,
+    extra_compile_args=["-O2"] if os.name == "posix" else [],
+)
+
+NATIVE = os.environ.get("DSV4_SIDECAR_NO_NATIVE", "") not in ("1", "true", "yes")
+
+setup(cmdclass={"build_py": BuildPyWithPth}, ext_modules=[TEXTSCAN] if NATIVE else [])

@@ -20,6 +20,7 @@ from prometheus_client.core import Metric
 
 from exporter import __version__
 from exporter.config import SidecarSettings
+from exporter.dsml import TEXTCHECK_KERNEL
 from exporter.dsml.dialect import resolve_dialect
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
@@ -227,7 +228,13 @@ class _Collector:
 
     def collect(self) -> Iterable[Metric]:
         sc = self.sidecar
-        yield m.BUILD_INFO.info({"version": __version__, "python": platform.python_version()})
+        yield m.BUILD_INFO.info(
+            {
+                "version": __version__,
+                "python": platform.python_version(),
+                "dsml_kernel": TEXTCHECK_KERNEL,
+            }
+        )
         yield from health_families(src.health for src in sc.sources.values())
         for src in sc.sources.values():
             yield from src.collect()

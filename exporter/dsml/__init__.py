@@ -8,6 +8,8 @@ A pure library (text in, verdict out; no I/O, no logging). Entry points:
 - :func:`grade_tool_calls` — parsed tool calls alone.
 - :class:`StreamingGrader` / :class:`StreamingResponseGrader` — the same, fed chunk by chunk.
 - :data:`VERDICTS` and :data:`REASONS` — the closed label sets for metrics (pre-create at 0).
+- :data:`TEXTCHECK_KERNEL` — ``c`` when the text checks run compiled (exporter/dsml/_textscan.c),
+  ``python`` when the install had no C compiler (same results, slower).
 
 See ``docs/dsml-grading.md`` for every verdict, reason code and threshold.
 """
@@ -38,6 +40,7 @@ from exporter.dsml.openai import (
 from exporter.dsml.result import ChannelSpan, Finding, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet, ToolSpec
 from exporter.dsml.streaming import StreamingGrader
+from exporter.dsml.textcheck import KERNEL as TEXTCHECK_KERNEL
 from exporter.dsml.thresholds import DEFAULT_MAX_CHARS
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "REASONS",
     "REASON_SPECS",
     "SUSPECT",
+    "TEXTCHECK_KERNEL",
     "TRUNCATED",
     "VERDICTS",
     "WELL_FORMED",

@@ -58,7 +58,7 @@ def cut(text: str, max_chars: int | None) -> tuple[str, int | None, int]:
     return kept, head, len(text) - head - tail
 
 
-PARAM_OPEN = f"<{m.MARKER}{m.PARAMETER}"
+PARAM_OPEN: str = f"<{m.MARKER}{m.PARAMETER}"
 PARAM_OPENS = (PARAM_OPEN, f"<{m.tag_prefix('v4.1')}{m.PARAMETER}")
 
 

@@ -10,13 +10,57 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 from exporter.dsml import thresholds as t
-from exporter.dsml.loops import MIN_LOOP_CHARS, find_loops
+from exporter.dsml.loops import MIN_LOOP_CHARS, Loop, find_loops
 from exporter.dsml.screen import CONTROL, PUNCT, classify
-from exporter.dsml.scripts import find_script_mix
+from exporter.dsml.scripts import GROUP_NAMES, find_script_mix
+
+# What the C accelerator's scan() returns (exporter/dsml/_textscan.pyi): control offsets,
+# U+FFFD offsets, mojibake spans, script mix (start, end, group letters), the salad screen's
+# answer, loops (start, end, period, repeats).
+ScanResult = tuple[
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[tuple[int, int], ...],
+    tuple[int, int, bytes] | None,
+    bool,
+    tuple[tuple[int, int, int, int], ...],
+]
+# Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).
+NATIVE_THRESHOLDS: dict[str, int] = {
+    "probe": t.LOOP_PROBE,
+    "stride": t.LOOP_STRIDE,
+    "max_period": t.LOOP_MAX_PERIOD,
+    "far_every": t.LOOP_FAR_EVERY,
+    "tries": t.LOOP_TRIES,
+    "min_letters": t.LOOP_MIN_LETTERS,
+    "repeats_short": t.LOOP_REPEATS_SHORT,
+    "repeats_medium": t.LOOP_REPEATS_MEDIUM,
+    "repeats_long": t.LOOP_REPEATS_LONG,
+    "repeats_few": t.LOOP_REPEATS_FEW_LETTERS,
+    "short_unit": t.LOOP_SHORT_UNIT,
+    "long_unit": t.LOOP_LONG_UNIT,
+    "min_loop_chars": MIN_LOOP_CHARS,
+    "script_min_groups": t.SCRIPT_MIN_GROUPS,
+    "script_min_switches": t.SCRIPT_MIN_SWITCHES,
+    "script_span": t.SCRIPT_SPAN,
+    "script_max_switches": t.SCRIPT_MAX_SWITCHES,
+    "salad_min_run": t.SALAD_MIN_RUN,
+}
+_native_scan: Callable[[str], ScanResult] | None
+try:  # the C build of check_text's detection core (exporter/dsml/_textscan.c)
+    from exporter.dsml import _textscan
+except ImportError:  # installed without a C compiler: the pure-Python reference runs
+    _native_scan = None
+else:
+    _textscan.configure(**NATIVE_THRESHOLDS)
+    _native_scan = _textscan.scan
+
+KERNEL = "python" if _native_scan is None else "c"
+"""Which implementation :func:`check_text` runs: ``c`` (the accelerator) or ``python``."""
 
 Hit = tuple[str, int, int, str]  # (reason, start, end, detail)
 
@@ -78,6 +122,32 @@ _SALAD_RUN = re.compile(rf"[^\w\s][^\w]{{{t.SALAD_MIN_RUN - 1},}}")
 def check_text(text: str) -> list[Hit]:
     """All text-degeneration hits in ``text`` (offsets relative to it); never raises.
 
+    The C accelerator finds the positions when it is built; this module turns them into hits
+    exactly as :func:`check_text_python` does (the reference, and what runs without it)."""
+    if not text:
+        return []
+    if _native_scan is None:
+        return check_text_python(text)
+    control, replacement, mojibake, mix, salad, loops = _native_scan(text)
+    hits: list[Hit] = [("control_chars", i, i + 1, f"U+{ord(text[i]):04X}") for i in control]
+    hits.extend(("replacement_char", i, i + 1, "") for i in replacement)
+    if len(mojibake) >= t.MOJIBAKE_MIN_HITS:
+        hits.extend(("bpe_mojibake", a, b, repr(text[a:b])) for a, b in mojibake)
+    if mix is not None:
+        start, end, letters = mix
+        names = "+".join(sorted(GROUP_NAMES[g] for g in letters))
+        hits.append(("script_mix", start, end, f"{names}, {t.SCRIPT_MIN_SWITCHES} switches"))
+    if salad:
+        hits.extend(_salad(text))
+    for start, end, period, repeats in loops:
+        loop = Loop(start, end, period, repeats, text[start : start + period])
+        hits.append(("ngram_loop", start, end, loop.detail()))
+    return hits
+
+
+def check_text_python(text: str) -> list[Hit]:
+    """:func:`check_text` in Python: the specification the C accelerator is tested against.
+
     Each check's cheapest screen is tested here, before its generator is even created: most
     channels pass every screen, and a grade runs this once per channel."""
     if not text:
@@ -97,7 +167,7 @@ def check_text(text: str) -> list[Hit]:
             detail = f"{'+'.join(mix.groups)}, {mix.switches} switches"
             hits.append(("script_mix", mix.start, mix.end, detail))
     if _SALAD_SCREEN in screened:
-        hits.extend(_salad(text, screened))
+        hits.extend(_salad(text))
     if len(text) >= MIN_LOOP_CHARS:
         for loop in find_loops(text):
             hits.append(("ngram_loop", loop.start, loop.end, loop.detail()))
@@ -191,9 +261,8 @@ def _mojibake_spans(text: str, utf8: bytes, classes: bytes) -> list[tuple[int, i
     return spans
 
 
-def _salad(text: str, screened: bytes) -> Iterator[Hit]:
-    if PUNCT * t.SALAD_MIN_RUN not in screened:
-        return
+def _salad(text: str) -> Iterator[Hit]:
+    """The first salad run, once the screen (24 punctuation classes in a row) has passed."""
     for mt in _SALAD_RUN.finditer(text):
         run = mt.group()
         detail = _salad_detail(run)

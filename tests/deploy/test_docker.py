@@ -133,6 +133,18 @@ def test_final_stage_copies_a_venv_and_runs_nothing(sidecar_stages):
     assert "pip wheel" in build_runs and "python -m venv /opt/dsv4-sidecar" in build_runs
 
 
+def test_build_stage_compiles_the_dsml_accelerator_and_proves_it(sidecar_stages):
+    """The image grades with the C accelerator: the build stage has a compiler, and the build
+    fails if the installed sidecar would fall back to the pure-Python text checks."""
+    runs = " ".join(instructions(sidecar_stages[1], "RUN"))
+    assert "gcc" in runs and "libc6-dev" in runs, runs
+    assert "textcheck.KERNEL == 'c'" in runs, runs
+    probe_runs = " ".join(
+        args for stage in parse(PROBE_DOCKERFILE) for args in instructions(stage, "ENV")
+    )
+    assert "DSV4_SIDECAR_NO_NATIVE=1" in probe_runs, "the probe wheel must stay pure Python"
+
+
 def test_final_stage_user_is_numeric_non_root(sidecar_stages):
     users = instructions(sidecar_stages[-1], "USER")
     assert users, "USER is set in the final stage"
@@ -305,6 +317,7 @@ def test_dockerignore_keeps_everything_else_out():
         "run/out.json",
         "exporter/__pycache__/app.cpython-312.pyc",
         "exporter/cli/x.pyc",
+        "exporter/dsml/_textscan.cpython-311-x86_64-linux-gnu.so",  # built here, for this Python
     ):
         assert dockerignored(path, rules), f"{path} should stay out of the build context"
     tracked = subprocess.run(

@@ -3,9 +3,12 @@ build the wheel from a copy of the sources and look inside."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -14,13 +17,13 @@ from exporter.probe.install import PTH_NAME, pth_text
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_wheel_ships_the_pth_at_its_root(tmp_path):
+def _build_wheel(tmp_path: Path, env: dict[str, str] | None = None) -> Path:
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(
-        REPO / "exporter", src / "exporter", ignore=shutil.ignore_patterns("__pycache__")
+        REPO / "exporter", src / "exporter", ignore=shutil.ignore_patterns("__pycache__", "*.so")
     )
     out = tmp_path / "dist"
     subprocess.run(
@@ -28,8 +31,14 @@ def test_wheel_ships_the_pth_at_its_root(tmp_path):
         check=True,
         capture_output=True,
         timeout=240,
+        env={**os.environ, **(env or {})},
     )
     (wheel,) = out.glob("dsv4_sidecar-*.whl")
+    return wheel
+
+
+def test_wheel_ships_the_pth_at_its_root(tmp_path):
+    wheel = _build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         assert PTH_NAME in names  # top level: site.py only reads .pth files there
@@ -42,6 +51,21 @@ def test_wheel_ships_the_pth_at_its_root(tmp_path):
     assert "Provides-Extra: probe" in metadata
     assert "exporter/probe/boot.py" in names
     assert f"exporter/probe/{PTH_NAME}" in names  # what `python -m exporter.probe.install` copies
+    # the DSML accelerator, built where there is a C compiler, and its type stub
+    assert "exporter/dsml/_textscan.pyi" in names
+    if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):
+        assert any(re.fullmatch(r"exporter/dsml/_textscan\..*\.so", n) for n in names), names
+
+
+def test_probe_wheel_is_pure_python(tmp_path):
+    """The probe image's wheel (DSV4_SIDECAR_NO_NATIVE=1) installs into any Python SGLang runs:
+    no compiled module, tagged py3-none-any."""
+    wheel = _build_wheel(tmp_path, {"DSV4_SIDECAR_NO_NATIVE": "1"})
+    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert PTH_NAME in names
+    assert not [n for n in names if n.endswith(".so")], names
 
 
 def test_sidecar_and_probe_start_up_never_import_torch_or_sglang():

@@ -1,0 +1,797 @@
+/*
+ * exporter.dsml._textscan: the detection core of exporter/dsml/textcheck.py in C.
+ *
+ * Why it exists: the text heuristics (loops, script mix, mojibake, control characters,
+ * the symbol-salad screen) are character-level scans. In Python each is a chain of C
+ * primitives (str.find, bytes.translate, regex passes) whose per-call cost, not the bytes
+ * read, sets the grader's throughput; here they are one pass each over the str's own buffer.
+ *
+ * Contract: scan() returns exactly what the pure-Python reference in textcheck.py finds
+ * (textcheck.check_text_python), position for position; tests/dsml/test_textscan.py holds the
+ * two equal on the corpora and under hypothesis. It is the CPython json/_json pattern: the
+ * Python code is the specification and the fallback, this module only makes it fast. Every
+ * threshold comes from exporter/dsml/thresholds.py through configure(); none is written here.
+ *
+ * Safety: every read is bounds-checked against the str's length; no allocation depends on the
+ * input size; each scan is linear in the text (the loop finder does the same bounded work per
+ * anchor as the Python version). Text never leaves this module except as offsets.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- thresholds (configure) ------------------------------------------------------------- */
+
+typedef struct {
+    Py_ssize_t probe, stride, max_period, far_every, tries;
+    Py_ssize_t min_letters, repeats_short, repeats_medium, repeats_long, repeats_few;
+    Py_ssize_t short_unit, long_unit, min_loop_chars;
+    Py_ssize_t script_min_groups, script_min_switches, script_span, script_max_switches;
+    Py_ssize_t salad_min_run;
+} Limits;
+
+#define MAX_LETTERS 16   /* distinct letters counted per loop unit (min_letters <= this) */
+#define MAX_SWITCHES 64  /* script switches kept in the window (script_min_switches <= this) */
+#define MAX_HITS 8       /* positions reported per character-level check, as in Python */
+#define MAX_LOOPS 64
+
+static Limits L;
+static int configured = 0;
+
+/* ---- text access -------------------------------------------------------------------------- */
+
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+} Text;
+
+#define CH(t, i) PyUnicode_READ((t)->kind, (t)->data, (i))
+
+/* text[a:a+len] == text[b:b+len]; both ranges are in bounds */
+static inline int same(const Text *t, Py_ssize_t a, Py_ssize_t b, Py_ssize_t len)
+{
+    if (a == b) {
+        return 1;
+    }
+    const char *base = (const char *)t->data;
+    return memcmp(base + a * t->kind, base + b * t->kind, (size_t)(len * t->kind)) == 0;
+}
+
+/* text.startswith(text[a:a+plen], pos), with Python's index rules (a negative pos counts from
+ * the end; a prefix that does not fit is False) */
+static int starts_at(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize_t pos)
+{
+    Py_ssize_t n = t->n;
+    if (pos < 0) {
+        pos += n;
+        if (pos < 0) {
+            pos = 0;
+        }
+    }
+    if (pos > n || n - pos < plen) {
+        return 0;
+    }
+    return same(t, a, pos, plen);
+}
+
+/* text.find(text[a:a+plen], start, end): lowest index in [start, end - plen], or -1.
+ *
+ * The loop finder calls this some 30 times per 4 KiB with windows of 270-1040 characters, so
+ * it decides the finder's cost: candidates for the probe's first character are found a word
+ * at a time (memchr for 1-byte text; for 2- and 4-byte text a SWAR test for a lane equal to
+ * it, which may flag extra lanes but never misses one: each flagged lane is checked exactly). */
+#define SWAR_FIND(TYPE, LANES, ONES, HIGHS)                                       \
+    do {                                                                          \
+        const TYPE *s = (const TYPE *)t->data;                                    \
+        const TYPE c0 = s[a];                                                     \
+        const uint64_t pat = (uint64_t)(ONES) * (uint64_t)c0;                     \
+        Py_ssize_t k = start;                                                     \
+        for (; k + (LANES) - 1 <= last; k += (LANES)) {                           \
+            uint64_t v;                                                           \
+            memcpy(&v, s + k, sizeof v);                                          \
+            uint64_t x = v ^ pat;                                                 \
+            if (((x - (ONES)) & ~x & (HIGHS)) == 0) {                             \
+                continue;                                                         \
+            }                                                                     \
+            for (Py_ssize_t l = k; l < k + (LANES); l++) {                        \
+                if (s[l] == c0 && same(t, a, l, plen)) {                          \
+                    return l;                                                     \
+                }                                                                 \
+            }                                                                     \
+        }                                                                         \
+        for (; k <= last; k++) {                                                  \
+            if (s[k] == c0 && same(t, a, k, plen)) {                              \
+                return k;                                                         \
+            }                                                                     \
+        }                                                                         \
+    } while (0)
+
+static Py_ssize_t find_in(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize_t start,
+                          Py_ssize_t end)
+{
+    if (end > t->n) {
+        end = t->n;
+    }
+    const Py_ssize_t last = end - plen;
+    if (last < start) {
+        return -1;
+    }
+    switch (t->kind) {
+    case PyUnicode_1BYTE_KIND: {
+        const Py_UCS1 *s = (const Py_UCS1 *)t->data;
+        Py_ssize_t k = start;
+        while (k <= last) {
+            const Py_UCS1 *hit = memchr(s + k, s[a], (size_t)(last - k + 1));
+            if (hit == NULL) {
+                return -1;
+            }
+            k = hit - s;
+            if (same(t, a, k, plen)) {
+                return k;
+            }
+            k++;
+        }
+        return -1;
+    }
+    case PyUnicode_2BYTE_KIND:
+        SWAR_FIND(Py_UCS2, 4, 0x0001000100010001ULL, 0x8000800080008000ULL);
+        return -1;
+    default:
+        SWAR_FIND(Py_UCS4, 2, 0x0000000100000001ULL, 0x8000000080000000ULL);
+        return -1;
+    }
+}
+
+/* ---- ngram loops (loops.py: find_loops, min_repeats, _forward, _backward) --------------- */
+
+/* repeats a unit of text[i:i+period] needs, or -1 when it never counts (no letter) */
+static Py_ssize_t min_repeats(const Text *t, Py_ssize_t i, Py_ssize_t period)
+{
+    Py_UCS4 seen[MAX_LETTERS];
+    Py_ssize_t letters = 0;
+    for (Py_ssize_t k = i; k < i + period && letters < L.min_letters; k++) {
+        Py_UCS4 c = CH(t, k);
+        if (!Py_UNICODE_ISALPHA(c)) {
+            continue;
+        }
+        Py_ssize_t s = 0;
+        while (s < letters && seen[s] != c) {
+            s++;
+        }
+        if (s == letters) {
+            seen[letters++] = c;
+        }
+    }
+    if (letters == 0) {
+        return -1;
+    }
+    if (letters < L.min_letters) {
+        return L.repeats_few;
+    }
+    if (period < L.short_unit) {
+        return L.repeats_short;
+    }
+    if (period < L.long_unit) {
+        return L.repeats_medium;
+    }
+    return L.repeats_long;
+}
+
+/* the run of text[i:i+period] from i: (end, repeats), as loops._forward returns them */
+static void run_forward(const Text *t, Py_ssize_t i, Py_ssize_t period, Py_ssize_t need,
+                        Py_ssize_t *end, Py_ssize_t *repeats)
+{
+    Py_ssize_t n = t->n;
+    Py_ssize_t pos = i + period; /* the unit matches itself */
+    Py_ssize_t m = 1;
+    while (n - pos >= period && same(t, i, pos, period)) {
+        pos += period;
+        m++;
+    }
+    *repeats = m;
+    if (m == 1) {
+        *end = i + period;
+        return;
+    }
+    if (m < need) {
+        *end = pos;
+        return;
+    }
+    Py_ssize_t k = 0;
+    while (pos + k < n && k < period && CH(t, pos + k) == CH(t, i + k)) {
+        k++;
+    }
+    *end = pos + k;
+}
+
+/* where the loop really starts (loops._backward): (start, units found before i) */
+static void run_backward(const Text *t, Py_ssize_t i, Py_ssize_t period, Py_ssize_t *start,
+                         Py_ssize_t *back)
+{
+    Py_ssize_t floor = i - 2 * L.stride - period;
+    if (floor < 0) {
+        floor = 0;
+    }
+    Py_ssize_t s = i, b = 0;
+    while (s - period >= floor && same(t, i, s - period, period)) {
+        s -= period;
+        b++;
+    }
+    *start = s;
+    *back = b;
+}
+
+typedef struct {
+    Py_ssize_t start, end, period, repeats;
+} Loop;
+
+static Py_ssize_t find_loops(const Text *t, Py_ssize_t limit, Loop *out)
+{
+    Py_ssize_t n = t->n, found = 0;
+    if (n < L.min_loop_chars || limit <= 0) {
+        return 0;
+    }
+    const Py_ssize_t probe = L.probe;
+    const Py_ssize_t near = L.long_unit + probe, far = L.max_period + probe;
+    const Py_ssize_t last = n - probe;
+    Py_ssize_t i = 0, k = 0;
+    while (i <= last) {
+        Py_ssize_t hi = i + (k % L.far_every == 0 ? far : near);
+        k++;
+        Py_ssize_t j = find_in(t, i, probe, i + 1, hi);
+        if (j < 0) {
+            i += L.stride;
+            continue;
+        }
+        Py_ssize_t next_i = i + L.stride;
+        Py_ssize_t tries = 0;
+        while (j >= 0) {
+            Py_ssize_t period = j - i;
+            if (starts_at(t, i, probe, j + period) &&
+                (starts_at(t, i, probe, j + 2 * period) || starts_at(t, i, probe, i - period))) {
+                Py_ssize_t need = min_repeats(t, i, period);
+                if (need < 0) {
+                    Py_ssize_t end, reps;
+                    run_forward(t, i, period, PY_SSIZE_T_MAX, &end, &reps);
+                    if (end > next_i) {
+                        next_i = end;
+                    }
+                    break;
+                }
+                Py_ssize_t start, back, end, reps;
+                run_backward(t, i, period, &start, &back);
+                run_forward(t, i, period, need - back, &end, &reps);
+                if (reps + back >= need) {
+                    out[found].start = start;
+                    out[found].end = end;
+                    out[found].period = period;
+                    out[found].repeats = reps + back;
+                    found++;
+                    next_i = end;
+                    break;
+                }
+            }
+            tries++;
+            if (tries >= L.tries) {
+                break;
+            }
+            j = find_in(t, i, probe, j + 1, hi);
+        }
+        if (found >= limit) {
+            break;
+        }
+        i = next_i;
+    }
+    return found;
+}
+
+/* ---- per-character tables ------------------------------------------------------------------ */
+
+/* One lookup per character answers every question the passes ask of it (as screen.py's one
+ * bytes.translate does in Python). Characters above U+FFFF are none of these things: their
+ * UTF-8 lead byte (F0-F4) is neither a script group, punctuation, a control nor a mojibake
+ * lead. Built once, at import. */
+enum {
+    F_CTRL = 1,    /* textcheck._CTRL's class: C0 (not tab/newline/CR/FF/ESC), DEL, C1 */
+    F_ESC = 2,     /* ESC: a control unless ESC-[ (ANSI colour) */
+    F_FFFD = 4,    /* U+FFFD */
+    F_MOJI = 8,    /* may start (or, for Ġ Ċ ĉ, end) a textcheck._MOJIBAKE match */
+    F_PUNCT = 16,  /* screen.PUNCT: the salad screen's punctuation/symbol class */
+    F_SPACE = 32,  /* deleted by screen.classify (space, tab, newline, CR, FF) */
+};
+#define F_RARE (F_CTRL | F_ESC | F_FFFD | F_MOJI)
+
+static unsigned char FLAGS[0x10000];
+static char GROUP[0x10000]; /* skeleton byte: a group letter (LGCAHRIJK), ' ' or '.' */
+
+/* The skeleton byte of one BMP character, from its UTF-8 lead byte as screen.SCRIPT_TABLE
+ * decides (U+3000-U+303F, CJK punctuation, counts as punctuation: screen.classify). */
+static char group_of(Py_UCS4 c)
+{
+    unsigned lead;
+    if (c < 0x80) {
+        if (c == ' ') {
+            return ' ';
+        }
+        return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ? 'L' : '.';
+    }
+    if (c < 0x800) {
+        lead = 0xC0 | (unsigned)(c >> 6);
+    } else {
+        if (c >= 0x3000 && c <= 0x303F) {
+            return '.';
+        }
+        lead = 0xE0 | (unsigned)(c >> 12);
+    }
+    if (lead >= 0xC3 && lead <= 0xC9) return 'L';
+    if (lead == 0xCE || lead == 0xCF) return 'G';
+    if (lead >= 0xD0 && lead <= 0xD4) return 'C';
+    if (lead == 0xD5) return 'A';
+    if (lead == 0xD6 || lead == 0xD7) return 'H';
+    if ((lead >= 0xD8 && lead <= 0xDB) || lead == 0xDD) return 'R';
+    if (lead == 0xE0) return 'I';
+    if (lead == 0xE1) return 'L';
+    if (lead >= 0xE3 && lead <= 0xE9) return 'J';
+    if (lead >= 0xEA && lead <= 0xED) return 'K';
+    return '.';
+}
+
+/* screen.classify's PUNCT class for one BMP character that is not deleted whitespace */
+static int is_punct(Py_UCS4 c)
+{
+    if (c < 0x80) {
+        if (c < 0x20 || c == 0x7F) {
+            return 0; /* control or ESC */
+        }
+        return !(((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c >= '0' && c <= '9') || c == '_');
+    }
+    if (c < 0x800) {
+        return (0xC0 | (c >> 6)) == 0xC2;
+    }
+    unsigned lead = 0xE0 | (unsigned)(c >> 12);
+    return lead == 0xE2 || lead == 0xEE || lead == 0xEF || (c >= 0x3000 && c <= 0x303F);
+}
+
+static inline int is_glue(Py_UCS4 c) { return c == 0x120 || c == 0x10A || c == 0x109; }
+
+static void build_tables(void)
+{
+    for (Py_UCS4 c = 0; c < 0x10000; c++) {
+        unsigned f = 0;
+        if (c <= 0x08 || c == 0x0B || (c >= 0x0E && c <= 0x1A) || (c >= 0x1C && c <= 0x1F) ||
+            (c >= 0x7F && c <= 0x9F)) {
+            f |= F_CTRL;
+        }
+        if (c == 0x1B) f |= F_ESC;
+        if (c == 0xFFFD) f |= F_FFFD;
+        if (c == 0xC2 || c == 0xC3 || c == 0xD0 || c == 0xD1 || (c >= 0xE0 && c <= 0xF0) ||
+            is_glue(c)) {
+            f |= F_MOJI;
+        }
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f') {
+            f |= F_SPACE;
+        } else if (is_punct(c)) {
+            f |= F_PUNCT;
+        }
+        FLAGS[c] = (unsigned char)f;
+        GROUP[c] = group_of(c);
+    }
+}
+
+static inline unsigned flags_of(Py_UCS4 c) { return c < 0x10000 ? FLAGS[c] : 0; }
+static inline char group_at(const Text *t, Py_ssize_t i)
+{
+    Py_UCS4 c = CH(t, i);
+    return c < 0x10000 ? GROUP[c] : '.';
+}
+
+/* ---- script mix (scripts.find_script_mix) --------------------------------------------------- */
+
+static inline int is_group(char g) { return g != ' ' && g != '.'; }
+
+static int sentence_end_in(const Text *t, Py_ssize_t a, Py_ssize_t b)
+{
+    for (Py_ssize_t k = a; k < b && k < t->n; k++) {
+        switch (CH(t, k)) {
+        case '.': case '!': case '?': case '\n':
+        case 0x3002: case 0xFF01: case 0xFF1F: case 0x0964: case 0x06D4: case 0x061F:
+            return 1;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+/* the word at pos has two letters of its group going in step's direction (CJK: one) */
+static int is_word(const Text *t, Py_ssize_t pos, char group, int step)
+{
+    if (group == 'J') {
+        return 1;
+    }
+    Py_ssize_t other = pos + step;
+    return other >= 0 && other < t->n && group_at(t, other) == group;
+}
+
+typedef struct {
+    Py_ssize_t pos;
+    char before, after;
+} Switch;
+
+typedef struct {
+    Switch ring[MAX_SWITCHES];
+    Py_ssize_t points, seen;
+    int done; /* 1: found, or the examined-switch cap reached */
+    Py_ssize_t start, end, ngroups;
+    char groups[2 * MAX_SWITCHES];
+} Mix;
+
+/* One switch point of scripts._SWITCH (a group letter, only spaces, a letter of another
+ * group), in order: the bookkeeping find_script_mix does per match. */
+static void on_switch(const Text *t, Mix *m, Py_ssize_t p, char b, Py_ssize_t q, char a)
+{
+    const Py_ssize_t need = L.script_min_switches;
+    if (m->seen >= L.script_max_switches) {
+        m->done = 1;
+        return;
+    }
+    m->seen++;
+    if (!is_word(t, p, b, -1) || !is_word(t, q, a, 1)) {
+        return; /* one-letter words (math variables, initials) do not count */
+    }
+    Switch *slot = &m->ring[m->points % need];
+    slot->pos = p;
+    slot->before = b;
+    slot->after = a;
+    m->points++;
+    if (m->points < need) {
+        return;
+    }
+    const Switch *first = &m->ring[m->points % need]; /* the oldest of the last `need` */
+    const Switch *last = &m->ring[(m->points - 1) % need];
+    if (last->pos - first->pos > L.script_span) {
+        return;
+    }
+    Py_ssize_t nf = 0;
+    for (Py_ssize_t s = 0; s < need; s++) {
+        char pair[2] = {m->ring[s].before, m->ring[s].after};
+        for (int h = 0; h < 2; h++) {
+            Py_ssize_t u = 0;
+            while (u < nf && m->groups[u] != pair[h]) {
+                u++;
+            }
+            if (u == nf) {
+                m->groups[nf++] = pair[h];
+            }
+        }
+    }
+    if (nf >= L.script_min_groups && !sentence_end_in(t, first->pos, last->pos + 1)) {
+        m->start = first->pos;
+        m->end = last->pos + 1;
+        m->ngroups = nf;
+        m->done = 1;
+    }
+}
+
+/* The switch points in one pass: the last group letter with only spaces since is the one a
+ * letter of another group switches from. */
+#define MIX_LOOP(TYPE)                                                            \
+    do {                                                                          \
+        const TYPE *s = (const TYPE *)t->data;                                    \
+        for (Py_ssize_t q = 0; q < n && !m->done; q++) {                          \
+            Py_UCS4 c = s[q];                                                     \
+            char g = c < 0x10000 ? GROUP[c] : '.';                                \
+            if (g == ' ') {                                                       \
+                continue;                                                         \
+            }                                                                     \
+            if (g == '.') {                                                       \
+                prev = -1;                                                        \
+                continue;                                                         \
+            }                                                                     \
+            if (prev >= 0 && prev_group != g) {                                   \
+                on_switch(t, m, prev, prev_group, q, g);                          \
+            }                                                                     \
+            prev = q;                                                             \
+            prev_group = g;                                                       \
+        }                                                                         \
+    } while (0)
+
+static int script_mix(const Text *t, Mix *m)
+{
+    Py_ssize_t n = t->n, prev = -1;
+    char prev_group = 0;
+    memset(m, 0, sizeof *m);
+    switch (t->kind) {
+    case PyUnicode_1BYTE_KIND:
+        MIX_LOOP(Py_UCS1);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        MIX_LOOP(Py_UCS2);
+        break;
+    default:
+        MIX_LOOP(Py_UCS4);
+        break;
+    }
+    return m->done && m->ngroups > 0;
+}
+
+/* ---- character-level leaks (textcheck.py: _CTRL, _MOJIBAKE, U+FFFD, the salad screen) ---- */
+
+/* a UTF-8 continuation byte as it looks after a wrong decode (textcheck._CONT) */
+static int is_cont(Py_UCS4 c)
+{
+    if ((c >= 0x80 && c <= 0xBF) || (c >= 0x122 && c <= 0x143)) {
+        return 1;
+    }
+    switch (c) {
+    case 0x152: case 0x153: case 0x160: case 0x161: case 0x178: case 0x17D: case 0x17E:
+    case 0x192: case 0x2C6: case 0x2DC:
+    case 0x2013: case 0x2014: case 0x2018: case 0x2019: case 0x201A: case 0x201C:
+    case 0x201D: case 0x201E: case 0x2020: case 0x2021: case 0x2022: case 0x2026:
+    case 0x2030: case 0x2039: case 0x203A: case 0x20AC: case 0x2122:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* what may stand before a glued Ġ Ċ ĉ: [a-z0-9.,;:!?)\]}'"] */
+static int glue_before(Py_UCS4 c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           (c > 0 && c < 0x80 && strchr(".,;:!?)]}'\"", (int)c) != NULL);
+}
+
+static int ascii_alnum(Py_UCS4 c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+typedef struct {
+    Py_ssize_t control[MAX_HITS], ncontrol;
+    Py_ssize_t replacement[MAX_HITS], nreplacement;
+    Py_ssize_t moji_start[MAX_HITS], moji_end[MAX_HITS], nmoji, moji_next;
+    Py_ssize_t run;
+    int salad;
+} Leaks;
+
+static void add_moji(Leaks *r, Py_ssize_t a, Py_ssize_t b)
+{
+    r->moji_start[r->nmoji] = a;
+    r->moji_end[r->nmoji++] = b;
+    r->moji_next = b; /* finditer: matches do not overlap */
+}
+
+/* A character flagged F_RARE at i. textcheck._MOJIBAKE's matches are found left to right as
+ * finditer finds them: a Latin-1 lead starts branches 1-3 at i; a glued Ġ Ċ ĉ at i ends a
+ * branch-4 match that starts at i-1 (an ASCII character, where no other branch can match),
+ * else may start ĠĠ / ĊĊ at i. */
+static void on_rare(const Text *t, Leaks *r, Py_ssize_t i, Py_UCS4 c, unsigned f)
+{
+    Py_ssize_t n = t->n;
+    if ((f & F_CTRL) && r->ncontrol < MAX_HITS) {
+        r->control[r->ncontrol++] = i;
+    }
+    if ((f & F_ESC) && r->ncontrol < MAX_HITS && !(i + 1 < n && CH(t, i + 1) == '[')) {
+        r->control[r->ncontrol++] = i;
+    }
+    if ((f & F_FFFD) && r->nreplacement < MAX_HITS) {
+        r->replacement[r->nreplacement++] = i;
+    }
+    if (!(f & F_MOJI) || r->nmoji >= MAX_HITS) {
+        return;
+    }
+    if (is_glue(c)) {
+        if (i >= 1 && i - 1 >= r->moji_next && glue_before(CH(t, i - 1)) && i + 1 < n &&
+            ascii_alnum(CH(t, i + 1))) {
+            add_moji(r, i - 1, i + 1);
+        } else if (i >= r->moji_next && c != 0x109 && i + 1 < n && CH(t, i + 1) == c) {
+            add_moji(r, i, i + 2);
+        }
+        return;
+    }
+    if (i < r->moji_next) {
+        return;
+    }
+    if ((c == 0xC2 || c == 0xC3 || c == 0xD0 || c == 0xD1) && i + 1 < n && is_cont(CH(t, i + 1))) {
+        add_moji(r, i, i + 2);
+    } else if (c >= 0xE0 && c <= 0xEF && i + 2 < n && is_cont(CH(t, i + 1)) &&
+               is_cont(CH(t, i + 2))) {
+        add_moji(r, i, i + 3);
+    } else if (c == 0xF0 && i + 3 < n && is_cont(CH(t, i + 1)) && is_cont(CH(t, i + 2)) &&
+               is_cont(CH(t, i + 3))) {
+        add_moji(r, i, i + 4);
+    }
+}
+
+/* Every character once: one table lookup, the rare ones looked at closely, and the salad
+ * screen's run of punctuation classes (whitespace does not break a run: it is deleted). */
+#define LEAKS_LOOP(TYPE)                                                          \
+    do {                                                                          \
+        const TYPE *s = (const TYPE *)t->data;                                    \
+        for (Py_ssize_t i = 0; i < n; i++) {                                      \
+            Py_UCS4 c = s[i];                                                     \
+            unsigned f = flags_of(c);                                             \
+            if (f & F_RARE) {                                                     \
+                on_rare(t, r, i, c, f);                                           \
+            }                                                                     \
+            if (f & F_SPACE) {                                                    \
+                continue;                                                         \
+            }                                                                     \
+            run = (f & F_PUNCT) ? run + 1 : 0;                                    \
+            if (run >= salad_min) {                                               \
+                r->salad = 1;                                                     \
+            }                                                                     \
+        }                                                                         \
+    } while (0)
+
+static void scan_leaks(const Text *t, Leaks *r)
+{
+    Py_ssize_t n = t->n, run = 0;
+    const Py_ssize_t salad_min = L.salad_min_run;
+    memset(r, 0, sizeof *r);
+    switch (t->kind) {
+    case PyUnicode_1BYTE_KIND:
+        LEAKS_LOOP(Py_UCS1);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        LEAKS_LOOP(Py_UCS2);
+        break;
+    default:
+        LEAKS_LOOP(Py_UCS4);
+        break;
+    }
+}
+
+/* ---- module functions ----------------------------------------------------------------------- */
+
+static PyObject *positions(const Py_ssize_t *v, Py_ssize_t count)
+{
+    PyObject *out = PyTuple_New(count);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *x = PyLong_FromSsize_t(v[k]);
+        if (x == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, k, x);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(text, loops=3) -> (control, replacement, mojibake, script_mix, salad, loops)\n\n"
+"control, replacement: up to 8 offsets each; mojibake: up to 8 (start, end) spans;\n"
+"script_mix: None or (start, end, group letters as bytes); salad: whether the salad screen\n"
+"passes; loops: up to ``loops`` (start, end, period, repeats). See textcheck.check_text.");
+
+static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"text", "loops", NULL};
+    PyObject *text;
+    Py_ssize_t limit = 3;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "U|n:scan", names, &text, &limit)) {
+        return NULL;
+    }
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_textscan.configure() has not been called");
+        return NULL;
+    }
+    if (limit > MAX_LOOPS) {
+        limit = MAX_LOOPS;
+    }
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    Leaks leaks;
+    Mix mix_state;
+    Loop loops[MAX_LOOPS];
+    scan_leaks(&t, &leaks);
+    /* ASCII text has one script group: no switch between groups is possible */
+    int mix = !PyUnicode_IS_ASCII(text) && script_mix(&t, &mix_state);
+    Py_ssize_t nloops = find_loops(&t, limit, loops);
+
+    PyObject *control = positions(leaks.control, leaks.ncontrol);
+    PyObject *replacement = positions(leaks.replacement, leaks.nreplacement);
+    PyObject *moji = PyTuple_New(leaks.nmoji);
+    PyObject *loop_list = PyTuple_New(nloops);
+    PyObject *mix_obj = mix ? Py_BuildValue("(nny#)", mix_state.start, mix_state.end,
+                                            mix_state.groups, mix_state.ngroups)
+                            : Py_NewRef(Py_None);
+    if (!control || !replacement || !moji || !loop_list || !mix_obj) {
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < leaks.nmoji; k++) {
+        PyObject *span = Py_BuildValue("(nn)", leaks.moji_start[k], leaks.moji_end[k]);
+        if (span == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(moji, k, span);
+    }
+    for (Py_ssize_t k = 0; k < nloops; k++) {
+        PyObject *lp = Py_BuildValue("(nnnn)", loops[k].start, loops[k].end, loops[k].period,
+                                     loops[k].repeats);
+        if (lp == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(loop_list, k, lp);
+    }
+    return Py_BuildValue("(NNNNON)", control, replacement, moji, mix_obj,
+                         leaks.salad ? Py_True : Py_False, loop_list);
+fail:
+    Py_XDECREF(control);
+    Py_XDECREF(replacement);
+    Py_XDECREF(moji);
+    Py_XDECREF(loop_list);
+    Py_XDECREF(mix_obj);
+    return NULL;
+}
+
+PyDoc_STRVAR(configure_doc,
+"configure(**thresholds) -> None\n\n"
+"Set every threshold scan() uses (all keywords required; textcheck.py passes the values of\n"
+"exporter/dsml/thresholds.py). ValueError names a value out of range.");
+
+static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {
+        "probe", "stride", "max_period", "far_every", "tries",
+        "min_letters", "repeats_short", "repeats_medium", "repeats_long", "repeats_few",
+        "short_unit", "long_unit", "min_loop_chars",
+        "script_min_groups", "script_min_switches", "script_span", "script_max_switches",
+        "salad_min_run", NULL};
+    Limits v;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "|$nnnnnnnnnnnnnnnnnn:configure", names, &v.probe, &v.stride,
+            &v.max_period, &v.far_every, &v.tries, &v.min_letters, &v.repeats_short,
+            &v.repeats_medium, &v.repeats_long, &v.repeats_few, &v.short_unit, &v.long_unit,
+            &v.min_loop_chars, &v.script_min_groups, &v.script_min_switches, &v.script_span,
+            &v.script_max_switches, &v.salad_min_run)) {
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) != 0 || kwargs == NULL ||
+        PyDict_GET_SIZE(kwargs) != (Py_ssize_t)(sizeof names / sizeof names[0] - 1)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes every threshold, by keyword");
+        return NULL;
+    }
+    const char *bad = NULL;
+    if (v.probe < 1) bad = "probe";
+    else if (v.stride < 1) bad = "stride";
+    else if (v.far_every < 1) bad = "far_every";
+    else if (v.tries < 1) bad = "tries";
+    else if (v.max_period < 1 || v.long_unit < 1) bad = "max_period/long_unit";
+    else if (v.min_letters < 1 || v.min_letters > MAX_LETTERS) bad = "min_letters (1-16)";
+    else if (v.script_min_switches < 1 || v.script_min_switches > MAX_SWITCHES)
+        bad = "script_min_switches (1-64)";
+    else if (v.salad_min_run < 1) bad = "salad_min_run";
+    else if (v.min_loop_chars < v.probe) bad = "min_loop_chars";
+    if (bad != NULL) {
+        PyErr_Format(PyExc_ValueError, "_textscan.configure: %s out of range", bad);
+        return NULL;
+    }
+    L = v;
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS, scan_doc},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     configure_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "exporter.dsml._textscan",
+    "The detection core of exporter.dsml.textcheck in C (see textcheck.check_text_python).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__textscan(void)
+{
+    build_tables();
+    return PyModule_Create(&module);
+}
