@@ -19,11 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.dsml import (
+    TEXTCHECK_KERNEL,
     StreamingGrader,
     StreamingResponseGrader,
     ToolSet,
     grade_openai_response,
     grade_text,
+    textcheck,
 )
 from exporter.dsml import markers as m
 from tests.dsml.adversarial import SHAPES
@@ -78,6 +80,26 @@ def sse_body(text: str) -> bytes:
     return "".join(f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in chunks).encode() + (
         b"data: [DONE]\n\n"
     )
+
+
+_KERNELS = {
+    "c": "the C accelerator (`exporter/dsml/_textscan.c`)",
+    "python": "the pure-Python reference (the accelerator is not built here)",
+}
+
+
+def _python_text_checks(fn: Callable[[str], object]) -> Callable[[str], object]:
+    """``fn`` with the text checks run by the pure-Python reference instead of the C one."""
+
+    def run(text: str) -> object:
+        saved = textcheck._native_scan
+        textcheck._native_scan = None
+        try:
+            return fn(text)
+        finally:
+            textcheck._native_scan = saved
+
+    return run
 
 
 def _stream(text: str) -> None:
@@ -135,6 +157,11 @@ def run(quick: bool) -> str:
             texts,
             mb,
         ),
+        "grade_text (ToolSet), text checks in Python (the reference)": (
+            _python_text_checks(lambda t: grade_text(t, tools=TOOLS, finish_reason="stop")),
+            texts,
+            mb,
+        ),
         "grade_text (no tools)": (lambda t: grade_text(t, finish_reason="stop"), texts, mb),
         "StreamingGrader, 64-byte chunks": (_stream, texts, mb),
         "grade_openai_response, SSE bytes": (
@@ -167,7 +194,9 @@ def run(quick: bool) -> str:
         f"and JSON values, v4 blocks; all graded {', '.join(sorted(verdicts))}), "
         f"median of {repeats} interleaved repeats, one core. MB/s and latencies are CPU time of "
         "the grading thread (this 2-core machine is shared; wall-clock MB/s alongside); "
-        "`gc.freeze()` after building the inputs, as the sidecar does after start-up.",
+        "`gc.freeze()` after building the inputs, as the sidecar does after start-up. Text "
+        f"checks: {_KERNELS[TEXTCHECK_KERNEL]}, except in the row that runs the Python "
+        "reference they replace (same results, `tests/dsml/test_textscan.py`).",
         "",
         "| method | MB/s (CPU) | MB/s (wall) | p50 µs / sample | p99 µs / sample "
         "| time vs str.count | vs regex pass |",

@@ -645,6 +645,356 @@ static void scan_leaks(const Text *t, Leaks *r)
     }
 }
 
+/* ---- the canonical block (fastpath.py: _canonical_calls) ------------------------------------ */
+
+/* text[pos:pos+len(lit)] == lit, reading past body_end as str.startswith does (bounded: 0) or
+ * only up to `bound`, as a regex match with endpos=bound does */
+static int lit_at(const Text *t, Py_ssize_t pos, const Text *lit, Py_ssize_t bound)
+{
+    if (pos < 0 || pos + lit->n > bound) {
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < lit->n; k++) {
+        if (CH(t, pos + k) != CH(lit, k)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static Py_ssize_t find_char(const Text *t, Py_UCS4 ch, Py_ssize_t start, Py_ssize_t end)
+{
+    for (Py_ssize_t k = start < 0 ? 0 : start; k < end; k++) {
+        if (CH(t, k) == ch) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* structure.name_problem is not "": empty, over 256 characters, or whitespace (\s), a quote,
+ * bracket, backtick, backslash, bar (ASCII or fullwidth) or control character */
+static int bad_name(const Text *t, Py_ssize_t a, Py_ssize_t b)
+{
+    if (b <= a || b - a > 256) {
+        return 1;
+    }
+    for (Py_ssize_t k = a; k < b; k++) {
+        Py_UCS4 c = CH(t, k);
+        if (c <= 0x1F || c == 0x7F || c == 0xFF5C || Py_UNICODE_ISSPACE(c)) {
+            return 1;
+        }
+        switch (c) {
+        case '"': case '\'': case '<': case '>': case '`': case '\\': case '|':
+            return 1;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    Text invoke, param, param_close, invoke_close, block_close;
+    int self_closing;
+    Py_ssize_t close_dsml; /* where "DSML" sits in param_close */
+} Spelling;
+
+typedef struct {
+    Py_ssize_t key, key_end, vstart, vend;
+    int is_true;
+} Param;
+
+/* every parameter of the block, in order (most blocks have a few: no allocation then) */
+typedef struct {
+    Param *v;
+    Py_ssize_t n, cap;
+    Param local[32];
+} Params;
+
+static int push_param(Params *ps, const Param *p)
+{
+    if (ps->n == ps->cap) {
+        Py_ssize_t cap = 2 * ps->cap;
+        Param *grown = PyMem_Malloc(sizeof(Param) * (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        memcpy(grown, ps->v, sizeof(Param) * (size_t)ps->n);
+        if (ps->v != ps->local) {
+            PyMem_Free(ps->v);
+        }
+        ps->v = grown;
+        ps->cap = cap;
+    }
+    ps->v[ps->n++] = *p;
+    return 1;
+}
+
+static const Text QUOTE_GT_NL = {PyUnicode_1BYTE_KIND, "\">\n", 3};
+static const Text QUOTE_SELF_NL = {PyUnicode_1BYTE_KIND, "\"/>\n", 4};
+static const Text STRING_EQ = {PyUnicode_1BYTE_KIND, "\" string=\"", 10};
+static const Text TRUE_GT = {PyUnicode_1BYTE_KIND, "true\">", 6};
+static const Text FALSE_GT = {PyUnicode_1BYTE_KIND, "false\">", 7};
+static const Text DSML = {PyUnicode_1BYTE_KIND, "DSML", 4};
+
+/* the parameter opener at pos up to its ">" (fastpath's param_head, bounded by e):
+ * 1 and the key and flag, or 0 */
+static int param_head(const Text *t, const Spelling *sp, Py_ssize_t pos, Py_ssize_t e, Param *out)
+{
+    if (!lit_at(t, pos, &sp->param, e)) {
+        return 0;
+    }
+    Py_ssize_t k0 = pos + sp->param.n;
+    Py_ssize_t q = find_char(t, '"', k0, e);
+    if (q < 0 || !lit_at(t, q, &STRING_EQ, e)) {
+        return 0;
+    }
+    Py_ssize_t f = q + STRING_EQ.n;
+    out->key = k0;
+    out->key_end = q;
+    if (lit_at(t, f, &TRUE_GT, e)) {
+        out->is_true = 1;
+        out->vstart = f + TRUE_GT.n;
+    } else if (lit_at(t, f, &FALSE_GT, e)) {
+        out->is_true = 0;
+        out->vstart = f + FALSE_GT.n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static Py_ssize_t find_dsml(const Text *t, Py_ssize_t start, Py_ssize_t end)
+{
+    for (Py_ssize_t k = start; k + 4 <= end; k++) {
+        if (CH(t, k) == 'D' && lit_at(t, k, &DSML, end)) {
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* One invoke's parameters from pos. Returns the position after the last one, -1 when
+ * something is not canonical (the Python reference returns None there), -2 on MemoryError.
+ * A repeated key is left to the caller, whose dict finds it in O(1). */
+static Py_ssize_t canonical_params(const Text *t, const Spelling *sp, Py_ssize_t pos, Py_ssize_t e,
+                                   Params *ps)
+{
+    Py_ssize_t n = t->n;
+    for (;;) {
+        Param p;
+        Py_ssize_t next;
+        if (!param_head(t, sp, pos, e, &p)) {
+            if (lit_at(t, pos, &sp->param, n)) {
+                return -1; /* a parameter opener that is not canonical */
+            }
+            return pos;
+        }
+        /* the whole parameter (fastpath's param_whole): a value free of "<" and "D" up to
+         * the closer and its newline, all before e */
+        Py_ssize_t v = p.vstart;
+        while (v < e) {
+            Py_UCS4 c = CH(t, v);
+            if (c == '<' || c == 'D') {
+                break;
+            }
+            v++;
+        }
+        if (lit_at(t, v, &sp->param_close, e) && v + sp->param_close.n < e &&
+            CH(t, v + sp->param_close.n) == '\n') {
+            p.vend = v;
+            next = v + sp->param_close.n + 1;
+        } else {
+            /* the value ends at the first closer: the first "DSML" after the opener is the
+             * closer's exactly when the value holds none */
+            Py_ssize_t d = find_dsml(t, p.vstart, e);
+            p.vend = d < 0 ? -1 : d - sp->close_dsml;
+            if (d < 0 || p.vend < p.vstart || !lit_at(t, p.vend, &sp->param_close, n) ||
+                p.vend + sp->param_close.n > e) {
+                return -1;
+            }
+            for (Py_ssize_t k = p.vstart; k + 1 < p.vend; k++) {
+                if (CH(t, k) == '<') {
+                    Py_UCS4 c = CH(t, k + 1);
+                    if (c == 0xFF5C || c == '|') {
+                        return -1; /* a tag or special token inside the value */
+                    }
+                }
+            }
+            next = p.vend + sp->param_close.n;
+            if (!(next < n && CH(t, next) == '\n')) {
+                return -1;
+            }
+            next++;
+        }
+        if (bad_name(t, p.key, p.key_end)) {
+            return -1;
+        }
+        if (!push_param(ps, &p)) {
+            return -2;
+        }
+        pos = next;
+    }
+}
+
+static int text_of(PyObject *obj, Text *out)
+{
+    if (!PyUnicode_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "spelling pieces must be str");
+        return 0;
+    }
+    out->kind = PyUnicode_KIND(obj);
+    out->data = PyUnicode_DATA(obj);
+    out->n = PyUnicode_GET_LENGTH(obj);
+    return 1;
+}
+
+PyDoc_STRVAR(canonical_doc,
+"canonical_calls(text, pos, body_end, spelling) -> None | (calls, block_end)\n\n"
+"The invokes of a canonical block from pos (after the block opener): calls are\n"
+"(name, start, end, params), params (key, is_string, value_start, value_end). None when\n"
+"anything is not canonical. spelling: (invoke, param, param_close, invoke_close + newline,\n"
+"block_close, self_closing, offset of DSML in param_close). See fastpath._canonical_calls.");
+
+static PyObject *canonical_calls(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *spelling;
+    Py_ssize_t pos, e;
+    if (!PyArg_ParseTuple(args, "UnnO!:canonical_calls", &text, &pos, &e, &PyTuple_Type,
+                          &spelling)) {
+        return NULL;
+    }
+    Spelling sp;
+    if (PyTuple_GET_SIZE(spelling) != 7 || !text_of(PyTuple_GET_ITEM(spelling, 0), &sp.invoke) ||
+        !text_of(PyTuple_GET_ITEM(spelling, 1), &sp.param) ||
+        !text_of(PyTuple_GET_ITEM(spelling, 2), &sp.param_close) ||
+        !text_of(PyTuple_GET_ITEM(spelling, 3), &sp.invoke_close) ||
+        !text_of(PyTuple_GET_ITEM(spelling, 4), &sp.block_close)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "spelling is a 7-tuple");
+        }
+        return NULL;
+    }
+    sp.self_closing = PyObject_IsTrue(PyTuple_GET_ITEM(spelling, 5));
+    sp.close_dsml = PyLong_AsSsize_t(PyTuple_GET_ITEM(spelling, 6));
+    if (sp.self_closing < 0 || (sp.close_dsml == -1 && PyErr_Occurred())) {
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    if (e > t.n) {
+        e = t.n;
+    }
+    if (pos < 0 || e < 0) {
+        Py_RETURN_NONE;
+    }
+    Params ps;
+    ps.v = ps.local;
+    ps.n = 0;
+    ps.cap = (Py_ssize_t)(sizeof ps.local / sizeof ps.local[0]);
+    Py_ssize_t cap_calls = 0, ncalls = 0;
+    typedef struct {
+        Py_ssize_t name, name_end, start, end, first, last;
+    } Call;
+    Call *calls = NULL;
+    PyObject *result = NULL;
+    while (lit_at(&t, pos, &sp.invoke, t.n)) {
+        Call c;
+        c.start = pos;
+        c.name = pos + sp.invoke.n;
+        Py_ssize_t q = find_char(&t, '"', c.name, e);
+        if (q < 0 || bad_name(&t, c.name, q)) {
+            goto not_canonical;
+        }
+        c.name_end = q;
+        c.first = ps.n;
+        if (lit_at(&t, q, &QUOTE_GT_NL, t.n)) {
+            pos = canonical_params(&t, &sp, q + 3, e, &ps);
+            if (pos == -2) {
+                goto done;
+            }
+            if (pos < 0 || !lit_at(&t, pos, &sp.invoke_close, t.n)) {
+                goto not_canonical;
+            }
+            c.end = pos + sp.invoke_close.n - 1;
+            pos = c.end + 1;
+        } else if (sp.self_closing && lit_at(&t, q, &QUOTE_SELF_NL, t.n)) {
+            c.end = q + 3;
+            pos = c.end + 1;
+        } else {
+            goto not_canonical;
+        }
+        c.last = ps.n;
+        if (ncalls == cap_calls) {
+            cap_calls = cap_calls ? 2 * cap_calls : 8;
+            Call *grown = PyMem_Realloc(calls, sizeof(Call) * (size_t)cap_calls);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            calls = grown;
+        }
+        calls[ncalls++] = c;
+    }
+    if (ncalls == 0 || !lit_at(&t, pos, &sp.block_close, t.n)) {
+        goto not_canonical;
+    }
+    Py_ssize_t block_end = pos + sp.block_close.n;
+    if (block_end > e) {
+        goto not_canonical;
+    }
+    for (Py_ssize_t k = block_end; k < e; k++) {
+        if (!Py_UNICODE_ISSPACE(CH(&t, k))) {
+            goto not_canonical; /* text after the block */
+        }
+    }
+    PyObject *out = PyTuple_New(ncalls);
+    if (out == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < ncalls; k++) {
+        const Call *c = &calls[k];
+        PyObject *plist = PyTuple_New(c->last - c->first);
+        PyObject *name = plist ? PyUnicode_Substring(text, c->name, c->name_end) : NULL;
+        if (name == NULL) {
+            Py_XDECREF(plist);
+            Py_DECREF(out);
+            goto done;
+        }
+        for (Py_ssize_t j = c->first; j < c->last; j++) {
+            const Param *p = &ps.v[j];
+            PyObject *key = PyUnicode_Substring(text, p->key, p->key_end);
+            PyObject *item = key ? Py_BuildValue("(NOnn)", key, p->is_true ? Py_True : Py_False,
+                                                 p->vstart, p->vend)
+                                 : NULL;
+            if (item == NULL) {
+                Py_DECREF(name);
+                Py_DECREF(plist);
+                Py_DECREF(out);
+                goto done;
+            }
+            PyTuple_SET_ITEM(plist, j - c->first, item);
+        }
+        PyObject *call = Py_BuildValue("(NnnN)", name, c->start, c->end, plist);
+        if (call == NULL) {
+            Py_DECREF(out);
+            goto done;
+        }
+        PyTuple_SET_ITEM(out, k, call);
+    }
+    result = Py_BuildValue("(Nn)", out, block_end);
+    goto done;
+not_canonical:
+    result = Py_NewRef(Py_None);
+done:
+    if (ps.v != ps.local) {
+        PyMem_Free(ps.v);
+    }
+    PyMem_Free(calls);
+    return result;
+}
+
 /* ---- module functions ----------------------------------------------------------------------- */
 
 static PyObject *positions(const Py_ssize_t *v, Py_ssize_t count)
@@ -781,6 +1131,7 @@ static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS, scan_doc},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      configure_doc},
+    {"canonical_calls", canonical_calls, METH_VARARGS, canonical_doc},
     {NULL, NULL, 0, NULL},
 };
 

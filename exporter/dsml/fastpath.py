@@ -12,6 +12,7 @@ sample it accepts.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 from exporter.dsml import markers as m
@@ -61,6 +62,16 @@ class _Spelling:
             + "\n"
         ).match
         self.close_dsml = self.param_close.index("DSML")  # 3: after "</" and the bar
+        # the same pieces for the C accelerator's canonical_calls
+        self.native = (
+            self.invoke,
+            self.param,
+            self.param_close,
+            self.invoke_close,
+            self.block_close,
+            self.self_closing,
+            self.close_dsml,
+        )
         self.lengths = (
             len(self.invoke),
             len(self.param_close),
@@ -69,6 +80,22 @@ class _Spelling:
 
 
 _SPELLINGS = {g: _Spelling(g) for g in m.GRAMMARS}
+
+_NativeCalls = Callable[
+    [str, int, int, tuple[str, str, str, str, str, bool, int]],
+    "tuple[tuple[RawCall, ...], int] | None",
+]
+_native_calls: _NativeCalls | None
+try:  # the C build of canonical_calls_python (exporter/dsml/_textscan.c)
+    from exporter.dsml._textscan import canonical_calls as _native_calls
+except ImportError:  # installed without a C compiler: the Python reference runs
+    _native_calls = None
+
+
+# One call of a canonical block as the structural pass finds it: name, start, end (the
+# invoke's last character), and its parameters (key, string flag, value start, value end).
+RawParam = tuple[str, bool, int, int]
+RawCall = tuple[str, int, int, tuple[RawParam, ...]]
 
 
 def parse_canonical(
@@ -90,15 +117,51 @@ def parse_canonical(
     sp = _SPELLINGS[found]
     if text.find(sp.block_close, lt) < 0:
         return None  # no closer at all (a cut or damaged block): nothing to parse here
+    pos = lt + len(sp.block_open)
+    if _native_calls is not None:
+        structure = _native_calls(text, pos, body_end, sp.native)
+    else:
+        structure = canonical_calls_python(text, pos, body_end, sp)
+    if structure is None:
+        return None
+    raw_calls, end = structure
+    calls: list[ToolCall] = []
+    values: list[tuple[int, int]] = []
+    for name, start, call_end, params in raw_calls:
+        args: dict[str, object] = {}
+        for key, is_string, vstart, vend in params:
+            if key in args:
+                return None  # a repeated key
+            if is_string:
+                args[key] = text[vstart:vend]
+            else:
+                ok, value = strict_json(text[vstart:vend])
+                if not ok:
+                    return None
+                args[key] = value
+            values.append((vstart, vend))
+        calls.append(ToolCall(name, args, start, call_end))
+    # schemas last: a block that fails on structure (most damage) costs no validation
+    if tools is not None and not all(_call_ok(c.name, c.arguments, tools) for c in calls):
+        return None
+    return Parsed(calls, [(lt, end)], values, found, dsml_seen=True)
+
+
+def canonical_calls_python(
+    text: str, pos: int, body_end: int, sp: _Spelling
+) -> tuple[tuple[RawCall, ...], int] | None:
+    """The invokes of a canonical block from ``pos`` (after its opener) and the block's end, or
+    None when anything is not canonical; names are checked, values are not decoded.
+
+    The specification of the C accelerator's ``canonical_calls`` (exporter/dsml/_textscan.c),
+    which runs instead when it is built; tests/dsml/test_textscan.py holds the two equal."""
     startswith, find = text.startswith, text.find
     closer = sp.block_close
     invoke, param, param_head, close_dsml = sp.invoke, sp.param, sp.param_head, sp.close_dsml
     param_whole = sp.param_whole
     param_close, invoke_close = sp.param_close, sp.invoke_close
     n_invoke, n_param_close, n_invoke_close = sp.lengths
-    pos = lt + len(sp.block_open)
-    calls: list[ToolCall] = []
-    values: list[tuple[int, int]] = []
+    calls: list[RawCall] = []
     while startswith(invoke, pos):
         start = pos
         q = find('"', pos + n_invoke, body_end)
@@ -107,15 +170,15 @@ def parse_canonical(
         name = text[pos + n_invoke : q]
         if _bad_name(name):
             return None
-        args: dict[str, object] = {}
+        params: list[RawParam] = []
         if startswith('">\n', q):
             pos = q + 3
             while True:
                 whole = param_whole(text, pos, body_end)
                 if whole is not None:  # most values: no "<" or "D" in them, one match for all
-                    key, flag, raw = whole.groups()
+                    key, flag, _raw = whole.groups()
                     vstart, vend = whole.span(3)
-                    if key in args or _bad_name(key):
+                    if _bad_name(key):
                         return None
                     next_pos = whole.end()
                 else:
@@ -134,7 +197,6 @@ def parse_canonical(
                         vend < vstart
                         or not startswith(param_close, vend)
                         or vend + n_param_close > body_end
-                        or key in args
                         or _bad_name(key)
                         or (
                             find("<", vstart, vend) >= 0  # most values hold no "<" at all
@@ -142,19 +204,11 @@ def parse_canonical(
                         )
                     ):
                         return None  # a tag or special token inside the value: let the machine say
-                    raw = text[vstart:vend]
                     next_pos = vend + n_param_close
                     if not startswith("\n", next_pos):
                         return None
                     next_pos += 1
-                if flag == "true":
-                    args[key] = raw
-                else:
-                    ok, value = strict_json(raw)
-                    if not ok:
-                        return None
-                    args[key] = value
-                values.append((vstart, vend))
+                params.append((key, flag == "true", vstart, vend))
                 pos = next_pos
             if not startswith(invoke_close, pos):
                 return None
@@ -165,16 +219,13 @@ def parse_canonical(
             pos = end + 1
         else:
             return None
-        calls.append(ToolCall(name, args, start, end))
+        calls.append((name, start, end, tuple(params)))
     if not calls or not startswith(closer, pos):
         return None
     end = pos + len(closer)
     if end > body_end or text[end:body_end].strip():
         return None
-    # schemas last: a block that fails on structure (most damage) costs no validation
-    if tools is not None and not all(_call_ok(c.name, c.arguments, tools) for c in calls):
-        return None
-    return Parsed(calls, [(lt, end)], values, found, dsml_seen=True)
+    return tuple(calls), end
 
 
 def _call_ok(name: str, args: dict[str, object], tools: ToolSet) -> bool:

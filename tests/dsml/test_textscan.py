@@ -22,8 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.dsml import textcheck
+from exporter.dsml import fastpath, textcheck
+from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
+from exporter.dsml.grader import body_end_of
 from tests.dsml.adversarial import SHAPES
 from tests.dsml.diff_corpus import build as diff_corpus
 from tests.dsml.fp_corpus import PROSE, corpus
@@ -228,6 +230,108 @@ def test_configure_takes_every_threshold_by_keyword() -> None:
     _same("abc" * 40 + " the end")
     with pytest.raises(TypeError):
         native.scan(b"bytes are not text")
+
+
+# --- the canonical block: fastpath.canonical_calls_python and its C build ---------------------
+
+
+def _calls_same(text: str) -> None:
+    """Both agree from every block opener of every spelling, with the body ending at the end,
+    at the final EOS, and a few characters early (the regexes' endpos)."""
+    end = body_end_of(text)[0]
+    for sp in fastpath._SPELLINGS.values():
+        at = text.find(sp.block_open)
+        starts = {at, at + len(sp.block_open)} if at >= 0 else {0}
+        for start in starts:
+            for body_end in {end, len(text), max(0, end - 7)}:
+                got = native.canonical_calls(text, start, body_end, sp.native)
+                want = fastpath.canonical_calls_python(text, start, body_end, sp)
+                assert got == want, (text[start : start + 200], body_end)
+
+
+def _block_texts() -> list[str]:
+    texts = [c.text for c in corpus() if c.text and "DSML" in c.text]
+    return texts + [i.text for i in diff_corpus(clean_per_dialect=60) if "DSML" in i.text]
+
+
+def test_canonical_calls_equal_on_the_corpora() -> None:
+    accepted = 0
+    for text in _block_texts():
+        _calls_same(text)
+        sp = next((s for s in fastpath._SPELLINGS.values() if s.block_open in text), None)
+        if sp is not None:
+            start = text.find(sp.block_open) + len(sp.block_open)
+            accepted += fastpath.canonical_calls_python(text, start, len(text), sp) is not None
+    assert accepted > 100  # both paths of the comparison were exercised
+
+
+_EDITS = st.sampled_from(
+    [
+        *'<>"/\n |\uff5cDSMLD=',
+        *("\u00a0", "\u3000", "\x1f", "\U0001f600", "<|", "<\uff5c", '"/>\n', "x" * 257),
+        *(m.parameter_close(), m.parameter_close("v4.1"), m.invoke_close()),
+        *('" string="true">', '" string="false">', '<\uff5cDSML\uff5cparameter name="'),
+    ]
+)
+
+
+@given(
+    st.sampled_from(_block_texts()),
+    st.lists(st.tuples(st.floats(0, 1), st.integers(0, 2), _EDITS), min_size=1, max_size=4),
+)
+@MANY
+def test_canonical_calls_equal_on_damaged_blocks(text: str, edits: list) -> None:
+    """Blocks with characters and tag pieces inserted, deleted or replaced anywhere."""
+    chars = list(text)
+    for where, op, piece in edits:
+        i = int(where * len(chars))
+        if op == 0:
+            chars.insert(i, piece)
+        elif op == 1 and i < len(chars):
+            del chars[i]
+        elif i < len(chars):
+            chars[i] = piece
+    _calls_same("".join(chars))
+
+
+def _one_call(name: str, key: str, value: str, *, string: bool = True, tail: str = "") -> str:
+    return (
+        f"{m.block_open('v4')}\n{m.invoke_open(name)}\n{m.parameter_open(key, string)}{value}"
+        f"{m.parameter_close()}\n{m.invoke_close()}\n{m.block_close('v4')}{tail}"
+    )
+
+
+_ODD = ["", " ", "\t", "\u00a0", "\u2003", "\u3000", "\x1c", "\x7f", "|", "\uff5c", "`", "\\", "'"]
+
+
+@pytest.mark.parametrize("odd", _ODD)
+def test_canonical_calls_equal_on_odd_names_and_keys(odd: str) -> None:
+    """Characters name_problem rejects (Unicode whitespace included) and the length limit."""
+    for name in (f"get{odd}x", odd, "n" * 255 + odd, "n" * 256, "n" * 257):
+        _calls_same(_one_call(name, "city", "Paris"))
+        _calls_same(_one_call("get", name, "Paris"))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["Paris", "a<b", "a<|b", "a<\uff5cb", "D", "<", "a D<|", '{"k": [1, 2]}', "1e400", "NaN"],
+)
+def test_canonical_calls_equal_on_values(value: str) -> None:
+    """Values the one-match path takes, and the ones (a "<" or a "D") the closer search takes."""
+    for string in (True, False):
+        for tail in ("", "\n", "\n\nmore", m.EOS):
+            _calls_same(_one_call("get", "q", value, string=string, tail=tail))
+
+
+def test_canonical_calls_equal_past_the_small_buffers() -> None:
+    """More parameters and calls than the C code keeps without allocating, and long values."""
+    param = m.parameter_open("k{}", True) + "v" * 40 + m.parameter_close() + "\n"
+    invoke = m.invoke_open("tool") + "\n" + "".join(param.format(i) for i in range(100))
+    block = (
+        m.block_open("v4") + "\n" + (invoke + m.invoke_close() + "\n") * 20 + m.block_close("v4")
+    )
+    for text in (block, block.replace("k7", "k6"), block + "\n trailing"):
+        _calls_same(text)
 
 
 _FALLBACK = """
