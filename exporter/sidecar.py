@@ -183,6 +183,11 @@ class Sidecar:
         self.supervisor.install(asyncio.get_running_loop())
         self.exposition.start()
         self.pipeline.start()
+        if TEXTCHECK_KERNEL != "c":
+            log.warning(
+                "DSML text checks run in pure Python: the C accelerator was not built (no C "
+                "compiler at install time); grading is slower, results are the same"
+            )
         port = self.settings.tap_port
         if self.tap is not None and port is not None:  # the tap exists only with a port
             host = self.settings.tap_host or self.settings.host

@@ -1,20 +1,25 @@
 /*
- * exporter.dsml._textscan: the detection core of exporter/dsml/textcheck.py in C.
+ * exporter.dsml._textscan: the DSML grader's hot character-level passes in C.
  *
- * Why it exists: the text heuristics (loops, script mix, mojibake, control characters,
- * the symbol-salad screen) are character-level scans. In Python each is a chain of C
- * primitives (str.find, bytes.translate, regex passes) whose per-call cost, not the bytes
- * read, sets the grader's throughput; here they are one pass each over the str's own buffer.
+ * Why it exists: in Python these passes are chains of C primitives (str.find, startswith,
+ * bytes.translate, regex calls) whose per-call cost, not the bytes read, set the grader's
+ * throughput; here each is one pass over the str's own buffer. Two of them:
  *
- * Contract: scan() returns exactly what the pure-Python reference in textcheck.py finds
- * (textcheck.check_text_python), position for position; tests/dsml/test_textscan.py holds the
- * two equal on the corpora and under hypothesis. It is the CPython json/_json pattern: the
- * Python code is the specification and the fallback, this module only makes it fast. Every
- * threshold comes from exporter/dsml/thresholds.py through configure(); none is written here.
+ *   scan()            the detection core of textcheck.py (loops, script mix, mojibake,
+ *                     control characters, U+FFFD, the symbol-salad screen);
+ *   canonical_calls() the structural pass over a canonical block (fastpath.py).
  *
- * Safety: every read is bounds-checked against the str's length; no allocation depends on the
- * input size; each scan is linear in the text (the loop finder does the same bounded work per
- * anchor as the Python version). Text never leaves this module except as offsets.
+ * Contract: each returns exactly what its pure-Python reference returns
+ * (textcheck.check_text_python, fastpath.canonical_calls_python), position for position;
+ * tests/dsml/test_textscan.py holds them equal on the corpora, at every threshold and edge, on
+ * damaged blocks and under hypothesis. It is the CPython json/_json pattern: the Python code is
+ * the specification and the fallback, this module only makes it fast. Every threshold comes
+ * from exporter/dsml/thresholds.py through configure(); none is written here.
+ *
+ * Safety: every read is bounds-checked against the str's length; buffers that grow with the
+ * input are heap-allocated and freed on every path; each pass is linear in the text (the loop
+ * finder does the same bounded work per anchor as the Python version). Text never leaves this
+ * module except as offsets and the substrings the Python reference would return.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

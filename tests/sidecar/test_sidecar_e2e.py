@@ -137,6 +137,10 @@ def test_readyz_healthz_and_openmetrics_gzip(legacy_sim):
         assert r.headers["content-type"].startswith("application/openmetrics-text")
         assert r.text.rstrip().endswith("# EOF")  # httpx decoded the gzip body
         assert "dsv4_sidecar_build_info" in r.text
+        # which DSML text checks this process runs: the subprocess imports the same build
+        from exporter.dsml import TEXTCHECK_KERNEL
+
+        assert f'dsml_kernel="{TEXTCHECK_KERNEL}"' in r.text
 
 
 def test_not_ready_until_sources_cycle_and_sglang_down_visible():
