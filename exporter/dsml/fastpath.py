@@ -1,12 +1,14 @@
-"""The well-formed case, parsed with ``str.startswith``/``str.find`` only.
+"""The well-formed case, parsed without a token per tag.
 
 Most sampled outputs are fine, so their cost sets the grader's throughput. A content channel
 that is exactly ``{prose}{canonical block}[whitespace]`` (no other tag, special token or
 marker anywhere, values free of anything tag-like, every call valid for the request's tools) is
-parsed here without creating a token per tag. Anything else returns None and the general state
-machine (:mod:`structure`) parses the channel from scratch and reports what deviates; so this
-module never reports a reason, and a test checks it agrees with the machine on every corpus
-sample it accepts.
+parsed here: the block's structure by one pass (:func:`canonical_calls_python`, with
+``str.startswith``/``str.find``, or its C build in ``_textscan.c``), then values decoded and
+calls checked against their schemas. Anything else returns None and the general state machine
+(:mod:`structure`) parses the channel from scratch and reports what deviates; so this module
+never reports a reason, and a test checks it agrees with the machine on every corpus sample it
+accepts.
 """
 
 from __future__ import annotations
@@ -81,21 +83,19 @@ class _Spelling:
 
 _SPELLINGS = {g: _Spelling(g) for g in m.GRAMMARS}
 
+# One call of a canonical block as the structural pass finds it: name, start, end (the
+# invoke's last character), and its parameters (key, string flag, value start, value end).
+RawParam = tuple[str, bool, int, int]
+RawCall = tuple[str, int, int, tuple[RawParam, ...]]
 _NativeCalls = Callable[
     [str, int, int, tuple[str, str, str, str, str, bool, int]],
-    "tuple[tuple[RawCall, ...], int] | None",
+    tuple[tuple[RawCall, ...], int] | None,
 ]
 _native_calls: _NativeCalls | None
 try:  # the C build of canonical_calls_python (exporter/dsml/_textscan.c)
     from exporter.dsml._textscan import canonical_calls as _native_calls
 except ImportError:  # installed without a C compiler: the Python reference runs
     _native_calls = None
-
-
-# One call of a canonical block as the structural pass finds it: name, start, end (the
-# invoke's last character), and its parameters (key, string flag, value start, value end).
-RawParam = tuple[str, bool, int, int]
-RawCall = tuple[str, int, int, tuple[RawParam, ...]]
 
 
 def parse_canonical(
