@@ -147,7 +147,8 @@ def build() -> dm.Dashboard:
     )
     b.table(
         "Versions",
-        "Sidecar build and Python version per instance.",
+        "Sidecar build, Python version and DSML text checks (dsml_kernel: c compiled, python "
+        "fallback) per instance.",
         [target(sel("dsv4_sidecar_build_info"), instant=True, fmt="table")],
         hidden_columns=("Time", "__name__", "Value"),
     )
