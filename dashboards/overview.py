@@ -147,8 +147,8 @@ def build() -> dm.Dashboard:
     )
     b.table(
         "Versions",
-        "Sidecar build, Python version and DSML text checks (dsml_kernel: c compiled, python "
-        "fallback) per instance.",
+        "Sidecar build, Python version and DSML grader build (dsml_kernel: c compiled text "
+        "checks and grammar, python fallback) per instance.",
         [target(sel("dsv4_sidecar_build_info"), instant=True, fmt="table")],
         hidden_columns=("Time", "__name__", "Value"),
     )

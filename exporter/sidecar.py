@@ -20,7 +20,7 @@ from prometheus_client.core import Metric
 
 from exporter import __version__
 from exporter.config import SidecarSettings
-from exporter.dsml import TEXTCHECK_KERNEL
+from exporter.dsml import KERNEL as DSML_KERNEL
 from exporter.dsml.dialect import resolve_dialect
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
@@ -183,9 +183,9 @@ class Sidecar:
         self.supervisor.install(asyncio.get_running_loop())
         self.exposition.start()
         self.pipeline.start()
-        if TEXTCHECK_KERNEL != "c":
+        if DSML_KERNEL != "c":
             log.warning(
-                "DSML text checks run in pure Python: the C accelerator was not built (no C "
+                "the DSML grader runs in pure Python: its C accelerators were not built (no C "
                 "compiler at install time); grading is slower, results are the same"
             )
         port = self.settings.tap_port
@@ -237,7 +237,7 @@ class _Collector:
             {
                 "version": __version__,
                 "python": platform.python_version(),
-                "dsml_kernel": TEXTCHECK_KERNEL,
+                "dsml_kernel": DSML_KERNEL,
             }
         )
         yield from health_families(src.health for src in sc.sources.values())

@@ -8,8 +8,9 @@ A pure library (text in, verdict out; no I/O, no logging). Entry points:
 - :func:`grade_tool_calls` — parsed tool calls alone.
 - :class:`StreamingGrader` / :class:`StreamingResponseGrader` — the same, fed chunk by chunk.
 - :data:`VERDICTS` and :data:`REASONS` — the closed label sets for metrics (pre-create at 0).
-- :data:`TEXTCHECK_KERNEL` — ``c`` when the text checks run compiled (exporter/dsml/_textscan.c),
-  ``python`` when the install had no C compiler (same results, slower).
+- :data:`KERNEL` — ``c`` when the grader's hot passes run compiled (the text checks,
+  exporter/dsml/_textscan.c, and the grammar, _grammar.c), ``python`` when the install had no C
+  compiler (same results, slower); :data:`TEXTCHECK_KERNEL` and :data:`GRAMMAR_KERNEL` each.
 
 See ``docs/dsml-grading.md`` for every verdict, reason code and threshold.
 """
@@ -40,14 +41,20 @@ from exporter.dsml.openai import (
 from exporter.dsml.result import ChannelSpan, Finding, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet, ToolSpec
 from exporter.dsml.streaming import StreamingGrader
+from exporter.dsml.structure import KERNEL as GRAMMAR_KERNEL
 from exporter.dsml.textcheck import KERNEL as TEXTCHECK_KERNEL
 from exporter.dsml.thresholds import DEFAULT_MAX_CHARS
+
+# both compiled, or the reference somewhere (a build that lost one module is reported as such)
+KERNEL = "c" if TEXTCHECK_KERNEL == GRAMMAR_KERNEL == "c" else "python"
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
     "DEGENERATE",
     "ERROR",
     "FAMILIES",
+    "GRAMMAR_KERNEL",
+    "KERNEL",
     "NO_TOOL_CALL",
     "REASONS",
     "REASON_SPECS",

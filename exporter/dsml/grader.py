@@ -16,7 +16,8 @@ from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet
 from exporter.dsml.soup import find_soup
-from exporter.dsml.structure import BLOCK, INVOKE, VALUE, Machine, Parsed
+from exporter.dsml.structure import Parsed, parse_channel
+from exporter.dsml.structure import compiled as grammar_compiled
 from exporter.dsml.textcheck import check_text
 from exporter.dsml.thresholds import SOUP_MIN_PIECES
 from exporter.dsml.tokens import MAX_EVENTS, Event, Special, Tag, Think, scan
@@ -285,40 +286,34 @@ def analyze_content(
             "marker_ascii_pipe", body_end + base, body_end + len(_ASCII_EOS) + base, channel, "EOS"
         )
     blocks: list[tuple[int, int]] = []
-    inside = [False]  # the grammar pass is inside a block right now
-    machine: Machine | None = None
 
     def where(pos: int) -> str:
-        if inside[0] or any(a <= pos < b for a, b in blocks):
-            return block_channel
-        return channel
+        return block_channel if any(a <= pos < b for a, b in blocks) else channel
 
     def report(code: str, start: int, end: int, detail: str) -> None:
-        if machine is not None:
-            inside[0] = machine.state in (BLOCK, INVOKE, VALUE)
         sink.add(code, start + base, end + base, where(start), detail)
 
-    parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
-    events = scan(text) if parsed is None else []
-    if parsed is None and (
-        not events or (events[0].start >= body_end and len(events) < MAX_EVENTS)
-    ):
-        # no event before the body's end (at most the final EOS): what the machine returns
-        # when it reads none, without building it
-        parsed = Parsed(grammar=grammar)
+    def machine_report(code: str, start: int, end: int, detail: str, inside: bool) -> None:
+        sink.add(code, start + base, end + base, block_channel if inside else channel, detail)
+
+    # the fast path pays only where the grammar runs in Python: compiled, the grammar is as
+    # fast on a well-formed block, and trying the fast path first would cost damaged input twice
+    fast = gap is None and not grammar_compiled()
+    parsed = parse_canonical(text, body_end, grammar, tools) if fast else None
     if parsed is None:
-        machine = Machine(
-            text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
+        parsed, n_events, last = parse_channel(
+            text,
+            body_end,
+            machine_report,
+            grammar=grammar,
+            tools=tools,
+            finish_reason=finish_reason,
+            gap=gap,
         )
-        capped = len(events) >= MAX_EVENTS
-        parsed = machine.run(events, body_end, capped=capped)
-        machine = None
-        if capped:
-            last = events[-1].end
+        if n_events >= MAX_EVENTS:
             sink.add(
                 "oversized", last + base, last + base, channel, "tag limit: grammar stops here"
             )
-        inside[0] = False
     blocks.extend(parsed.blocks)
     if finish_reason != "length":
         frag = partial_marker_at(text, body_end)
@@ -336,9 +331,10 @@ def analyze_content(
             s, e, n = soup
             sink.add("token_soup", a + s + base, a + e + base, block_channel, f"{n} pieces")
             break
-    return ContentPart(parsed, not text[:body_end].strip())
+    return ContentPart(parsed, _NON_SPACE.search(text, 0, body_end) is None)
 
 
+_NON_SPACE = re.compile(r"\S")  # str.strip's whitespace is re's \s (both Py_UNICODE_ISSPACE)
 _PARTIAL = re.compile(f"</?(?:{m.BAR}[^{m.BAR}<>\\s]{{0,64}})?\\Z")
 
 
@@ -350,7 +346,7 @@ def partial_marker_at(text: str, end: int) -> int:
     as content when the stream ends; the non-streaming parser returns it as content. A tail that
     already holds ``DSML`` is an unfinished tag, which the grammar pass reports."""
     lt = text.rfind("<", max(0, end - 72), end)
-    if lt < 0:
+    if lt < 0 or text.find(">", lt, end) >= 0:  # no prefix holds a ">": most tails end a tag
         return -1
     mt = _PARTIAL.match(text[lt:end])
     if mt is None or "DSML" in mt.group():

@@ -18,9 +18,20 @@ from exporter.dsml import markers as m
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ToolCall
 from exporter.dsml.schema import ToolSet
-from exporter.dsml.tokens import Bare, Event, Special, Tag, Think
+from exporter.dsml.tokens import MAX_EVENTS, Bare, Event, Special, Tag, Think, scan
 
-Report = Callable[[str, int, int, str], None]  # (reason, start, end, detail), channel offsets
+_NativeParse = Callable[..., tuple[Any, ...]]
+_native_parse: _NativeParse | None
+try:  # the C build of parse_channel_python (exporter/dsml/_grammar.c)
+    from exporter.dsml._grammar import parse as _native_parse
+except ImportError:  # installed without a C compiler: the Python reference runs
+    _native_parse = None
+
+KERNEL = "python" if _native_parse is None else "c"
+
+# (reason, start, end, detail, inside): channel offsets; inside is True while the machine is
+# inside a block (the reason belongs to the tool_calls channel)
+Report = Callable[[str, int, int, str, bool], None]
 
 OUT, BLOCK, INVOKE, VALUE, AFTER = range(5)
 _VARIANT_REASON = {
@@ -104,7 +115,7 @@ class Machine:
         gap: int | None = None,
     ) -> None:
         self.text = text
-        self.report = report
+        self._report = report
         self.grammar = grammar
         self.tools = tools
         self.finish_reason = finish_reason
@@ -127,6 +138,9 @@ class Machine:
         self.capped = False
 
     # --- driving -----------------------------------------------------------------------------
+    def report(self, code: str, start: int, end: int, detail: str) -> None:
+        self._report(code, start, end, detail, self.state in (BLOCK, INVOKE, VALUE))
+
     def run(self, events: list[Event], body_end: int, *, capped: bool = False) -> Parsed:
         """Parse ``events``; ``capped``: the tokenizer stopped early, so the text does not end
         where the events do (nothing is reported about the unseen rest)."""
@@ -384,19 +398,9 @@ class Machine:
             return
         if self.tools is None:
             return
-        spec = self.tools.get(inv.name)
-        if spec is None:
-            self.report("tool_unknown", inv.start, end, inv.name)
-            inv.valid = False
-            return
-        if not inv.valid:
-            return
-        if not inv.args and spec.required:
-            self.report("args_empty_required", inv.start, end, ", ".join(spec.required[:5]))
-            inv.valid = False
-            return
-        for err in spec.validate(inv.args):
-            self.report("schema_mismatch", inv.start, end, err)
+        inv.valid = check_call(
+            self.tools, self._report, inv.name, inv.args, inv.valid, inv.start, end
+        )
 
     def _open_param(self, tag: Tag) -> None:
         name = tag.attr_name
@@ -482,6 +486,109 @@ class Machine:
             self.report("unbalanced", self.invoke.start, body_end, "invoke never closed")
         elif not self.implicit_block:
             self.report("unbalanced", self.block_start, body_end, "block never closed")
+
+
+def check_call(
+    tools: ToolSet,
+    report: Report,
+    name: str,
+    args: dict[str, Any],
+    valid: bool,
+    start: int,
+    end: int,
+) -> bool:
+    """Check a closed invoke against the request's tools; returns whether it stays valid.
+
+    Called by both builds of the machine (the C one calls it back), with the state already
+    back in the block, so its reasons belong to the tool_calls channel."""
+    spec = tools.get(name)
+    if spec is None:
+        report("tool_unknown", start, end, name, True)
+        return False
+    if not valid:
+        return False
+    if not args and spec.required:
+        report("args_empty_required", start, end, ", ".join(spec.required[:5]), True)
+        return False
+    for err in spec.validate(args):
+        report("schema_mismatch", start, end, err, True)
+    return True
+
+
+def parse_channel_python(
+    text: str,
+    body_end: int,
+    report: Report,
+    *,
+    grammar: str | None,
+    tools: ToolSet | None,
+    finish_reason: str | None,
+    gap: int | None = None,
+) -> tuple[Parsed, int, int]:
+    """Tokenize one content channel and run the machine over it up to ``body_end``.
+
+    Returns what the machine learned, how many events the tokenizer kept (``MAX_EVENTS``
+    means it stopped early) and where the last one ends. The specification of the C
+    accelerator's ``parse`` (exporter/dsml/_grammar.c), which runs instead when it is built;
+    tests/dsml/test_grammar_native.py holds the two equal."""
+    events = scan(text)
+    last = events[-1].end if events else 0
+    if not events or (events[0].start >= body_end and len(events) < MAX_EVENTS):
+        # no event before the body's end (at most the final EOS): what the machine returns
+        # when it reads none, without building it
+        return Parsed(grammar=grammar), len(events), last
+    machine = Machine(
+        text, report, grammar=grammar, tools=tools, finish_reason=finish_reason, gap=gap
+    )
+    parsed = machine.run(events, body_end, capped=len(events) >= MAX_EVENTS)
+    return parsed, len(events), last
+
+
+def compiled() -> bool:
+    """Does :func:`parse_channel` run the C build? Then it costs what the canonical fast path
+    costs on a well-formed block (24.3 vs 24.8 µs per clean 4 KiB answer, 19.1 vs 19.3 on the
+    differential corpus, measured side by side when the C build was written), so the grader
+    skips that path instead of paying for it twice on damaged input."""
+    return _native_parse is not None
+
+
+def parse_channel(
+    text: str,
+    body_end: int,
+    report: Report,
+    *,
+    grammar: str | None,
+    tools: ToolSet | None,
+    finish_reason: str | None,
+    gap: int | None = None,
+) -> tuple[Parsed, int, int]:
+    """:func:`parse_channel_python`, compiled when the accelerator is built."""
+    if _native_parse is None:
+        return parse_channel_python(
+            text,
+            body_end,
+            report,
+            grammar=grammar,
+            tools=tools,
+            finish_reason=finish_reason,
+            gap=gap,
+        )
+    calls, blocks, values, found, open_at_end, open_start, dsml_seen, n, last = _native_parse(
+        text,
+        body_end,
+        MAX_EVENTS,
+        grammar,
+        finish_reason == "length",
+        gap,
+        report,
+        Quoting(text).covers,
+        check_call,
+        tools,
+        strict_json,
+        ToolCall,
+    )
+    parsed = Parsed(calls, blocks, values, found, open_at_end, open_start, dsml_seen)
+    return parsed, n, last
 
 
 def _clip(text: str, n: int = 40) -> str:

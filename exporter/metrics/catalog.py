@@ -115,9 +115,10 @@ def _m(
 BUILD_INFO = _m(
     "dsv4_sidecar_build_info",
     "info",
-    "Sidecar version, Python version and the DSML text checks' implementation (value 1): "
-    "dsml_kernel c is the compiled accelerator, python the reference that runs when the "
-    "sidecar was installed without a C compiler (same results, about 3x slower).",
+    "Sidecar version, Python version and the DSML grader's implementation (value 1): "
+    "dsml_kernel c is the compiled accelerators (text checks and grammar), python the "
+    "reference that runs when the sidecar was installed without a C compiler (same results, "
+    "about 2x slower).",
     ("version", "python", "dsml_kernel"),
     "sidecar",
 )

@@ -138,7 +138,7 @@ def test_build_stage_compiles_the_dsml_accelerator_and_proves_it(sidecar_stages)
     fails if the installed sidecar would fall back to the pure-Python text checks."""
     runs = " ".join(instructions(sidecar_stages[1], "RUN"))
     assert "gcc" in runs and "libc6-dev" in runs, runs
-    assert "textcheck.KERNEL == 'c'" in runs, runs
+    assert "d.KERNEL == 'c'" in runs, runs
     probe_runs = " ".join(
         args for stage in parse(PROBE_DOCKERFILE) for args in instructions(stage, "ENV")
     )

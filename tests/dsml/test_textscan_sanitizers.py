@@ -1,10 +1,11 @@
-"""The C accelerator under AddressSanitizer and UndefinedBehaviorSanitizer.
+"""The C accelerators (text checks, grammar) under AddressSanitizer and UBSan.
 
-It reads untrusted text (whatever SGLang, a tapped client or the ingest API sends), so an
+They read untrusted text (whatever SGLang, a tapped client or the ingest API sends), so an
 out-of-bounds read or an overflow must fail the build, not wait for a crash in production.
-The module is rebuilt with ``-fsanitize=address,undefined`` into a copy of the sources, and
-the equivalence tests (corpora, 10 MB inputs, thresholds, damaged blocks, generated text) run
-against it with the sanitizer runtimes preloaded; any report aborts the run.
+The modules are rebuilt with ``-fsanitize=address,undefined`` into a copy of the sources,
+and the equivalence tests (corpora, 10 MB inputs, thresholds, damaged blocks, every length
+limit of the tokenizer, generated text) run against them with the sanitizer runtimes
+preloaded; any report aborts the run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+MODULES = ("_textscan", "_grammar")
 
 
 def _runtime(name: str) -> str | None:
@@ -51,7 +53,8 @@ def test_equivalence_suite_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None
         timeout=300,
     )
     assert built.returncode == 0, built.stderr[-2000:]
-    assert list((src / "exporter" / "dsml").glob("_textscan*.so"))
+    for module in MODULES:
+        assert list((src / "exporter" / "dsml").glob(f"{module}*.so")), module
     env = {
         **os.environ,
         "LD_PRELOAD": f"{asan} {ubsan}",
@@ -62,15 +65,16 @@ def test_equivalence_suite_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None
         # every str in its own malloc block: ASan cannot see past the end of pymalloc's
         "PYTHONMALLOC": "malloc",
     }
-    where = subprocess.run(
-        [sys.executable, "-c", "import exporter.dsml._textscan as t; print(t.__file__)"],
-        cwd=src,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert where.stdout.strip().startswith(str(src)), where.stdout + where.stderr
+    for module in MODULES:
+        where = subprocess.run(
+            [sys.executable, "-c", f"import exporter.dsml.{module} as t; print(t.__file__)"],
+            cwd=src,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert where.stdout.strip().startswith(str(src)), where.stdout + where.stderr
     run = subprocess.run(
         [
             sys.executable,
@@ -83,6 +87,7 @@ def test_equivalence_suite_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None
             # sys-level capture: the sanitizer writes its report to file descriptor 2
             "--capture=sys",
             "tests/dsml/test_textscan.py",
+            "tests/dsml/test_grammar_native.py",
             "tests/dsml/test_heuristics.py",
         ],
         cwd=src,

@@ -51,10 +51,11 @@ def test_wheel_ships_the_pth_at_its_root(tmp_path):
     assert "Provides-Extra: probe" in metadata
     assert "exporter/probe/boot.py" in names
     assert f"exporter/probe/{PTH_NAME}" in names  # what `python -m exporter.probe.install` copies
-    # the DSML accelerator, built where there is a C compiler, and its type stub
-    assert "exporter/dsml/_textscan.pyi" in names
-    if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):
-        assert any(re.fullmatch(r"exporter/dsml/_textscan\..*\.so", n) for n in names), names
+    # the DSML accelerators, built where there is a C compiler, and their type stubs
+    for module in ("_textscan", "_grammar"):
+        assert f"exporter/dsml/{module}.pyi" in names
+        if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):
+            assert any(re.fullmatch(rf"exporter/dsml/{module}\..*\.so", n) for n in names), names
 
 
 def test_probe_wheel_is_pure_python(tmp_path):

@@ -138,9 +138,9 @@ def test_readyz_healthz_and_openmetrics_gzip(legacy_sim):
         assert r.text.rstrip().endswith("# EOF")  # httpx decoded the gzip body
         assert "dsv4_sidecar_build_info" in r.text
         # which DSML text checks this process runs: the subprocess imports the same build
-        from exporter.dsml import TEXTCHECK_KERNEL
+        from exporter.dsml import KERNEL
 
-        assert f'dsml_kernel="{TEXTCHECK_KERNEL}"' in r.text
+        assert f'dsml_kernel="{KERNEL}"' in r.text
 
 
 def test_not_ready_until_sources_cycle_and_sglang_down_visible():
