@@ -359,25 +359,25 @@ static int check_attrs(const Text *t, int kind, int closing, Py_ssize_t a, Py_ss
             add_problem(ev, P_SELFC);
         }
     }
-    /* the canonical rendering of what is present: ` name="N"` then ` string="F"` */
-    int canon;
-    if (ev->an_a < 0) {
-        canon = a == b;
-    } else {
-        Py_ssize_t nlen = ev->an_b - ev->an_a, pos = a;
-        canon = LIT(t, pos, " name=\"") && pos + 7 + nlen <= b &&
+    /* the canonical rendering of what is present: ` name="N"` then ` string="F"`, each only
+     * when present (a parameter with a flag and no name renders as ` string="F"` alone) */
+    Py_ssize_t pos = a;
+    int canon = 1;
+    if (ev->an_a >= 0) {
+        Py_ssize_t nlen = ev->an_b - ev->an_a;
+        canon = LIT(t, pos, " name=\"") && pos + 7 + nlen < b &&
                 same_slices(t, pos + 7, pos + 7 + nlen, ev->an_a, ev->an_b) &&
                 at(t, pos + 7 + nlen) == '"';
         pos += 8 + nlen;
-        if (canon && kind == K_PARAMETER && ev->fl_a >= 0) {
-            Py_ssize_t flen = ev->fl_b - ev->fl_a;
-            canon = LIT(t, pos, " string=\"") && pos + 9 + flen <= b &&
-                    same_slices(t, pos + 9, pos + 9 + flen, ev->fl_a, ev->fl_b) &&
-                    at(t, pos + 9 + flen) == '"';
-            pos += 10 + flen;
-        }
-        canon = canon && pos == b;
     }
+    if (canon && kind == K_PARAMETER && ev->fl_a >= 0) {
+        Py_ssize_t flen = ev->fl_b - ev->fl_a;
+        canon = LIT(t, pos, " string=\"") && pos + 9 + flen < b &&
+                same_slices(t, pos + 9, pos + 9 + flen, ev->fl_a, ev->fl_b) &&
+                at(t, pos + 9 + flen) == '"';
+        pos += 10 + flen;
+    }
+    canon = canon && pos == b;
     if (!canon || dup) {
         add_problem(ev, P_NOT_CANON);
     }
@@ -922,6 +922,21 @@ typedef struct {
     Py_ssize_t open_block_start;
 } M;
 
+/* append (a, b) to list: the blocks and values Parsed returns */
+static int append_span(PyObject *list, Py_ssize_t a, Py_ssize_t b)
+{
+    PyObject *x = PyLong_FromSsize_t(a), *y = PyLong_FromSsize_t(b);
+    PyObject *span = x && y ? PyTuple_Pack(2, x, y) : NULL;
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    if (span == NULL) {
+        return -1;
+    }
+    int r = PyList_Append(list, span);
+    Py_DECREF(span);
+    return r;
+}
+
 /* report(reason, start, end, detail, inside); steals detail */
 static int say(M *m, PyObject *code, Py_ssize_t s, Py_ssize_t e, PyObject *detail)
 {
@@ -1042,8 +1057,11 @@ static int after_text(M *m, Py_ssize_t s, Py_ssize_t e)
 /* the first and one past the last non-space position of text[a:b] (equal when blank) */
 static void strip_bounds(const Text *t, Py_ssize_t a, Py_ssize_t b, Py_ssize_t *lo, Py_ssize_t *hi)
 {
-    if (b < a) {
-        b = a;
+    if (b > t->n) {
+        b = t->n; /* a slice stops at the text's end */
+    }
+    if (a > b) {
+        a = b;
     }
     Py_ssize_t i = a, j = b;
     while (i < j && is_space(at(t, i))) {
@@ -1148,12 +1166,9 @@ static int close_block(M *m, const Ev *ev)
     if (r < 0) {
         return -1;
     }
-    PyObject *span = Py_BuildValue("(nn)", m->block_start, ev->end);
-    if (span == NULL || PyList_Append(m->blocks, span) < 0) {
-        Py_XDECREF(span);
+    if (append_span(m->blocks, m->block_start, ev->end) < 0) {
         return -1;
     }
-    Py_DECREF(span);
     m->block_spaced = -1;
     m->state = AFTER;
     m->last = ev->end;
@@ -1267,8 +1282,14 @@ static int close_invoke(M *m, Py_ssize_t end, int closed)
         m->inv_valid = ok;
     }
     if (m->inv_valid && !m->implicit_block && !m->foreign) {
-        PyObject *call = PyObject_CallFunction(m->tool_call, "OOnn", name, m->inv_args,
-                                               m->inv_start, end);
+        PyObject *s = PyLong_FromSsize_t(m->inv_start), *e = PyLong_FromSsize_t(end);
+        PyObject *call = NULL;
+        if (s != NULL && e != NULL) {
+            PyObject *args[4] = {name, m->inv_args, s, e};
+            call = PyObject_Vectorcall(m->tool_call, args, 4, NULL);
+        }
+        Py_XDECREF(s);
+        Py_XDECREF(e);
         if (call == NULL || PyList_Append(m->calls, call) < 0) {
             Py_XDECREF(call);
             Py_DECREF(name);
@@ -1339,12 +1360,9 @@ static int close_param(M *m, Py_ssize_t value_end, Py_ssize_t tag_end)
     if (!had) {
         return 0;
     }
-    PyObject *span = Py_BuildValue("(nn)", m->p_value_start, value_end);
-    if (span == NULL || PyList_Append(m->values, span) < 0) {
-        Py_XDECREF(span);
+    if (append_span(m->values, m->p_value_start, value_end) < 0) {
         return -1;
     }
-    Py_DECREF(span);
     if (!m->has_invoke) {
         return 0;
     }

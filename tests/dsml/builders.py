@@ -119,3 +119,18 @@ class Case:
 
     def __repr__(self) -> str:
         return self.label
+
+
+def apply_edits(text: str, edits: list[tuple[float, int, str]]) -> str:
+    """``text`` damaged by hypothesis-drawn edits: (where as a fraction of the length, 0 insert
+    / 1 delete / 2 replace, the piece inserted or put in place of one character)."""
+    chars = list(text)
+    for where, op, piece in edits:
+        i = int(where * len(chars))
+        if op == 0:
+            chars.insert(i, piece)
+        elif op == 1 and i < len(chars):
+            del chars[i]
+        elif i < len(chars):
+            chars[i] = piece
+    return "".join(chars)

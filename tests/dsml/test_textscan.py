@@ -11,10 +11,8 @@ falls back to the reference; that fallback is exercised too.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Callable
 
@@ -27,6 +25,8 @@ from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
 from exporter.dsml.grader import body_end_of
 from tests.dsml.adversarial import SHAPES
+from tests.dsml.builders import apply_edits
+from tests.dsml.compiler import c_compiler
 from tests.dsml.diff_corpus import build as diff_corpus
 from tests.dsml.fp_corpus import PROSE, corpus
 
@@ -34,15 +34,10 @@ native = pytest.importorskip("exporter.dsml._textscan", reason="built without a 
 MANY = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _compiler() -> str | None:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(cc)
-
-
 def test_the_accelerator_runs_where_a_compiler_is() -> None:
     """Without it nothing fails, the grader is only slower: so a lost build step would go
     unnoticed but for this test (CI has gcc)."""
-    if _compiler() is None:
+    if c_compiler() is None:
         pytest.skip("no C compiler on this machine: the reference runs")
     assert textcheck.KERNEL == "c", "exporter/dsml/_textscan.c was not built: run `make native`"
 
@@ -282,16 +277,7 @@ _EDITS = st.sampled_from(
 @MANY
 def test_canonical_calls_equal_on_damaged_blocks(text: str, edits: list) -> None:
     """Blocks with characters and tag pieces inserted, deleted or replaced anywhere."""
-    chars = list(text)
-    for where, op, piece in edits:
-        i = int(where * len(chars))
-        if op == 0:
-            chars.insert(i, piece)
-        elif op == 1 and i < len(chars):
-            del chars[i]
-        elif i < len(chars):
-            chars[i] = piece
-    _calls_same("".join(chars))
+    _calls_same(apply_edits(text, edits))
 
 
 def _one_call(name: str, key: str, value: str, *, string: bool = True, tail: str = "") -> str:

@@ -8,11 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
 from exporter.probe.install import PTH_NAME, pth_text
+from tests.dsml.compiler import c_compiler
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_wheel_ships_the_pth_at_its_root(tmp_path):
     # the DSML accelerators, built where there is a C compiler, and their type stubs
     for module in ("_textscan", "_grammar"):
         assert f"exporter/dsml/{module}.pyi" in names
-        if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):
+        if c_compiler():
             assert any(re.fullmatch(rf"exporter/dsml/{module}\..*\.so", n) for n in names), names
 
 
