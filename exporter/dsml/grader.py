@@ -288,7 +288,10 @@ def analyze_content(
     blocks: list[tuple[int, int]] = []
 
     def where(pos: int) -> str:
-        return block_channel if any(a <= pos < b for a, b in blocks) else channel
+        for a, b in blocks:  # a loop, not any() over a generator: once per text-check hit
+            if a <= pos < b:
+                return block_channel
+        return channel
 
     def report(code: str, start: int, end: int, detail: str) -> None:
         sink.add(code, start + base, end + base, where(start), detail)
