@@ -17,10 +17,11 @@
  * change to the grammar is made there first. The literal tag and token names below are
  * DSML's (exporter/dsml/markers.py); a test compares them with markers.py.
  *
- * Safety: every read goes through at() or lit(), which check the str's bounds; the event array
- * is heap-allocated, bounded by the caller's limit and freed on every path. Work is linear in
- * the text: each tag's attribute scan is bounded by MAX_TAG_CHARS and skips a failed word
- * whole, as the regex it replaces does.
+ * Safety: every read goes through at() or lit_n(), which check the str's bounds, or through
+ * find_ch()'s typed loops, bounded by its length; the event array is heap-allocated, bounded by
+ * the caller's limit and freed on every path. Work is linear in the text: each tag's attribute
+ * scan is bounded by MAX_TAG_CHARS, and where a match fails it skips the rest of the word (a
+ * later start inside it fails the same way, so the result is the regex's).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
