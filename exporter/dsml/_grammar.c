@@ -735,6 +735,32 @@ static int push(Events *es, const Ev *ev)
     return 0;
 }
 
+/* tokens.scan's DSML loop: classify each "DSML" from *d that starts before bound (a DSML
+ * inside the last event, which ends at *covered, is part of it); 1 when limit events are kept,
+ * 0 when the DSMLs before bound are done, -1 on error */
+static int classify_upto(const Text *t, Py_ssize_t bound, Py_ssize_t limit, Py_ssize_t *d,
+                         Py_ssize_t *covered, Events *out)
+{
+    while (0 <= *d && *d < bound) {
+        Ev tag;
+        int r = classify(t, *d, &tag);
+        if (r < 0) {
+            return -1;
+        }
+        if (r) {
+            if (push(out, &tag) < 0) {
+                return -1;
+            }
+            *covered = tag.end;
+            if (out->n >= limit) {
+                return 1;
+            }
+        }
+        *d = find_dsml(t, *d + 4 > *covered ? *d + 4 : *covered);
+    }
+    return 0;
+}
+
 /* tokens.scan: the events of the text in order, at most limit; 0 or -1 (error) */
 static int scan_events(const Text *t, Py_ssize_t limit, Events *out)
 {
@@ -756,22 +782,9 @@ static int scan_events(const Text *t, Py_ssize_t limit, Events *out)
             break;
         }
         rpos = mend;
-        while (0 <= d && d < start) {
-            Ev tag;
-            int r = classify(t, d, &tag);
-            if (r < 0) {
-                return -1;
-            }
-            if (r) {
-                if (push(out, &tag) < 0) {
-                    return -1;
-                }
-                covered = tag.end;
-                if (out->n >= limit) {
-                    return 0;
-                }
-            }
-            d = find_dsml(t, d + 4 > covered ? d + 4 : covered);
+        int done = classify_upto(t, start, limit, &d, &covered, out);
+        if (done) {
+            return done < 0 ? -1 : 0;
         }
         if (start < covered) {
             continue;
@@ -795,21 +808,7 @@ static int scan_events(const Text *t, Py_ssize_t limit, Events *out)
             }
         }
     }
-    while (d >= 0 && out->n < limit) {
-        Ev tag;
-        int r = classify(t, d, &tag);
-        if (r < 0) {
-            return -1;
-        }
-        if (r) {
-            if (push(out, &tag) < 0) {
-                return -1;
-            }
-            covered = tag.end;
-        }
-        d = find_dsml(t, d + 4 > covered ? d + 4 : covered);
-    }
-    return 0;
+    return classify_upto(t, PY_SSIZE_T_MAX, limit, &d, &covered, out) < 0 ? -1 : 0;
 }
 
 /* ---- Python values --------------------------------------------------------------------------- */
