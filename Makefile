@@ -29,7 +29,7 @@ venv: $(STAMP)
 
 # The DSML grader's C accelerators (exporter/dsml/_textscan.c, _grammar.c). `pip install -e` builds
 # them once; this rebuilds them in place whenever a C source changes, so the tests never run a stale one.
-NATIVE := $(VENV)/.native-textscan
+NATIVE := $(VENV)/.native-dsml
 $(NATIVE): exporter/dsml/_textscan.c exporter/dsml/_grammar.c setup.py | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 	@touch $@
