@@ -739,20 +739,26 @@ TAP_ABORTED = _m(
     "dsv4_tap_aborted_total",
     "counter",
     "Requests that ended without a complete response, by `reason`: `upstream_reset` (SGLang "
-    "closed mid-body; the client got the bytes so far, then a closed connection) or "
-    "`client_disconnect` (client left; the upstream request was cancelled at once).",
+    "closed mid-body; the client got the bytes so far, then a closed connection), "
+    "`client_disconnect` (client left; the upstream request was cancelled at once) or "
+    "`upstream_timeout` (no byte from SGLang for upstream_read_timeout: 504 before a head, "
+    "else the response is cut).",
     ("reason",),
     "tap",
 )
 TAP_REJECTED = _m(
     "dsv4_tap_rejected_total",
     "counter",
-    "Client requests the tap refused itself (answered 400/408/501, or cut when a response was "
-    "already under way; the client connection is closed and any half-sent SGLang request "
-    "dropped), by `reason`: `malformed_head`, `head_too_large`, `bad_host` (HTTP/1.1 without "
-    "exactly one Host), `bad_transfer_encoding` (final coding not chunked), "
-    "`unsupported_transfer_coding`, `bad_chunked_body` (body framing broke after the head was "
-    "forwarded), `body_timeout`, `junk_after_request` (garbage pipelined after a request).",
+    "Client requests the tap refused itself (answered 400/408/501/503, or cut when a response "
+    "was already under way; the client connection is closed and any half-sent SGLang request "
+    "dropped), by `reason`: `malformed_head`, `head_too_large`, `bad_version` (not HTTP/1.1 "
+    "or 1.0), `bad_host` (not exactly one valid Host), `bad_connection` (Connection names "
+    "Content-Length, Transfer-Encoding, Host or Expect), `bad_transfer_encoding` (final "
+    "coding not chunked, or chunked on HTTP/1.0), `unsupported_transfer_coding`, "
+    "`bad_chunked_body` (body framing broke after the head was forwarded), `body_timeout`, "
+    "`junk_after_request` (garbage pipelined after a request), `pipelined_after_chunked` (a "
+    "request in the same read as the end of a chunked body), `too_many_connections` (over "
+    "max_connections: 503).",
     ("reason",),
     "tap",
 )
@@ -790,8 +796,20 @@ TAP_SAMPLES_DROPPED = _m(
     "counter",
     "Selected responses not handed to grading, by `reason`: `queue_full` (consumer behind, or "
     "the grading queue full by count or bytes), `too_large` (request + response over the "
-    "tap's max_sample_bytes), `not_ok` (status other than 200) or `incomplete` (response cut "
-    "short): only complete 200 answers are graded.",
+    "tap's max_sample_bytes), `capture_budget` (the budget shared by all in-flight captures, "
+    "capture_budget_bytes, was spent: the request was still forwarded), `not_ok` (status "
+    "other than 200) or `incomplete` (response cut short): only complete 200 answers are "
+    "graded.",
+    ("reason",),
+    "tap",
+)
+TAP_UPSTREAM_DISCARDED = _m(
+    "dsv4_tap_upstream_discarded_total",
+    "counter",
+    "SGLang connections closed instead of pooled because of what SGLang sent, by `reason`: "
+    "`extra_bytes` (bytes after a complete response, or while the connection was idle). They "
+    "are dropped, never handed to the next client; a rising count means SGLang and the tap "
+    "disagree on where a response ends.",
     ("reason",),
     "tap",
 )

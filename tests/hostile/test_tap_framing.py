@@ -128,12 +128,17 @@ def test_http11_without_exactly_one_host_is_refused(head: bytes) -> None:
     run(scenario())
 
 
-def test_http10_without_host_is_still_forwarded() -> None:
+def test_http10_without_host_is_refused() -> None:
+    """Issue 22: HTTP/1.0 without Host used to be forwarded as HTTP/1.1 with none."""
+
     async def scenario() -> None:
-        async with tap_env() as (_, tap, _):
+        async with tap_env() as (fake, tap, _):
             answer = await _exchange(tap.port or 0, b"GET /health HTTP/1.0\r\n\r\n")
-            assert _statuses(answer) == [200]
-            assert counter(tap, "dsv4_tap_rejected_total", reason="bad_host") == 0
+            assert _statuses(answer) == [400]
+            assert counter(tap, "dsv4_tap_rejected_total", reason="bad_host") == 1
+            ok = await _exchange(tap.port or 0, b"GET /health HTTP/1.0\r\nHost: a\r\n\r\n")
+            assert _statuses(ok) == [200]
+            assert fake.stats.requests == 1
 
     run(scenario())
 

@@ -12,7 +12,7 @@ from exporter.metrics.catalog import CATALOG
 from exporter.samplers.tap import Sampler, Tap, TapConfig
 from exporter.samplers.tap import http as taphttp
 from exporter.samplers.tap.exchange import _request_headers, _response_headers
-from exporter.samplers.tap.sampling import Capture, find_request_id
+from exporter.samplers.tap.sampling import Capture, CaptureBudget, find_request_id
 from exporter.samplers.tap.stats import (
     ABORT_REASONS,
     DROP_REASONS,
@@ -56,7 +56,9 @@ def test_incremental_hash_equals_whole_body_decision() -> None:
     """The tap hashes body pieces as they arrive; the decision must not depend on the split."""
     sampler = Sampler(0.5, 3, PATHS)
     for body in _bodies(200):
-        capture = Capture(sampler.hasher(b"/generate"), limit=1 << 20)
+        capture = Capture(
+            sampler.hasher(b"/generate"), limit=1 << 20, budget=CaptureBudget(1 << 30)
+        )
         for i in range(0, len(body), 7):
             capture.add_request(body[i : i + 7])
         assert sampler.chosen(capture.hasher) == sampler.decide(b"/generate", body)
@@ -76,7 +78,9 @@ def test_rate_edges_and_candidates() -> None:
 
 
 def test_capture_drops_everything_past_the_size_limit() -> None:
-    capture = Capture(Sampler(1.0, 0, PATHS).hasher(b"/generate"), limit=10)
+    capture = Capture(
+        Sampler(1.0, 0, PATHS).hasher(b"/generate"), limit=10, budget=CaptureBudget(1 << 30)
+    )
     capture.add_request(b"12345")
     capture.add_response(b"678")
     assert not capture.overflow

@@ -34,6 +34,18 @@ class TapConfig:
     client_idle_timeout: float = 75.0
     # Request line + headers larger than this are answered 400 (llhttp itself has no cap).
     max_header_bytes: int = 64 << 10
+    # No byte from SGLang for this long while a response is owed: the client gets 504 (before a
+    # head) or a cut response, and the connection is aborted. Generous, since a non-streamed
+    # long generation sends nothing until it is done (nginx's proxy_read_timeout, 60 s by
+    # default, is what operators raise for LLM servers).
+    upstream_read_timeout: float = 900.0
+    # Client connections open at once; more are answered 503 and closed. With the per-connection
+    # bounds in docs/tap.md ("Memory bounds") this caps the tap's buffers.
+    max_connections: int = 1024
+    # One budget for the bodies every in-flight sampling candidate keeps (request until the
+    # sampling decision, response until the hand-off); past it a candidate is not captured
+    # (dropped, reason capture_budget) and its request is still forwarded.
+    capture_budget_bytes: int = 32 << 20
     backlog: int = 2048
 
     def __post_init__(self) -> None:
@@ -44,9 +56,17 @@ class TapConfig:
             raise ValueError(f"sample_rate must be within [0, 1], got {self.sample_rate}")
         if self.queue_size < 1:
             raise ValueError("queue_size must be >= 1")
-        for name in ("connect_timeout", "upstream_idle_timeout", "client_idle_timeout"):
-            if getattr(self, name) <= 0:
+        for name in (
+            "connect_timeout",
+            "upstream_idle_timeout",
+            "client_idle_timeout",
+            "upstream_read_timeout",
+        ):
+            if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        for name in ("max_connections", "capture_budget_bytes", "max_header_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
 
     @property
     def upstream_host(self) -> str:

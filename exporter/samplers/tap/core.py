@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from exporter.samplers.tap.config import TapConfig
-from exporter.samplers.tap.sampling import Sampler, SampleSink
+from exporter.samplers.tap.sampling import CaptureBudget, Sampler, SampleSink
 from exporter.samplers.tap.stats import TapStats
 from exporter.samplers.tap.upstream import UpstreamPool
 
@@ -16,13 +16,14 @@ if TYPE_CHECKING:
 class TapCore:
     """Plain attribute bag the hot path reads; built once per :class:`Tap`."""
 
-    __slots__ = ("clients", "config", "pool", "sampler", "sink", "stats")
+    __slots__ = ("capture_budget", "clients", "config", "pool", "sampler", "sink", "stats")
 
     def __init__(self, config: TapConfig, stats: TapStats, sink: SampleSink) -> None:
         self.config = config
         self.stats = stats
         self.sink = sink
         self.sampler = Sampler(config.sample_rate, config.sample_seed, config.sample_paths)
+        self.capture_budget = CaptureBudget(config.capture_budget_bytes)
         self.pool = UpstreamPool(
             config.upstream_host,
             config.upstream_port,

@@ -27,11 +27,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Request bodies up to this size are kept until SGLang's first response byte, so a request sent
-# on a pooled connection that SGLang had just closed can be replayed once on a fresh one.
-REPLAY_LIMIT = 1 << 20
+# Request body bytes held while no SGLang connection is attached yet (connecting); past this
+# the client's reading pauses until the connection is there. The same bound caps what a
+# GET/HEAD keeps for a replay.
+HOLD_LIMIT = 64 << 10
+# Replayed on a fresh connection when a pooled one closed before answering: only these (RFC
+# 9110 §9.2.2 idempotent, and safe), or a request of which no byte was written.
+_REPLAYABLE = frozenset({b"GET", b"HEAD"})
 _perf = time.perf_counter
+_mono = time.monotonic
 _NO_BODY_STATUS = frozenset({204, 304})
+
+
+class _ExtraBytes(Exception):
+    """Raised from the response parser: SGLang sent bytes after the complete response."""
 
 
 class Exchange:
@@ -50,12 +59,14 @@ class Exchange:
         "content_type",
         "core",
         "expect_continue",
+        "extra",
         "finished",
         "got_bytes",
         "head",
         "head_sent",
         "interim",
         "is_head",
+        "last_up",
         "method",
         "out",
         "parser",
@@ -67,6 +78,7 @@ class Exchange:
         "resp_headers",
         "retried",
         "reused",
+        "sent",
         "started_at",
         "started_perf",
         "status",
@@ -112,6 +124,9 @@ class Exchange:
         self.req_done = False
         self.retried = False
         self.reused = False
+        self.sent = False  # a byte of this request was written to an SGLang connection
+        self.extra = False  # SGLang sent bytes past the end of its response
+        self.last_up = 0.0  # monotonic time of the last write to / read from SGLang
         self.got_bytes = False
         self.status = 0
         self.reason = b""
@@ -135,7 +150,9 @@ class Exchange:
         sampler = core.sampler
         if sampler.is_candidate(method, url):
             try:
-                self.capture = Capture(sampler.hasher(url), core.config.max_sample_bytes)
+                self.capture = Capture(
+                    sampler.hasher(url), core.config.max_sample_bytes, core.capture_budget
+                )
             except Exception:
                 self._capture_failed()
 
@@ -158,21 +175,17 @@ class Exchange:
                 self._capture_failed()
         if self.finished:
             return
-        up = self.up
-        if up is not None:
+        if self.up is not None:
             self._send_up(http.chunk(piece) if self.req_chunked else piece)
-            body = self.body
-            if body is not None:
-                self.body_size += len(piece)
-                if self.body_size > REPLAY_LIMIT:
-                    self.body = None
-                else:
-                    body.append(piece)
-        elif self.body is not None:  # still connecting: hold the piece until attached
-            self.body.append(piece)
+        body = self.body
+        if body is not None:  # kept while connecting, and for a replay of a GET/HEAD
+            body.append(piece)
             self.body_size += len(piece)
-            if self.body_size > REPLAY_LIMIT:
-                self.client.pause_reading()
+            if self.body_size > HOLD_LIMIT:
+                if self.up is None:  # still connecting: no more until attached
+                    self.client.pause_reading()
+                else:
+                    self.body = None
 
     def request_complete(self) -> None:
         self.req_done = True
@@ -182,6 +195,7 @@ class Exchange:
                 capture.chosen = self.core.sampler.chosen(capture.hasher)
                 if not capture.chosen:
                     self.capture = None
+                    capture.release()
             except Exception:
                 self._capture_failed()
         if not self.finished and self.req_chunked and self.up is not None:
@@ -204,16 +218,6 @@ class Exchange:
         else:
             self.write(answer)
             self._finish(code, complete=False)
-
-    def discard(self) -> None:
-        """A pipelined request refused before it started: it leaves the in-flight count (its
-        refusal is answered and counted by the connection, after the responses before it)."""
-        if self.finished:
-            return
-        self.finished = True
-        self.parser = None
-        self.capture = None
-        self.core.stats.inflight -= 1
 
     def client_lost(self) -> None:
         """The client went away: drop SGLang's connection at once so generation stops."""
@@ -261,11 +265,15 @@ class Exchange:
             up.exchange = None
             self.upstream_lost(up)
             return
+        if self.client.write_paused:  # the client is behind: SGLang waits for it
+            up.pause_reading()
         pending = self.up_out
         pending.append(self.head)
         body = self.body
         if body:
             pending.extend(map(http.chunk, body) if self.req_chunked else body)
+            if self.body_size > HOLD_LIMIT:
+                self.body = None  # too large to replay; reading resumes now it can flow
             self.client.resume_reading()
         if self.req_done and self.req_chunked:
             pending.append(http.CHUNK_END)
@@ -287,18 +295,24 @@ class Exchange:
         up = self.up
         if up is not None and up.transport is not None:
             up.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+            self.sent = True
+            self.last_up = _mono()
+            if self.method not in _REPLAYABLE:  # never replayed once sent: nothing to keep
+                self.body = None
             if not self.t_request:
                 self.t_request = _perf() - self.started_perf
         pending.clear()
 
     def upstream_data(self, data: bytes) -> None:
+        self.last_up = _mono()
         if self.head_sent:  # the hot path: body bytes of a response under way
             try:
                 self.parser.feed_data(data)  # type: ignore[union-attr]
             except HttpParserError as exc:
-                log.debug("bad response from upstream: %s", type(exc).__name__)
-                self._upstream_broken()
-                return
+                if not self.extra:
+                    log.debug("bad response from upstream: %s", type(exc).__name__)
+                    self._upstream_broken()
+                    return
             out = self.out
             if out:
                 self.write(out[0] if len(out) == 1 else b"".join(out))
@@ -312,9 +326,10 @@ class Exchange:
         try:
             self.parser.feed_data(data)  # type: ignore[union-attr]
         except HttpParserError as exc:
-            log.debug("bad response from upstream: %s", type(exc).__name__)
-            self._upstream_broken()
-            return
+            if not self.extra:
+                log.debug("bad response from upstream: %s", type(exc).__name__)
+                self._upstream_broken()
+                return
         self._flush()
         if self.resp_done:
             self._complete()
@@ -332,9 +347,10 @@ class Exchange:
             self._finish(status_code_label(self.status), complete=True)
         elif self.head_sent:
             self._truncated()
-        elif self.reused and not self.got_bytes and not self.retried and self.body is not None:
+        elif self._replayable():
             # A pooled connection SGLang closed while idle: replay once on a fresh one.
             self.retried = True
+            self.sent = False
             self.parser = None
             self.connecting = asyncio.get_running_loop().create_task(self._connect())
         else:
@@ -345,7 +361,63 @@ class Exchange:
                 "502_upstream_failed",
             )
 
+    def _replayable(self) -> bool:
+        """Whether a request SGLang's connection dropped before any response byte may be sent
+        again: once, on a pooled connection (a fresh one that fails is a real failure), and
+        only if it is idempotent or provably never reached SGLang (nothing was written), with
+        its whole body still at hand (a POST SGLang may have received is answered 502)."""
+        if not self.reused or self.got_bytes or self.retried:
+            return False
+        if self.sent and self.method not in _REPLAYABLE:
+            return False
+        return self.body is not None and (self.req_done or not self.sent)
+
+    def waiting_since(self, deadline: float) -> bool:
+        """True when a response is owed on an attached connection and SGLang has neither read
+        nor sent a byte of it since ``deadline`` (not while the tap paused reading for a slow
+        client: that wait is the client's)."""
+        up = self.up
+        return (
+            up is not None
+            and not self.finished
+            and self.sent
+            and not up.paused
+            and self.last_up < deadline
+        )
+
+    def upstream_timed_out(self) -> None:
+        """No byte from SGLang for ``upstream_read_timeout`` while a response is owed: abort its
+        connection; the client gets 504, or keeps what it got with its connection closed."""
+        if self.finished:
+            return
+        up, self.up = self.up, None
+        if up is not None:
+            up.abort()
+        self.core.stats.aborted["upstream_timeout"] += 1
+        self.out.clear()
+        if self.head_sent:
+            self._truncated(counted=True)
+        else:
+            self.close_after = True
+            self.write(
+                http.error_response(
+                    504,
+                    "Gateway Timeout",
+                    "upstream sent nothing within the read timeout",
+                    "upstream_timeout",
+                    True,
+                )
+            )
+            self._finish("504_upstream_timeout", complete=False)
+
     # llhttp callbacks (response parser) -------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.resp_done:  # a second response on the same read: SGLang's stream is off
+            self.extra = True
+            raise _ExtraBytes
+        self.reason = b""  # every per-response field starts empty (1xx, then the final one)
+        self.resp_headers = []
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
@@ -363,8 +435,6 @@ class Exchange:
             self.interim = True
             if not self.close_after:
                 self.out.append(http.response_head(status, self.reason, headers, False, False))
-            self.reason = b""
-            self.resp_headers = []
             return
         self.status = status
         self.content_type = ctype
@@ -421,19 +491,26 @@ class Exchange:
             self.t_head_in = 0.0
 
     def _complete(self) -> None:
+        """The response ended: its connection goes back to the pool only if it is clean (see
+        :meth:`UpstreamConnection.reusable`), else it is closed; bytes past the end are
+        counted and never reach another client."""
         up, self.up = self.up, None
         if up is not None:
-            if self.up_keep_alive and self.req_done:
+            if self.extra:
+                self.core.stats.upstream_discarded["extra_bytes"] += 1
+                up.close()
+            elif self.up_keep_alive and self.req_done and up.reusable():
                 self.core.pool.release(up)
             else:
                 up.close()
         self._finish(status_code_label(self.status), complete=True)
 
-    def _truncated(self) -> None:
+    def _truncated(self, *, counted: bool = False) -> None:
         """SGLang broke off mid-body: the client keeps what it got; its connection is closed
         (no terminating chunk, so the truncation stays visible, as nginx does)."""
         self._flush()
-        self.core.stats.aborted["upstream_reset"] += 1
+        if not counted:
+            self.core.stats.aborted["upstream_reset"] += 1
         self.close_after = True
         self._finish(status_code_label(self.status), complete=False)
 
@@ -470,15 +547,17 @@ class Exchange:
             self.connecting = None
             task.cancel()
         capture, self.capture = self.capture, None
-        if capture is not None and capture.chosen and self.status:
-            self._hand_off(capture, complete)
+        if capture is not None:
+            if capture.chosen and self.status:
+                self._hand_off(capture, complete)
+            capture.release()
         self.client.exchange_done(self)
 
     def _hand_off(self, capture: Capture, complete: bool) -> None:
         stats = self.core.stats
         try:
             if capture.overflow:
-                stats.dropped["too_large"] += 1
+                stats.dropped[capture.overflow] += 1
                 return
             sample = build_sample(
                 capture,
@@ -498,7 +577,9 @@ class Exchange:
 
     def _capture_failed(self) -> None:
         """Sampling broke for this exchange: stop capturing; the response carries on."""
-        self.capture = None
+        capture, self.capture = self.capture, None
+        if capture is not None:
+            capture.release()
         self.core.stats.errors["capture"] += 1
 
 

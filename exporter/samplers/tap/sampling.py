@@ -98,19 +98,51 @@ class Sampler:
         return self.chosen(h)
 
 
+class CaptureBudget:
+    """Bytes all in-flight captures of one tap may keep together (``capture_budget_bytes``).
+
+    A capture reserves what it keeps and gives it back when it ends (handed off, not chosen,
+    dropped or failed), so many slow or withheld candidate bodies cannot add up: past the
+    budget a capture stops keeping (dropped, reason ``capture_budget``) and its request is
+    forwarded as usual."""
+
+    __slots__ = ("available", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.available = limit
+
+    @property
+    def held(self) -> int:
+        return self.limit - self.available
+
+
 class Capture:
     """Keeps one candidate exchange's body pieces (references, no copies) until it ends."""
 
-    __slots__ = ("chosen", "hasher", "limit", "overflow", "request", "response", "size")
+    __slots__ = (
+        "budget",
+        "chosen",
+        "hasher",
+        "limit",
+        "overflow",
+        "request",
+        "reserved",
+        "response",
+        "size",
+    )
 
-    def __init__(self, hasher: hashlib.blake2b, limit: int) -> None:
+    def __init__(self, hasher: hashlib.blake2b, limit: int, budget: CaptureBudget) -> None:
         self.hasher = hasher
         self.request: list[bytes] = []
         self.response: list[bytes] = []
         self.size = 0
         self.limit = limit
+        self.budget = budget
+        self.reserved = 0
         self.chosen: bool | None = None  # unknown until the request body is complete
-        self.overflow = False
+        # why the pieces were let go ("too_large", "capture_budget"), or "" while kept
+        self.overflow = ""
 
     def add_request(self, piece: bytes) -> None:
         self.hasher.update(piece)
@@ -120,16 +152,31 @@ class Capture:
         if self.chosen is not False:
             self._keep(self.response, piece)
 
+    def release(self) -> None:
+        """Give the reserved bytes back to the budget (idempotent)."""
+        self.budget.available += self.reserved
+        self.reserved = 0
+
     def _keep(self, pieces: list[bytes], piece: bytes) -> None:
         if self.overflow:
             return
-        self.size += len(piece)
+        n = len(piece)
+        self.size += n
+        budget = self.budget
         if self.size > self.limit:
-            self.overflow = True
-            self.request.clear()
-            self.response.clear()
+            self._let_go("too_large")
+        elif n > budget.available:
+            self._let_go("capture_budget")
         else:
+            budget.available -= n
+            self.reserved += n
             pieces.append(piece)
+
+    def _let_go(self, reason: str) -> None:
+        self.overflow = reason
+        self.request.clear()
+        self.response.clear()
+        self.release()
 
 
 def find_request_id(header_value: bytes | None, body_head: bytes) -> str | None:

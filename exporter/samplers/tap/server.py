@@ -114,12 +114,19 @@ class Tap:
         return self.stats.collect()
 
     def _sweep(self) -> None:
-        """Close client connections idle (or stuck mid-head) for client_idle_timeout, and refuse
-        (408) requests whose body stalled that long (their SGLang connection is aborted)."""
-        deadline = time.monotonic() - self.config.client_idle_timeout
+        """Close client connections idle (or stuck mid-head) for client_idle_timeout, refuse
+        (408) requests whose body stalled that long (their SGLang connection is aborted), and
+        time out (504) responses SGLang sent nothing of for upstream_read_timeout."""
+        now = time.monotonic()
+        deadline = now - self.config.client_idle_timeout
+        read_deadline = now - self.config.upstream_read_timeout
         for client in list(self._core.clients):
             if client.idle and client.idle_since < deadline:
                 client.close()
             elif client.body_stalled_since(deadline):
                 client.body_stalled()
+            else:
+                active = client.active
+                if active is not None and active.waiting_since(read_deadline):
+                    active.upstream_timed_out()
         self._sweeper = asyncio.get_running_loop().call_later(_SWEEP_SECONDS, self._sweep)

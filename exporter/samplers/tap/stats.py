@@ -22,23 +22,32 @@ REQUEST_CODES = (
     "501_not_implemented",
     "502_upstream_unreachable",
     "502_upstream_failed",
+    "503_too_many_connections",
+    "504_upstream_timeout",
     "client_closed",
 )
 STATUS_CLASS = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
-ABORT_REASONS = ("upstream_reset", "client_disconnect")
+ABORT_REASONS = ("upstream_reset", "client_disconnect", "upstream_timeout")
 # Why the tap refused a client's request itself (docs/tap.md, "Hostile input").
 REJECT_REASONS = (
     "malformed_head",  # llhttp could not parse the request line or headers
     "head_too_large",  # request line + headers over max_header_bytes
-    "bad_host",  # HTTP/1.1 without exactly one Host header (RFC 9112 §3.2)
+    "bad_version",  # not HTTP/1.1 or HTTP/1.0 (no version, HTTP/0.9, 2.0, RTSP...)
+    "bad_host",  # not exactly one Host header, or an invalid one (RFC 9112 §3.2)
+    "bad_connection",  # Connection names a header the tap frames by (Content-Length...)
     "bad_transfer_encoding",  # Transfer-Encoding whose final coding is not chunked (§6.1)
     "unsupported_transfer_coding",  # a coding besides chunked (gzip, ...): 501
     "bad_chunked_body",  # body framing broke after the head went to SGLang
     "body_timeout",  # request body stalled for client_idle_timeout
     "junk_after_request",  # unparseable bytes pipelined after a complete request
+    "pipelined_after_chunked",  # a request in the same read as a chunked body's end
+    "too_many_connections",  # over max_connections: 503
 )
+# Why an SGLang connection was closed instead of pooled, besides the ordinary reasons
+# (not keep-alive, paused, unfinished): bytes past a complete response.
+UPSTREAM_DISCARD_REASONS = ("extra_bytes",)
 # not_ok / incomplete: the grading hand-off takes only complete HTTP 200 answers
-DROP_REASONS = ("queue_full", "too_large", "not_ok", "incomplete")
+DROP_REASONS = ("queue_full", "too_large", "capture_budget", "not_ok", "incomplete")
 ERROR_STAGES = ("capture", "consumer")
 
 
@@ -81,6 +90,7 @@ class TapStats:
         self.rejected = dict.fromkeys(REJECT_REASONS, 0)
         self.dropped = dict.fromkeys(DROP_REASONS, 0)
         self.errors = dict.fromkeys(ERROR_STAGES, 0)
+        self.upstream_discarded = dict.fromkeys(UPSTREAM_DISCARD_REASONS, 0)
         self.sampled = 0
         self.inflight = 0
         self.upstream_connections = 0
@@ -94,6 +104,7 @@ class TapStats:
             (catalog.TAP_REJECTED, self.rejected),
             (catalog.TAP_SAMPLES_DROPPED, self.dropped),
             (catalog.TAP_SAMPLING_ERRORS, self.errors),
+            (catalog.TAP_UPSTREAM_DISCARDED, self.upstream_discarded),
         ):
             fam = spec.family()
             for label, value in list(values.items()):

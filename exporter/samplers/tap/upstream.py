@@ -1,7 +1,9 @@
 """Keep-alive connections to SGLang and the pool that hands them out.
 
 Checkout is a ``deque.pop`` (constant time, most recently used first, so the connection least
-likely to have been closed by SGLang's keep-alive timer is reused). A connection SGLang closes
+likely to have been closed by SGLang's keep-alive timer is reused). A connection enters the
+pool only when :meth:`UpstreamConnection.reusable` holds (open, reading, nothing left to
+write) and its response ended cleanly; checkout checks it again. A connection SGLang closes
 while idle is only marked closed and skipped later; a sweep every second drops closed and
 expired ones, so nothing scans the pool per request.
 """
@@ -24,12 +26,14 @@ if TYPE_CHECKING:
 class UpstreamConnection(asyncio.Protocol):
     """One TCP connection to SGLang; forwards everything it reads to its current exchange."""
 
-    __slots__ = ("closed", "exchange", "idle_since", "transport", "uses")
+    __slots__ = ("closed", "exchange", "idle_since", "paused", "stats", "transport", "uses")
 
-    def __init__(self) -> None:
+    def __init__(self, stats: TapStats) -> None:
         self.transport: asyncio.Transport | None = None
         self.exchange: Exchange | None = None
+        self.stats = stats
         self.closed = False
+        self.paused = False  # reading paused for a slow client (back-pressure)
         self.idle_since = 0.0
         self.uses = 0
 
@@ -43,7 +47,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         exchange = self.exchange
-        if exchange is None:  # bytes nobody asked for: the connection is not reusable
+        if exchange is None:  # bytes nobody asked for: never handed to the next client
+            self.stats.upstream_discarded["extra_bytes"] += 1
             self.close()
             return
         exchange.upstream_data(data)
@@ -65,6 +70,29 @@ class UpstreamConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.exchange is not None:
             self.exchange.resume_client_reading()
+
+    def pause_reading(self) -> None:
+        if not self.paused and self.transport is not None and not self.closed:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def reusable(self) -> bool:
+        """Whether this connection may serve another request: open, reading (a paused one
+        would leave the next request waiting for bytes it never reads) and nothing queued to
+        write (a request body still going out belongs to the request that just ended)."""
+        transport = self.transport
+        return (
+            not self.closed
+            and not self.paused
+            and transport is not None
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() == 0
+        )
 
     def close(self) -> None:
         """Graceful close (pending writes flushed); used for idle or finished connections."""
@@ -114,8 +142,8 @@ class UpstreamPool:
         deadline = time.monotonic() - self._idle_timeout
         while idle:
             conn = idle.pop()
-            transport = conn.transport
-            if conn.closed or transport is None or transport.is_closing():
+            if not conn.reusable():
+                conn.close()
                 continue
             if conn.idle_since < deadline:
                 conn.close()
@@ -126,7 +154,7 @@ class UpstreamPool:
     def release(self, conn: UpstreamConnection) -> None:
         """Return a connection whose exchange finished cleanly."""
         conn.exchange = None
-        if conn.closed or len(self._idle) >= self._max_idle:
+        if not conn.reusable() or len(self._idle) >= self._max_idle:
             conn.close()
             return
         conn.idle_since = time.monotonic()
@@ -134,8 +162,9 @@ class UpstreamPool:
 
     async def connect(self) -> UpstreamConnection:
         loop = asyncio.get_running_loop()
+        stats = self._stats
         _, conn = await asyncio.wait_for(
-            loop.create_connection(UpstreamConnection, self.host, self.port),
+            loop.create_connection(lambda: UpstreamConnection(stats), self.host, self.port),
             self._connect_timeout,
         )
         self._stats.upstream_connections += 1
