@@ -183,6 +183,21 @@ class SidecarSettings(BaseSettings):
     )
     tap_sample_seed: int = Field(0, description="Key of the tap's sampling hash.")
     tap_queue: int = Field(256, ge=1, description="Tap samples waiting for hand-off, max.")
+    tap_max_connections: int = Field(
+        1024, ge=1, le=65536, description="Tap client connections at once; more get 503."
+    )
+    tap_upstream_read_timeout: float = Field(
+        900.0,
+        gt=0,
+        le=86400,
+        description="Seconds the tap waits for SGLang's next byte of a response; then 504.",
+    )
+    tap_capture_budget_bytes: int = Field(
+        32 << 20,
+        ge=1 << 20,
+        le=1 << 32,
+        description="Bytes all in-flight tap sampling captures keep together, max.",
+    )
     # Probe
     probe_dir: Path | None = Field(None, description="Directory of probe snapshot files.")
     probe_stale_after: float = Field(5.0, gt=0, description="Probe file older than this is down.")

@@ -120,6 +120,9 @@ class Sidecar:
                     sample_rate=settings.tap_sample_rate,
                     sample_seed=settings.tap_sample_seed,
                     queue_size=settings.tap_queue,
+                    max_connections=settings.tap_max_connections,
+                    upstream_read_timeout=settings.tap_upstream_read_timeout,
+                    capture_budget_bytes=settings.tap_capture_budget_bytes,
                 ),
                 on_sample=TapHandoff(self.pipeline),
             )
