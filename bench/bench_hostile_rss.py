@@ -11,6 +11,7 @@ result is compared with the sidecar container's memory limit in docker/k8s/deplo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -37,8 +38,11 @@ NOTE = (
     "4 MiB canary answers). The tap and ingest rows are bounded by the grading queue's bytes "
     "(grading_queue_bytes, 32 MiB by default, besides its 1,000-request count), the sample "
     "store's bytes (samples_max_bytes, 8 MiB) and one ingest body read at a time "
-    "(ingest_concurrency 1; more get 429): what remains is transient decoding. Re-run after "
-    "changing ingest, grading or the tap's sampling."
+    "(ingest_concurrency 1; more get 429): what remains is transient decoding. The tap's own "
+    "buffers are bounded per connection and by its connection cap (docs/tap.md, 'Memory "
+    "bounds'): withheld sampled bodies share capture_budget_bytes (32 MiB), pipelined bytes "
+    "wait unparsed (at most one read per connection), slow readers hold at most the high-water "
+    "mark plus one SGLang read each. Re-run after changing ingest, grading or the tap."
 )
 DEPLOYMENT = REPO / "docker" / "k8s" / "deployment.yaml"
 TOKEN = "bench-ingest-token"
@@ -62,9 +66,9 @@ def manifest_limit_mib() -> int:
     """The sidecar container's memory limit in the Kubernetes manifest (Mi)."""
     text = DEPLOYMENT.read_text(encoding="utf-8")
     sidecar = text[text.index("- name: dsv4-sidecar") :]
-    m = re.search(r"limits:\s*\n(?:\s+\w+: \S+\n)*?\s+memory: (\d+)Mi", sidecar)
+    m = re.search(r"limits:\s*\n(?:\s+\w+: \S+\n)*?\s+memory: (\d+)(Mi|Gi)", sidecar)
     assert m, "no memory limit on the sidecar container"
-    return int(m.group(1))
+    return int(m.group(1)) * (1024 if m.group(2) == "Gi" else 1)
 
 
 @dataclass
@@ -182,6 +186,81 @@ async def _tap_idle_connections(sc: Sidecar, n: int, seconds: float) -> None:
         w.close()
 
 
+def _tap_addr(sc: Sidecar) -> tuple[str, int]:
+    host, port = sc.tap.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+async def _open_many(
+    sc: Sidecar, n: int
+) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    host, port = _tap_addr(sc)
+    conns = []
+    for _ in range(n):
+        try:
+            conns.append(await asyncio.open_connection(host, port))
+        except OSError:
+            break
+    return conns
+
+
+async def _tap_withheld_bodies(sc: Sidecar, n: int, size: int, seconds: float) -> None:
+    """Sampled candidate POSTs that never send their last 10 bytes (issue 22's 72 -> 309 MB)."""
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * size}]})
+    data = body.encode()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(data)
+    )
+    conns = await _open_many(sc, n)
+    for _, w in conns:
+        w.write(head + data[:-10])
+    await asyncio.gather(*(w.drain() for _, w in conns), return_exceptions=True)
+    await asyncio.sleep(seconds)
+    for _, w in conns:
+        w.close()
+
+
+async def _tap_pipelined(sc: Sidecar, total: int, seconds: float) -> None:
+    """One connection writing ``total`` bytes of pipelined requests (issue 22: 61k exchanges)."""
+    one = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    (reader, writer), *_ = await _open_many(sc, 1)
+    writer.write(one * (total // len(one)))
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(Exception):
+        while time.monotonic() < deadline:
+            if not await asyncio.wait_for(reader.read(1 << 16), seconds):
+                break
+    writer.transport.abort()
+
+
+async def _tap_slow_readers(sc: Sidecar, n: int, seconds: float) -> None:
+    """``n`` clients asking for an endless answer and reading none of it."""
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    req = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    conns = await _open_many(sc, n)
+    for _, w in conns:
+        w.write(req)  # never read: the StreamReader pauses, the kernel buffers fill, then the tap's
+    await asyncio.sleep(seconds)
+    for _, w in conns:
+        w.transport.abort()
+
+
+async def _tap_unfinished_heads(sc: Sidecar, n: int, seconds: float) -> None:
+    """``n`` connections (past the cap: the rest get 503) each holding 60 KiB of a head."""
+    conns = await _open_many(sc, n)
+    part = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (60 << 10)
+    for _, w in conns:
+        w.write(part)
+    await asyncio.gather(*(w.drain() for _, w in conns), return_exceptions=True)
+    await asyncio.sleep(seconds)
+    for _, w in conns:
+        w.transport.abort()
+
+
 def _dsml_text(size: int) -> str:
     call = (
         '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
@@ -244,6 +323,26 @@ def abuses(quick: bool) -> list[Abuse]:
             "tap: 1,000 connections stalled mid-body",
             {},
             lambda sc: _tap_idle_connections(sc, 1000, secs),
+        ),
+        Abuse(
+            "tap: 30 sampled 8 MiB bodies withholding their last 10 bytes",
+            {},
+            lambda sc: _tap_withheld_bodies(sc, 30, 8 * MIB - 4096, secs),
+        ),
+        Abuse(
+            "tap: 10.5 MB of pipelined requests on one connection",
+            {},
+            lambda sc: _tap_pipelined(sc, int(10.5 * MIB), secs),
+        ),
+        Abuse(
+            "tap: 512 clients (the cap) never reading an endless answer",
+            {"chat": "huge"},
+            lambda sc: _tap_slow_readers(sc, 512, secs),
+        ),
+        Abuse(
+            "tap: 1,000 connections x 60 KiB unfinished heads (512 held, rest 503)",
+            {},
+            lambda sc: _tap_unfinished_heads(sc, 1000, secs),
         ),
         Abuse(
             "ingest: 10 clients x 4.7 MB DSML bodies",

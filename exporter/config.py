@@ -184,7 +184,7 @@ class SidecarSettings(BaseSettings):
     tap_sample_seed: int = Field(0, description="Key of the tap's sampling hash.")
     tap_queue: int = Field(256, ge=1, description="Tap samples waiting for hand-off, max.")
     tap_max_connections: int = Field(
-        1024, ge=1, le=65536, description="Tap client connections at once; more get 503."
+        512, ge=1, le=65536, description="Tap client connections at once; more get 503."
     )
     tap_upstream_read_timeout: float = Field(
         900.0,

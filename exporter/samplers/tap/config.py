@@ -41,7 +41,7 @@ class TapConfig:
     upstream_read_timeout: float = 900.0
     # Client connections open at once; more are answered 503 and closed. With the per-connection
     # bounds in docs/tap.md ("Memory bounds") this caps the tap's buffers.
-    max_connections: int = 1024
+    max_connections: int = 512
     # One budget for the bodies every in-flight sampling candidate keeps (request until the
     # sampling decision, response until the hand-off); past it a candidate is not captured
     # (dropped, reason capture_budget) and its request is still forwarded.
