@@ -254,8 +254,10 @@ def build() -> dm.Dashboard:
     b.timeseries(
         "Tap aborts, rejections and upstream connections",
         "Requests ended without a complete response, by reason; requests the tap refused itself "
-        "(hostile or broken HTTP framing, by reason); and new connections to SGLang per second "
-        "(far above the request rate: keep-alive is not reused).",
+        "(hostile or broken HTTP framing, by reason); new connections to SGLang per second "
+        "(far above the request rate: keep-alive is not reused); and SGLang connections closed "
+        "because SGLang sent bytes after a complete response (any rate: SGLang and the tap "
+        "disagree on framing; those bytes were dropped, never given to another client).",
         "ops",
         [
             target(
@@ -269,6 +271,10 @@ def build() -> dm.Dashboard:
             target(
                 f"sum by (instance, reason) ({rate('dsv4_tap_rejected_total')})",
                 "rejected {{reason}} · {{instance}}",
+            ),
+            target(
+                f"sum by (instance, reason) ({rate('dsv4_tap_upstream_discarded_total')})",
+                "upstream discarded {{reason}} · {{instance}}",
             ),
         ],
         min_val=0,
