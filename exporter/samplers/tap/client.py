@@ -431,7 +431,8 @@ class ClientConnection(asyncio.Protocol):
         elif self.reading:  # finished inside _process: its loop goes on with the next bytes
             return
         else:
-            if self.buf:
+            if self.buf:  # the next pipelined request starts now: its latency clock too
+                self.t_data = _perf()
                 self._process()
             if self.active is None or not self.buf:
                 self.resume_reading()
