@@ -40,7 +40,7 @@ native: $(NATIVE)
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
 # present, else Debian's docker-compose (pure Python, no daemon needed for `config`).
 deb-test:
-	@scripts/ensure-debian-packages.sh prometheus
+	@scripts/ensure-debian-packages.sh prometheus nginx
 	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
 deb-bench:
 	@scripts/ensure-debian-packages.sh prometheus nginx

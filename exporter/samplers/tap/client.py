@@ -45,9 +45,9 @@ _HEAD_END = b"\r\n\r\n"
 # Leading empty lines are skipped, as RFC 9112 §2.2 allows and llhttp and nginx do.
 _REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ ([^\x00-\x20\x7f]+)")
 _LINE_ENDS = frozenset({b" HTTP/1.1\r\n", b" HTTP/1.0\r\n"})
-# origin-form or "*" only (RFC 9112 §3.2): SGLang serves paths, and an absolute-form target
-# would name a host the tap does not route by.
-_TARGET = re.compile(rb"/[^\x00-\x20\x7f]*|\*")
+# origin-form only (RFC 9112 §3.2.1): SGLang serves paths; an absolute-form target would name
+# a host the tap does not route by, and nginx refuses the asterisk-form of OPTIONS.
+_TARGET = re.compile(rb"/[^\x00-\x20\x7f]*")
 # Host = uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2): a reg-name or an IP literal,
 # never empty, no ".." (what nginx refuses as an invalid host).
 _LABEL = rb"[A-Za-z0-9_~!$&'()*+,;=%-]+"
@@ -92,12 +92,31 @@ def error_answer(reason: str) -> bytes:
     return http.error_response(status, phrase, message, "bad_request", True)
 
 
+def _tab_in_framing(head: bytes) -> str | None:
+    """A tab around a Content-Length or Transfer-Encoding value (llhttp strips it as OWS, RFC
+    9110 §5.6.3; nginx skips only spaces and refuses the value): refused, so that no value is
+    read one way by the tap and another by a hop behind it."""
+    for line in head.split(b"\r\n")[1:]:
+        if b"\t" in line:
+            name = line.split(b":", 1)[0].strip().lower()
+            if name == b"content-length":
+                return "malformed_head"
+            if name == b"transfer-encoding":
+                return "bad_transfer_encoding"
+    return None
+
+
 def transfer_coding_problem(values: list[bytes]) -> str | None:
     """Why a request's Transfer-Encoding cannot be framed (RFC 9112 §6.1), or None when it is
     plain ``chunked``: the final coding must be chunked (else 400), chunked only once, and the
     tap (like SGLang's uvicorn) decodes no other coding (501)."""
-    codings = [c.strip().lower() for v in values for c in v.split(b",") if c.strip()]
-    if not codings or codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
+    codings = [c.strip().lower() for v in values for c in v.split(b",")]
+    if (
+        not codings
+        or b"" in codings  # empty list elements (", chunked"): nginx takes only "chunked"
+        or codings[-1] != b"chunked"
+        or codings.count(b"chunked") > 1
+    ):
         return "bad_transfer_encoding"
     if len(codings) > 1:
         return "unsupported_transfer_coding"
@@ -234,6 +253,8 @@ class ClientConnection(asyncio.Protocol):
                         self._keep(data, pos, end)
                         break
                     problem = self._line_problem(data, pos)
+                    if problem is None and data.find(b"\t", pos, stop) >= 0:
+                        problem = _tab_in_framing(data[pos:stop])
                     if problem is not None:
                         self.rejection = problem
                         raise Rejected
