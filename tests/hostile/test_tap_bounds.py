@@ -225,6 +225,17 @@ def test_a_silent_upstream_is_timed_out_with_504() -> None:
             b"POST /a HTTP/1.0\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             "bad_transfer_encoding",
         ),
+        (b"OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n", "malformed_head"),
+        (b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length:\t2\r\n\r\nok", "malformed_head"),
+        (b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 2\t\r\n\r\nok", "malformed_head"),
+        (
+            b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding:\tchunked\r\n\r\n0\r\n\r\n",
+            "bad_transfer_encoding",
+        ),
+        (
+            b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: ,chunked\r\n\r\n0\r\n\r\n",
+            "bad_transfer_encoding",
+        ),
     ],
 )
 def test_heads_that_would_redefine_framing_are_refused(raw: bytes, reason: str) -> None:
