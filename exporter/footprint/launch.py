@@ -108,12 +108,15 @@ class Launch:
     ignored: tuple[str, ...] = ()  # launch tokens with no known footprint effect
 
 
-def add_launch_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def add_launch_arguments(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup, model_alias: bool = True
+) -> None:
     """SGLang's flag names and aliases (``ServerArgs.add_cli_args``) for what sizes the pools.
     ``--tp`` and ``--dp`` are not SGLang aliases but unique prefixes its argparse accepts
     (``--pp`` is ambiguous there and refused here too). Defaults are None ("not given") so
     that resolution can apply SGLang's own defaults."""
-    p.add_argument("--model-path", "--model", dest="model_path", default=None)
+    names = ("--model-path", "--model") if model_alias else ("--model-path",)
+    p.add_argument(*names, dest="model_path", default=None)
     p.add_argument(
         "--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=int, default=None
     )

@@ -324,3 +324,27 @@ def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: 
             mismatches.append(f"{label}: pools the release does not allocate: {sorted(extra)}")
     assert not mismatches, f"{len(mismatches)} mismatches:\n" + "\n".join(mismatches[:60])
     assert compared >= 40 and refused >= 3 and skipped <= 5, (compared, refused, skipped)
+
+
+@pytest.mark.parametrize("version", PUBLISHED_RELEASES)
+def test_docs_launch_pasted_after_plan_gives_sglangs_numbers(
+    oracle: dict[str, list[dict[str, Any]]], version: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SGLang's documented DSV4 launch (TP 8, DP 8 with DP attention, EAGLE 3 steps / 4 draft
+    tokens) pasted after ``plan --`` gives the release's own full tokens and pool bytes."""
+    from exporter.cli import main
+
+    i = next(n for n, c in enumerate(CASES) if c["argv"] == DOCS_LAUNCH.split())
+    real = oracle[version][i]
+    budget = CASES[i]["available_bytes"]
+    argv = ["plan", "--json", "--sglang-version", version, "--index-k-dtype", "fp8"]
+    assert main([*argv, "--available-bytes", str(budget), "--", *DOCS_LAUNCH.split()]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["resolved"]["attn_dp_size"] == 8 and got["resolved"]["num_draft_tokens"] == 4
+    assert got["full_tokens"] == real["full_max_total_num_tokens"]
+    # plan adds the draft (MTP) worker's own pool; V4-Flash's MTP layer is SWA-only (ratio 0),
+    # so only the SWA pool differs: one more layer of the target's SWA pool (43 + 1 layers).
+    layers = CASES[i]["config"]["num_hidden_layers"]
+    for pool, real_bytes in real["pool_tensors"].items():
+        draft = real_bytes // layers if pool == "swa_kv" else 0
+        assert got["pools"][pool]["allocated_bytes"] == real_bytes + draft, pool
