@@ -154,7 +154,28 @@ def test_fixed_verdict_is_ok(capsys):
 
 
 # --- SGLang's own vocabulary -----------------------------------------------------------------
-DOCS_LAUNCH = ["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V4-Flash", "--tp", "8", "--dp", "8", "--enable-dp-attention", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--max-running-requests", "1024"]
+DOCS_LAUNCH = [
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "deepseek-ai/DeepSeek-V4-Flash",
+    "--tp",
+    "8",
+    "--dp",
+    "8",
+    "--enable-dp-attention",
+    "--speculative-algorithm",
+    "EAGLE",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+    "--max-running-requests",
+    "1024",
+]
 
 
 def test_launch_command_after_dashdash_is_resolved_as_sglang_does(capsys):
