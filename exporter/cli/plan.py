@@ -6,22 +6,36 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 from exporter.footprint import (
     CONFIGURATORS,
     INDEX_K_DTYPES,
     NOT_MODELLED_SWITCHES,
     BudgetError,
-    DeploymentSettings,
     Footprint,
     GeometryError,
+    ModelGeometry,
     SettingsError,
     available_bytes_from_gpu,
     not_modelled,
     plan_for_budget,
+    preset_for_served_name,
     resolve_model,
     stage_slice,
 )
+from exporter.footprint.launch import (
+    LAUNCH_FIELDS,
+    Launch,
+    LaunchError,
+    Resolved,
+    add_launch_arguments,
+    parse_env,
+    parse_launch,
+    resolve,
+)
+from exporter.footprint.refusals import Refused
 from exporter.footprint.releases import (
     NEWEST_RELEASE,
     RULES,
@@ -42,14 +56,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model",
-        default="deepseek-v4-flash",
-        help="preset (deepseek-v4-flash, deepseek-v4-pro) or path to config.json / model dir",
+        default=None,
+        help="preset (deepseek-v4-flash, deepseek-v4-pro) or path to config.json / model dir "
+        "(default: the launch's --model-path when it names a preset or a local model dir, "
+        "else deepseek-v4-flash)",
     )
     p.add_argument(
         "--index-k-dtype",
         choices=INDEX_K_DTYPES,
-        default="bf16",
-        help="what the device pool stores for the c4 index-K cache",
+        default=None,
+        help="what the device pool stores for the c4 index-K cache (default: fp4 with "
+        "--enable-deepseek-v4-fp4-indexer, bf16 with SGLANG_DSV4_BF16_INDEX_K, else bf16, "
+        "the production forks' dtype)",
     )
     p.add_argument(
         "--configurator",
@@ -82,48 +100,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     budget.add_argument(
         "--weights-gib", type=float, help="weights per rank (with --gpu-memory-gib)"
     )
-    budget.add_argument("--mem-fraction-static", type=float, help="with --gpu-memory-gib")
-    p.add_argument("--max-running-requests", type=int, default=256)
-    p.add_argument(
-        "--swa-full-tokens-ratio",
-        type=float,
-        default=None,
-        help="SGLang's --swa-full-tokens-ratio (default 0.1, what SGLang sets for V4; left "
-        "unset, a V4.1 deployment on 0.5.21+ runs SWA cap mode: the SWA pool is sized from "
-        "max-running-requests, --chunked-prefill-size and --swa-prefix-tails)",
+    sglang = p.add_argument_group(
+        "SGLang's launch flags (its names; also accepted as a whole launch command after --)"
     )
-    p.add_argument("--chunked-prefill-size", type=int, default=8192, help="SGLang's (SWA cap mode)")
+    add_launch_arguments(sglang, model_alias=False)
     p.add_argument(
-        "--swa-prefix-tails",
-        type=int,
-        default=None,
-        help="SGLang's (SWA cap mode; default 4 x max-running-requests)",
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an SGLANG_* switch of the deployment (repeatable), e.g. "
+        "SGLANG_OPT_USE_ONLINE_COMPRESS=1, SGLANG_DSV4_COMPRESS_STATE_DTYPE=bfloat16",
     )
     p.add_argument(
-        "--disable-radix-cache", action="store_true", help="SGLang's (SWA cap mode: no tails)"
-    )
-    p.add_argument(
-        "--disable-overlap-schedule",
+        "--speculative",
         action="store_true",
-        help="SGLang's (SWA cap mode: one prefill chunk in flight, not two)",
-    )
-    p.add_argument(
-        "--swa-eviction-interval",
-        type=int,
-        default=128,
-        help="SGLANG_SWA_EVICTION_INTERVAL (SWA cap mode)",
-    )
-    p.add_argument("--page-size", type=int, default=256)
-    p.add_argument("--compress-state-dtype", choices=("float32", "bfloat16"), default="float32")
-    p.add_argument("--speculative", action="store_true", help="MTP speculative decoding on")
-    p.add_argument(
-        "--online-compress", action="store_true", help="SGLANG_OPT_USE_ONLINE_COMPRESS=1"
+        help="shorthand for --speculative-algorithm EAGLE (SGLang's default draft count)",
     )
     p.add_argument("--hisparse-ratio", type=float, default=None, help="HiSparse host/device ratio")
-    p.add_argument("--pp-size", type=int, default=1)
     p.add_argument("--pp-rank", type=int, default=0)
     p.add_argument(
         "--layer-range", metavar="START:END", help="explicit layer slice instead of PP split"
+    )
+    p.add_argument(
+        "launch",
+        nargs=argparse.REMAINDER,
+        help="after --: the launch command as run (python -m sglang.launch_server ...), "
+        "VAR=value prefixes taken as its environment",
     )
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.set_defaults(run=run)
@@ -180,41 +183,83 @@ class NotModelled(Exception):
         self.release = release
 
 
-def compute(args: argparse.Namespace) -> tuple[Footprint, int | None]:
-    if args.layer_range and (args.pp_size != 1 or args.pp_rank != 0):
-        raise UsageError("--layer-range replaces --pp-size/--pp-rank; give one or the other")
-    geom = resolve_model(args.model)
-    settings = DeploymentSettings(
-        index_k_dtype=args.index_k_dtype,
-        swa_full_tokens_ratio=(
-            0.1 if args.swa_full_tokens_ratio is None else args.swa_full_tokens_ratio
-        ),
-        swa_ratio_explicit=args.swa_full_tokens_ratio is not None or not geom.is_v41,
-        page_size=args.page_size,
-        max_running_requests=args.max_running_requests,
-        compress_state_dtype=args.compress_state_dtype,
-        speculative=args.speculative,
-        online_compress=args.online_compress,
-        hisparse_ratio=args.hisparse_ratio,
-        chunked_prefill_size=args.chunked_prefill_size,
-        swa_prefix_tails=args.swa_prefix_tails,
-        disable_radix_cache=args.disable_radix_cache,
-        disable_overlap_schedule=args.disable_overlap_schedule,
-        swa_eviction_interval=args.swa_eviction_interval,
+def _geometry(model: str | None, model_path: str | None) -> ModelGeometry:
+    """--model, else the launch's --model-path (a local model dir, or a published name that
+    matches a preset), else V4-Flash."""
+    if model is not None:
+        return resolve_model(model)
+    if model_path is not None:
+        if Path(model_path, "config.json").is_file():
+            return resolve_model(model_path)
+        preset = preset_for_served_name(model_path)
+        if preset is None:
+            raise UsageError(
+                f"--model-path {model_path!r} is neither a local model dir nor a DeepSeek-V4 "
+                "preset name: give --model"
+            )
+        return preset
+    return resolve_model("deepseek-v4-flash")
+
+
+def launch_of(args: argparse.Namespace) -> Launch:
+    """The deployment as SGLang would be launched: plan's SGLang flags, --env, --speculative,
+    then the launch command after ``--`` (its flags and VAR=value prefixes win)."""
+    env = parse_env(args.env)
+    base = Launch(
+        **{
+            name: getattr(args, name)
+            for name in LAUNCH_FIELDS
+            if getattr(args, name, None) is not None
+        },
+        env=env,
     )
+    if args.speculative and base.speculative_algorithm is None:
+        base = replace(base, speculative_algorithm="EAGLE")
+    tail = [t for t in (args.launch or []) if t != "--"]
+    return parse_launch(tail, base=base) if tail else base
+
+
+def compute(args: argparse.Namespace) -> tuple[Footprint, int | None, Resolved]:
+    if args.layer_range and (args.pp_size not in (None, 1) or args.pp_rank != 0):
+        raise UsageError("--layer-range replaces --pp-size/--pp-rank; give one or the other")
     release = rules_for_version(args.sglang_version)
-    switches = [*args.not_modelled, *not_modelled(geom, settings, release)]
+    launch = launch_of(args)
+    geom = _geometry(args.model, launch.model_path)
+    index_k = args.index_k_dtype
+    if (
+        index_k is None
+        and not launch.enable_deepseek_v4_fp4_indexer
+        and "SGLANG_DSV4_BF16_INDEX_K" not in launch.env
+    ):
+        index_k = "bf16"
+    resolved = resolve(launch, geom, release, index_k)
+    settings = resolved.settings
+    if args.hisparse_ratio is not None:
+        settings = replace(settings, hisparse_ratio=args.hisparse_ratio)
+    switches = [
+        *args.not_modelled,
+        *resolved.not_modelled,
+        *not_modelled(geom, settings, release),
+    ]
     if switches:
-        raise NotModelled(switches, release)
-    stage = stage_slice(geom, args.pp_size, args.pp_rank, _layer_range(args.layer_range))
+        raise NotModelled(list(dict.fromkeys(switches)), release)
+    stage = stage_slice(
+        geom,
+        resolved.pp_size,
+        args.pp_rank,
+        _layer_range(args.layer_range),
+        partition=resolved.partition,
+    )
+    # --mem-fraction-static is SGLang's flag: from plan's flags or the launch command.
+    args.mem_fraction_static = launch.mem_fraction_static
     available, reserve = _budget(args)
     fp = plan_for_budget(geom, settings, args.configurator, available, stage, release)
-    return fp, reserve
+    return fp, reserve, resolved
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        fp, reserve = compute(args)
+        fp, reserve, resolved = compute(args)
     except NotModelled as exc:
         if args.json:
             out = {
@@ -229,15 +274,39 @@ def run(args: argparse.Namespace) -> int:
                 print(f"not modelled: {switch}")
             print("no footprint computed: a number would be wrong for this deployment")
         return 3
-    except (UsageError, GeometryError, SettingsError, BudgetError, VersionError) as exc:
+    except Refused as exc:
+        if args.json:
+            r = exc.refusal
+            print(
+                json.dumps({"refused": {"check": r.check, "since": r.since, "message": r.message}})
+            )
+        print(f"dsv4-sidecar plan: {exc}", file=sys.stderr)
+        return 2
+    except (
+        UsageError,
+        GeometryError,
+        SettingsError,
+        BudgetError,
+        VersionError,
+        LaunchError,
+    ) as exc:
         print(f"dsv4-sidecar plan: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         out = fp.to_json()
         out["reserve_bytes"] = reserve
+        out["resolved"] = {
+            "attn_dp_size": resolved.attn_dp_size,
+            "pp_size": resolved.pp_size,
+            "max_running_requests_per_worker": fp.settings.max_running_requests,
+            "num_draft_tokens": fp.settings.num_draft_tokens,
+            "notes": list(resolved.notes),
+        }
         print(json.dumps(out, sort_keys=True))
         return 0
     _print_human(fp, reserve)
+    for note in resolved.notes:
+        print(f"resolved: {note}")
     return 0
 
 

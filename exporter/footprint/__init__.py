@@ -13,6 +13,7 @@ from exporter.footprint.geometry import (
     StageSlice,
     geometry_from_config,
     load_config_json,
+    parse_pp_partition,
     pp_partition,
     stage_slice,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "kv_bytes_per_token",
     "load_config_json",
     "not_modelled",
+    "parse_pp_partition",
     "plan_for_budget",
     "pp_partition",
     "preset_for_served_name",

@@ -16,6 +16,7 @@ import math
 from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice
 from exporter.footprint.pricing import (
     FP32_BYTES,
+    INT64_BYTES,
     KV_PAGE_ALIGN,
     RING_C2,
     V41_INDEX_PAGE,
@@ -74,7 +75,7 @@ def allocated_bytes(
     c4_rows = state_rows(counts.c4_state, settings.ring_c4, 4)
     c128_rows = state_rows(
         counts.c128_state, settings.ring_c128, 128, online=settings.online_compress
-    )
+    ) * (1 + settings.online_mtp_banks)
     kv_res, ix_res = rules.kv_reserve, rules.index_reserve
     out = {
         "swa_kv": pages(counts.swa, page, kv_res, page) * kv_page_bytes(geom, page) * n_all,
@@ -88,6 +89,12 @@ def allocated_bytes(
         "c128_state": c128_rows * c128_state_width_bytes(geom, settings, rules) * n_c128,
     }
     out.update(_low_ratio_pools(geom, stage, settings, counts, rules))
+    if settings.online_compress and settings.online_c128_mtp and rules.state_dtype_from_env:
+        # online_c128_mtp_pending_seq_lens (0.5.14+), made whenever online compress runs with
+        # SGLANG_EXPERIMENTAL_ONLINE_C128_MTP=1: one int64 per request (0.5.14: max_num_reqs)
+        # or per c128 state slot (0.5.15+: online_c128_state_num_req_slots).
+        slots = counts.requests if rules.c128_state == "per_swa_token" else counts.c128_state
+        out["c128_mtp_pending_lens"] = INT64_BYTES * slots
     return out
 
 

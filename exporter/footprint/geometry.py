@@ -111,19 +111,50 @@ class StageSlice:
     draft: LayerCounts
 
 
-def pp_partition(num_layers: int, pp_size: int) -> list[int]:
-    """SGLang's default PP layer split (``get_pp_indices``): an even share each, and the
-    remainder one apiece to the stages just before the last (the last stage also runs the
-    head, so it is kept lighter)."""
+def pp_partition(
+    num_layers: int, pp_size: int, partition: Sequence[int] | None = None
+) -> list[int]:
+    """Layers per PP stage, as SGLang's ``get_pp_indices`` (``srt/distributed/utils.py``,
+    reached from ``models/deepseek_v4.py`` through ``make_pp_layers``; the same in every
+    release 0.5.12-0.5.23) splits them: an even share each, and the remainder one apiece to
+    the *last* stages (``pp_rank >= pp_size - remainder``). ``partition`` is
+    ``SGLANG_PP_LAYER_PARTITION`` (comma-separated layers per stage), which replaces the
+    even split when given; SGLang refuses a list of the wrong length or sum, so does this."""
     if pp_size < 1:
         raise GeometryError(f"pp_size must be >= 1, got {pp_size}")
+    if partition is not None:
+        parts = list(partition)
+        if len(parts) != pp_size:
+            raise GeometryError(
+                f"SGLANG_PP_LAYER_PARTITION has {len(parts)} entries, pp_size is {pp_size} "
+                "(get_pp_indices: len(partitions) does not match pp_size)"
+            )
+        if sum(parts) != num_layers:
+            raise GeometryError(
+                f"SGLANG_PP_LAYER_PARTITION sums to {sum(parts)}, the model has "
+                f"{num_layers} layers (get_pp_indices: sum(partitions) does not match "
+                "num_hidden_layers)"
+            )
+        if any(n < 1 for n in parts):
+            raise GeometryError(
+                f"SGLANG_PP_LAYER_PARTITION {parts}: every stage needs at least one layer"
+            )
+        return parts
     if pp_size > num_layers:
         raise GeometryError(f"pp_size {pp_size} exceeds num_hidden_layers {num_layers}")
-    base = num_layers // pp_size
-    parts = [base] * pp_size
-    for i in range(2, num_layers % pp_size + 2):
-        parts[-i] += 1
-    return parts
+    base, remainder = divmod(num_layers, pp_size)
+    return [base + (1 if rank >= pp_size - remainder else 0) for rank in range(pp_size)]
+
+
+def parse_pp_partition(raw: str) -> tuple[int, ...]:
+    """``SGLANG_PP_LAYER_PARTITION`` as ``get_pp_indices`` reads it: comma-separated ints."""
+    try:
+        return tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        raise GeometryError(
+            f"SGLANG_PP_LAYER_PARTITION={raw!r} is not a comma-separated list of layer "
+            "counts (get_pp_indices: Invalid partition string)"
+        ) from None
 
 
 def stage_slice(
@@ -131,8 +162,10 @@ def stage_slice(
     pp_size: int = 1,
     pp_rank: int = 0,
     layer_range: tuple[int, int] | None = None,
+    partition: Sequence[int] | None = None,
 ) -> StageSlice:
-    """The stage's layer range, by SGLang's split or an explicit ``[start, end)``.
+    """The stage's layer range, by SGLang's split (``partition``: SGLANG_PP_LAYER_PARTITION)
+    or an explicit ``[start, end)``.
 
     Draft (MTP) layers are attributed to the last stage, where the draft worker runs.
     """
@@ -145,7 +178,7 @@ def stage_slice(
     else:
         if not 0 <= pp_rank < pp_size:
             raise GeometryError(f"pp_rank {pp_rank} must be in 0..{pp_size - 1}")
-        parts = pp_partition(geom.num_hidden_layers, pp_size)
+        parts = pp_partition(geom.num_hidden_layers, pp_size, partition)
         start = sum(parts[:pp_rank])
         end = start + parts[pp_rank]
     is_last = end == geom.num_hidden_layers

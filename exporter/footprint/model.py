@@ -24,6 +24,7 @@ from exporter.footprint.pricing import (
     swa_slot_bytes,
     token_coefficient,
 )
+from exporter.footprint.refusals import Refused, config_refusals, size_refusals
 from exporter.footprint.releases import NEWEST, ReleaseRules, RuleChoice
 from exporter.footprint.settings import Configurator, DeploymentSettings
 
@@ -145,8 +146,6 @@ def not_modelled(
     is on, give no number (docs/footprint.md, "Switches that are not modelled")."""
     rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     found = list(settings.not_modelled)
-    if geom.is_v41 and (rule_set.kv_pricing != "page_layout" or settings.speculative):
-        found.append("deepseek-v4.1")
     if settings.speculative and swa_cap_tokens(geom, settings, rule_set) is not None:
         found.append("swa-cap-mode")
     return tuple(found)
@@ -189,7 +188,7 @@ def footprint_for_tokens(
     coeffs = _coefficients(geom, stage, settings, rule_set)
     bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
     c2_bias = c2_state_fixed_bytes(geom, stage, settings)
-    counts = counts_for_full_tokens(geom, settings, full_tokens, rule_set)
+    counts = counts_for_full_tokens(geom, settings, full_tokens, rule_set, stage)
     alloc = allocated_bytes(geom, stage, settings, counts, rule_set)
     plan_terms = coeffs[configurator].terms
     # The low-ratio pages the configurator reserves beyond the coefficient (V4.1), planned
@@ -246,13 +245,25 @@ def plan_for_budget(
     stage: StageSlice | None = None,
     rules: ReleaseRules | RuleChoice = NEWEST,
 ) -> Footprint:
-    """What SGLang does at start-up: budget -> full tokens (by the chosen variant) -> pools."""
+    """What SGLang does at start-up: budget -> full tokens (by the chosen variant) -> pools.
+
+    Given a :class:`RuleChoice` (a release), a deployment that release refuses raises
+    :class:`~exporter.footprint.refusals.Refused` naming SGLang's check, before or after
+    sizing as SGLang decides it."""
     rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     stage = stage or stage_slice(geom)
+    if isinstance(rules, RuleChoice):
+        for refusal in config_refusals(geom, settings, stage, rules):
+            raise Refused(refusal)
     coeffs = _coefficients(geom, stage, settings, rule_set)
     full = _full_tokens(
         geom, stage, settings, rule_set, available_bytes, coeffs[configurator].total
     )
+    if isinstance(rules, RuleChoice):
+        counts = counts_for_full_tokens(geom, settings, full, rule_set)
+        cap = swa_cap_tokens(geom, settings, rule_set) is not None
+        for refusal in size_refusals(settings, geom.sliding_window, counts.swa, cap, rules):
+            raise Refused(refusal)
     return footprint_for_tokens(geom, settings, configurator, full, stage, available_bytes, rules)
 
 

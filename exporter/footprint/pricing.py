@@ -27,6 +27,7 @@ KV_SCALE_PAD = 1
 INDEX_QUANT_BLOCK = 128
 KV_PAGE_ALIGN = 576  # DeepSeekV4SingleKVPool pads each page's bytes to a multiple of 576
 FP32_BYTES = 4
+INT64_BYTES = 8
 # DeepSeek-V4.1 low-ratio (1, 2) index pools: always fp4 (force_fp4=True), 64-slot pages
 # (DSV41_INDEX_PAGE_SIZE; 128 only with DeepGEMM's paged sparse MQA logits on Blackwell,
 # where the V4.1 KV layouts apply too: not modelled).
@@ -144,7 +145,8 @@ def token_coefficient(
             terms[f"c{ratio}_kv"] = low_kv / ratio * n
             terms[f"c{ratio}_index_k"] = low_index / ratio * n
     if rules.c128_state == "per_swa_token":
-        ring128_share = settings.ring_c128 / geom.sliding_window
+        # 0.5.14 with online compress and MTP: times (1 + draft tokens), one bank per draft.
+        ring128_share = settings.ring_c128 / geom.sliding_window * (1 + settings.online_mtp_banks)
         width = c128_state_width_bytes(geom, settings, rules)
         terms["c128_state"] = r * ring128_share * width * L128
     factor = (L + 1) / L if settings.speculative and L else 1.0
@@ -237,11 +239,13 @@ def swa_cap_fixed_bytes(
 
 def c128_state_rows_planned(settings: DeploymentSettings) -> int:
     """Rows of the request-scoped c128 state: ceil128((mrr+1)*ring + ring + 1); with online
-    compress one row per request slot plus ring + 1, unpadded (``_get_c128_state_fixed_bytes``)."""
+    compress one row per request slot plus ring + 1, unpadded, times ``1 + draft tokens`` with
+    MTP (``_get_c128_state_fixed_bytes``: ``state_rows *= 1 + online_c128_mtp_max_draft_tokens``,
+    0.5.15+)."""
     ring = settings.ring_c128
     slots = settings.max_running_requests + 1
     if settings.online_compress:
-        return slots + ring + 1
+        return (slots + ring + 1) * (1 + settings.online_mtp_banks)
     return math.ceil((slots * ring + ring + 1) / 128) * 128
 
 
@@ -316,6 +320,7 @@ class TokenCounts:
     c4_state: int
     c128_state: int
     c2_state: int = 0
+    requests: int = 0  # requests per DP worker the pools were finalized for
 
     def for_pool(self, pool: str) -> int:
         return {
@@ -326,6 +331,7 @@ class TokenCounts:
             "c4_state": self.c4_state,
             "c4_index_state": self.c4_state,
             "c128_state": self.c128_state,
+            "c128_mtp_pending_lens": self.c128_state,
             "c1_kv": self.full,
             "c1_index_k": self.full,
             "c2_kv": self.full // 2,
@@ -343,9 +349,11 @@ def counts_for_full_tokens(
     settings: DeploymentSettings,
     full_tokens: int,
     rules: ReleaseRules = NEWEST,
+    stage: StageSlice | None = None,
 ) -> TokenCounts:
     """Derive every sub-pool's size from the full-pool token count (``_compute_dsv4_sizes``,
-    then ``finalize_with_max_running_requests`` for the request-scoped c128 state)."""
+    then ``finalize_with_max_running_requests`` for the request-scoped c128 state; from
+    0.5.21 that is 0 on a ``stage`` without c128 layers)."""
     page = settings.page_size
     cap = swa_cap_tokens(geom, settings, rules)
     swa = (
@@ -353,10 +361,13 @@ def counts_for_full_tokens(
     )
     unit = geom.sliding_window if rules.c4_state_unit == "window" else page
     hisparse = settings.hisparse_ratio or 1
+    mrr = resolved_max_running_requests(settings, full_tokens)
     if rules.c128_state == "per_swa_token":
         c128_state = swa // geom.sliding_window * settings.ring_c128
+    elif rules.c128_ring_per_stage and stage is not None and not stage.main.c128:
+        c128_state = 0
     else:
-        c128_state = (settings.max_running_requests + 1) * settings.ring_c128
+        c128_state = (mrr + 1) * settings.ring_c128
     return TokenCounts(
         full=full_tokens,
         swa=swa,
@@ -364,8 +375,17 @@ def counts_for_full_tokens(
         c128=full_tokens // 128,
         c4_state=swa // unit * settings.ring_c4,
         c128_state=c128_state,
-        c2_state=(settings.max_running_requests + 1) * RING_C2,
+        c2_state=(mrr + 1) * RING_C2,
+        requests=mrr,
     )
+
+
+def resolved_max_running_requests(settings: DeploymentSettings, full_tokens: int) -> int:
+    """Requests per DP worker the pools are finalized for (``resolve_max_num_reqs``,
+    KVCacheConfigurator 0.5.16+ / ModelRunner 0.5.15): the requested count per worker, at most
+    half the token capacity. (0.5.12-0.5.14 bound it by a context-length estimate instead; no
+    pool of theirs is sized by it.) The configurator's c128 bias uses the requested count."""
+    return max(1, min(settings.max_running_requests, full_tokens // 2))
 
 
 def full_tokens_for_budget(

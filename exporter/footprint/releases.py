@@ -82,6 +82,11 @@ class ReleaseRules:
     swa_cap_mode: bool = False
     # 0.5.15-0.5.20 subtract the bias from the budget without a floor; 0.5.21+ clamp at 0.
     # (Either way a budget below the bias yields no tokens.)
+    # 0.5.21+: finalize_with_max_running_requests sizes c128 state with the stage's own ring
+    # (ring_sizes.get(128, 0)): 0 rows on a PP stage without c128 layers.
+    c128_ring_per_stage: bool = False
+    # 0.5.21+: get_pp_indices ignores SGLANG_PP_LAYER_PARTITION when pp_size == 1.
+    pp_partition_ignored_at_pp1: bool = False
 
     @property
     def label(self) -> str:
@@ -124,6 +129,8 @@ _R21 = replace(
     c4_state_unit="swa_page",
     kv_reserve="global_page",
     swa_cap_mode=True,
+    pp_partition_ignored_at_pp1=True,
+    c128_ring_per_stage=True,
 )
 _R22 = replace(_R21, name="0.5.22", first=(0, 5, 22), last=(0, 5, 22), index_reserve="global_page")
 _R23 = replace(_R22, name="0.5.23", first=(0, 5, 23), last=(0, 5, 23), low_ratio_paged=True)
@@ -132,6 +139,25 @@ RULES: tuple[ReleaseRules, ...] = (_R12, _R13, _R14, _R15, _R21, _R22, _R23)
 NEWEST: ReleaseRules = RULES[-1]
 NEWEST_RELEASE = "0.5.23"
 FIRST_RELEASE = "0.5.12"
+# Every published SGLang release with DSV4 pools (PyPI, post releases included): the one list
+# tests/conformance runs each release's own code for, and the releases these rules cover.
+PUBLISHED_RELEASES: tuple[str, ...] = (
+    "0.5.12",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
+)
 
 
 @dataclass(frozen=True)

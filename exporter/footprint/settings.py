@@ -35,8 +35,6 @@ NOT_MODELLED_SWITCHES: dict[str, str] = {
     "pd-decode-slots": "PD disaggregation decode extra slots",
     "swa-cap-mode": "SWA cap mode with speculative decoding (draft tokens and the spec "
     "decode allocation widen each request's SWA cap)",
-    "deepseek-v4.1": "DeepSeek-V4.1 before 0.5.21 (no release serves it) or with speculative "
-    "decoding (ratio-2 ring sized by the draft-token count)",
 }
 
 
@@ -54,7 +52,13 @@ class DeploymentSettings:
     max_running_requests: int = DSV4_MAX_RUNNING_REQUESTS  # per DP worker
     compress_state_dtype: StateDtype = "float32"
     speculative: bool = False
+    # --speculative-num-draft-tokens as SGLang resolved it (max_speculative_num_draft_tokens):
+    # bounded by the compress-state ring (refusals.py) and, with online compress and
+    # SGLANG_EXPERIMENTAL_ONLINE_C128_MTP, the number of extra c128 state banks.
+    num_draft_tokens: int = 0
     online_compress: bool = False
+    # SGLANG_EXPERIMENTAL_ONLINE_C128_MTP=1 (0.5.14+): online compress allowed with MTP.
+    online_c128_mtp: bool = False
     hisparse_ratio: float | None = None  # host-to-device ratio of HiSparse c4, None when off
     unmodelled: tuple[str, ...] = ()  # switches in use from NOT_MODELLED_SWITCHES
     # --swa-full-tokens-ratio given by the operator. Left unset, SGLang 0.5.21+ sizes the SWA
@@ -101,6 +105,8 @@ class DeploymentSettings:
             raise SettingsError(
                 f"swa_prefix_tails must be >= 0 when set, got {self.swa_prefix_tails}"
             )
+        if self.num_draft_tokens < 0:
+            raise SettingsError(f"num_draft_tokens must be >= 0, got {self.num_draft_tokens}")
         if self.hisparse_ratio is not None and self.hisparse_ratio < 1:
             raise SettingsError(f"hisparse_ratio must be >= 1 when set, got {self.hisparse_ratio}")
 
@@ -115,6 +121,14 @@ class DeploymentSettings:
     @property
     def state_dtype_bytes(self) -> int:
         return STATE_DTYPES[self.compress_state_dtype]
+
+    @property
+    def online_mtp_banks(self) -> int:
+        """Extra c128 state banks of online compress with MTP (``1 + draft`` rows per row:
+        ``CompressStatePool`` bank 0 committed, banks 1..N per-draft prefixes); 0 without."""
+        if self.online_compress and self.speculative and self.online_c128_mtp:
+            return self.num_draft_tokens
+        return 0
 
     @property
     def ring_c4(self) -> int:

@@ -43,7 +43,9 @@ from exporter.footprint import (
     rules_for_version,
     stage_slice,
 )
+from exporter.footprint.launch import Launch, LaunchError, resolve
 from exporter.footprint.pricing import BudgetError, available_bytes_from_gpu
+from exporter.footprint.refusals import Refused
 from exporter.footprint.settings import DEFAULT_CHUNKED_PREFILL_SIZE, StateDtype
 from exporter.metrics import catalog as m
 from exporter.sources.base import SourceHealth
@@ -306,14 +308,43 @@ class FootprintView:
             self._down("unsupported_version", str(exc))
             return
         try:
+            per_worker = facts.max_running_requests
+            resolved = None
+            if facts.max_running_requests_global is not None:
+                # The server args are SGLang's own (global max_running_requests, the DP
+                # attention switches, the draft count): resolved as `plan --` resolves a
+                # launch command (footprint.launch.resolve), one place for the rule.
+                resolved = resolve(
+                    Launch(
+                        tp_size=facts.tp_size,
+                        pp_size=facts.pp_size,
+                        dp_size=facts.dp_size,
+                        enable_dp_attention=facts.enable_dp_attention,
+                        attn_dp_size=facts.attn_dp_size,
+                        max_running_requests=facts.max_running_requests_global,
+                        speculative_algorithm=(
+                            facts.speculative_algorithm.upper()
+                            if facts.speculative_algorithm
+                            else None
+                        ),
+                        speculative_num_draft_tokens=facts.speculative_num_draft_tokens,
+                        env={k: v for k, v in self.env.items() if k.startswith("SGLANG_")},
+                    ),
+                    geom,
+                    self.release,
+                    dep.index_k_dtype,
+                )
+                per_worker = resolved.settings.max_running_requests
             settings = DeploymentSettings(
                 index_k_dtype=dep.index_k_dtype,
                 swa_full_tokens_ratio=facts.swa_full_tokens_ratio,
                 page_size=facts.page_size,
-                max_running_requests=facts.max_running_requests,
+                max_running_requests=per_worker,
                 compress_state_dtype=dep.compress_state_dtype,
                 speculative=facts.speculative,
+                num_draft_tokens=resolved.settings.num_draft_tokens if resolved else 0,
                 online_compress=dep.online_compress,
+                online_c128_mtp=resolved.settings.online_c128_mtp if resolved else False,
                 unmodelled=dep.not_modelled,
                 # /server_info shows the resolved ratio, not whether the operator gave it: a
                 # V4.1 deployment is read as SWA cap mode (SGLang's default for it), sized
@@ -330,7 +361,7 @@ class FootprintView:
             )
             # Only the stages this node holds: a PP stage's own layer slice per local rank.
             stages = {pp: stage_slice(geom, facts.pp_size, pp) for pp in topo.pp_ranks()}
-        except (SettingsError, GeometryError) as exc:
+        except (SettingsError, GeometryError, LaunchError, Refused) as exc:
             self._down("bad_config", str(exc))
             return
         self.switches = not_modelled(geom, settings, self.release)

@@ -85,6 +85,14 @@ class ServerFacts:
     swa_prefix_tails: int | None = None
     disable_radix_cache: bool = False
     disable_overlap_schedule: bool = False
+    # Attention DP (--enable-dp-attention; 0.5.23 also attn_dp_size): SGLang's
+    # max_running_requests is global and divided per attention-DP worker.
+    enable_dp_attention: bool = False
+    attn_dp_size: int | None = None
+    # max_running_requests as /server_info reports it (global) or None when only the per-DP
+    # effective value was reported (then max_running_requests above is already per worker).
+    max_running_requests_global: int | None = None
+    speculative_num_draft_tokens: int | None = None
 
     @property
     def model(self) -> str:
@@ -206,7 +214,8 @@ def parse_server_info(d: Any) -> ServerFacts:
     swa = _num(d, "swa_full_tokens_ratio", float)
     if swa is None or swa == GLOBAL_DEFAULT_SWA_RATIO:
         swa = DSV4_DEFAULT_SWA_RATIO  # SGLang's DSV4 override of the global default
-    mrr = _num(d, "max_running_requests", int)
+    mrr_global = _num(d, "max_running_requests", int)
+    mrr = mrr_global
     if mrr is None:
         mrr = _num(state0, "effective_max_running_requests_per_dp", int, DSV4_DEFAULT_MAX_RUNNING)
     weights = None
@@ -239,6 +248,10 @@ def parse_server_info(d: Any) -> ServerFacts:
         swa_prefix_tails=_num(d, "swa_prefix_tails", int),
         disable_radix_cache=bool(d.get("disable_radix_cache", False)),
         disable_overlap_schedule=bool(d.get("disable_overlap_schedule", False)),
+        enable_dp_attention=bool(d.get("enable_dp_attention", False)),
+        attn_dp_size=_num(d, "attn_dp_size", int),
+        max_running_requests_global=mrr_global,
+        speculative_num_draft_tokens=_num(d, "speculative_num_draft_tokens", int),
     )
 
 

@@ -4,14 +4,21 @@ Usage (one release per process; the conformance tests start it in a subprocess):
 
     python -m tests.conformance.oracle <release_dir>  < cases.json  > results.json
 
-Each case names a geometry (the config.json fields SGLang's ``ModelConfig`` copies), a budget
-and the deployment switches. For each, the release's real ``DSV4PoolConfigurator`` turns the
-budget into pool sizes (``calculate_pool_sizes``), then the release's real
-``DeepSeekV4TokenToKVPool`` is built with those sizes on torch's ``meta`` device, and the bytes
-of every tensor it holds are summed per sub-pool. Nothing here re-implements SGLang: the
-objects handed in carry exactly the attributes the release reads from its ``ModelRunner`` /
-``KVCacheConfigurator`` and runtime context, with the values SGLang's server-argument
-defaults give a DeepSeek-V4 deployment (see ``docs/footprint.md``, "Conformance").
+Each case is a *raw* deployment: the launch flags (``argv``, SGLang's own vocabulary), the
+``SGLANG_*`` environment, the model's config.json, the PP rank and the budget. Nothing the
+project derives is handed in. The release itself parses the flags (its ``ServerArgs``
+argparse and ``from_cli_args``, without ``__post_init__``, which needs the GPU and the
+model's weights), splits the layers (its ``get_pp_indices``, reading
+``SGLANG_PP_LAYER_PARTITION``), reads the environment (its ``envs``; the device pool's
+import-time ``ONLINE_C128`` by re-executing that module after the environment changes), sizes
+the pools (its ``DSV4PoolConfigurator``), resolves max-running-requests per worker (its
+``resolve_max_num_reqs``) and builds its ``DeepSeekV4TokenToKVPool`` on torch's ``meta``
+device; the bytes of every tensor it holds are summed per sub-pool. The DSV4 server-arg
+defaults the post-init would apply (page 256, max-running-requests 256, SWA ratio 0.1, EAGLE's
+auto draft count, attention-DP size, and the two V4.1 server-arg refusals) are applied in
+:func:`_dsv4_server_defaults`, each named after the SGLang function it stands for (see
+``docs/footprint.md``, "Conformance"). A case SGLang refuses comes back ``refused`` with
+SGLang's own message.
 """
 
 from __future__ import annotations
@@ -45,37 +52,134 @@ class _Spec:
         return False
 
 
-def _context(case: dict[str, Any]) -> dict[str, SimpleNamespace]:
-    spec_on = bool(case["speculative"])
-    drafts = case.get("num_draft_tokens", 2) if spec_on else None
+def _server_args(case: dict[str, Any]) -> Any:
+    """The release's own reading of the launch flags: its argparse (flag names, aliases,
+    defaults) and ``from_cli_args`` (alias fields), with ``__post_init__`` left out."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    class _Parsed(ServerArgs):  # type: ignore[misc, valid-type]
+        def __post_init__(self) -> None:
+            pass
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    argv = list(case["argv"])
+    if argv and not argv[0].startswith("-"):  # `python3 -m sglang.launch_server` itself
+        first_flag = next((i for i, t in enumerate(argv) if t.startswith("--")), len(argv))
+        argv = argv[first_flag:]
+    try:
+        ns = parser.parse_args(["--model-path", "oracle-model", *argv])
+    except SystemExit:  # argparse refused the command line (printed on stderr)
+        raise ValueError(f"SGLang's argparse refuses the launch flags {argv}") from None
+    return _Parsed.from_cli_args(ns), ServerArgs
+
+
+def _dsv4_server_defaults(sa: Any, server_args_cls: Any, is_v41: bool, version: tuple) -> None:
+    """What ServerArgs' post-init does to a DSV4 launch's pool-sizing fields, per release:
+    ``apply_deepseek_v4_defaults`` (0.5.12-0.5.18) / ``model_overrides/deepseek_v4.py``
+    (0.5.19+): page 256 on CUDA, 256 max running requests when unset, SWA ratio 0.1 when left
+    at its default (V4.1 on 0.5.21+ keeps it unset: cap mode); the speculative hook's
+    ``auto_choose_speculative_params`` (3 steps, topk 1, 4 draft tokens for DeepSeek);
+    attention DP from --enable-dp-attention (0.5.23: --attn-dp-size too); and
+    ``validate_deepseek_v41_features`` (0.5.21+), which refuses V4.1 with EAGLE or PP."""
+    sa.page_size = 256
+    if sa.max_running_requests is None:
+        sa.max_running_requests = 256
+    default_ratio = getattr(server_args_cls, "swa_full_tokens_ratio", None)
+    explicitly_set = sa.swa_full_tokens_ratio is not None and sa.swa_full_tokens_ratio != (
+        default_ratio if version < (0, 5, 20) else None
+    )
+    if not explicitly_set and not (is_v41 and version >= (0, 5, 21)):
+        sa.swa_full_tokens_ratio = 0.1
+        explicitly_set = version >= (0, 5, 21)  # the override runs before kv_cache_hook
+    sa._swa_full_tokens_ratio_explicitly_set = explicitly_set
+    if sa.swa_full_tokens_ratio is None:
+        sa.swa_full_tokens_ratio = 0.1  # read only in ratio mode
+    if sa.speculative_algorithm is not None:
+        if sa.speculative_num_steps is None and sa.speculative_num_draft_tokens is None:
+            sa.speculative_num_steps, sa.speculative_eagle_topk = 3, 1
+            sa.speculative_num_draft_tokens = 4
+        elif sa.speculative_num_draft_tokens is None:
+            sa.speculative_num_draft_tokens = sa.speculative_num_steps + 1
+        if sa.speculative_eagle_topk is None:
+            sa.speculative_eagle_topk = 1
+        if sa.speculative_num_steps is None:
+            sa.speculative_num_steps = sa.speculative_num_draft_tokens - 1
+    attn_dp = getattr(sa, "attn_dp_size", None)
+    if not attn_dp or attn_dp <= 1:
+        attn_dp = sa.dp_size if sa.enable_dp_attention else 1
+    sa._oracle_attn_dp_size = attn_dp
+    if is_v41 and version >= (0, 5, 21):
+        if sa.speculative_algorithm is not None and sa.speculative_algorithm != "DSPARK":
+            raise ValueError(
+                "DeepSeek-V4.1 does not support speculative decoding other than DSpark yet"
+            )
+        if sa.pp_size > 1:
+            raise ValueError("DeepSeek-V4.1 does not support pipeline parallelism yet")
+
+
+def _model_config(cfg: dict[str, Any], sa: Any) -> tuple[SimpleNamespace, bool]:
+    """The fields SGLang's ModelConfig copies from config.json (V4.1: ``text_config`` merged
+    under the top level, as ``normalize_deepseek_v41_config`` does)."""
+    is_v41 = cfg.get("model_type") in ("deepseek_v41", "deepseek_v41_text")
+    if is_v41:
+        text = {k: v for k, v in (cfg.get("text_config") or {}).items() if k != "model_type"}
+        cfg = {**text, **{k: v for k, v in cfg.items() if k != "text_config"}}
+    ratios = list(cfg["compress_ratios"])
+    hf_config = SimpleNamespace(
+        architectures=cfg.get("architectures") or ["DeepseekV4ForCausalLM"],
+        model_type=cfg.get("model_type", "deepseek_v4"),
+        compress_ratios=ratios,
+        kv_source_layer_ids=cfg.get("kv_source_layer_ids") or [],
+        sliding_window=cfg["sliding_window"],
+    )
+    context_len = sa.context_length or cfg.get("max_position_embeddings", 1048576)
+    return (
+        SimpleNamespace(
+            qk_nope_head_dim=cfg["head_dim"] - cfg["qk_rope_head_dim"],
+            qk_rope_head_dim=cfg["qk_rope_head_dim"],
+            index_head_dim=cfg["index_head_dim"],
+            compress_ratios=ratios,
+            window_size=cfg["sliding_window"],
+            context_len=context_len,
+            hf_config=hf_config,
+            num_hidden_layers=cfg["num_hidden_layers"],
+        ),
+        is_v41,
+    )
+
+
+def _context(sa: Any) -> dict[str, SimpleNamespace]:
+    spec_on = sa.speculative_algorithm is not None
+    drafts = sa.speculative_num_draft_tokens if spec_on else None
     schedule = SimpleNamespace(
-        max_running_requests=case["max_running_requests"],
-        chunked_prefill_size=case.get("chunked_prefill_size", 8192),
-        swa_prefix_tails=case.get("swa_prefix_tails"),
-        swa_full_tokens_ratio=case["swa_ratio"],
-        # False: --swa-full-tokens-ratio not given, so 0.5.21+ sizes SWA in cap mode.
-        _swa_full_tokens_ratio_explicitly_set=case.get("swa_ratio_explicit", True),
-        disable_overlap_schedule=case.get("disable_overlap_schedule", False),
+        max_running_requests=sa.max_running_requests,
+        chunked_prefill_size=sa.chunked_prefill_size if sa.chunked_prefill_size else 8192,
+        swa_prefix_tails=getattr(sa, "swa_prefix_tails", None),
+        swa_full_tokens_ratio=sa.swa_full_tokens_ratio,
+        _swa_full_tokens_ratio_explicitly_set=sa._swa_full_tokens_ratio_explicitly_set,
+        disable_overlap_schedule=sa.disable_overlap_schedule,
+        mem_fraction_static=0.9,
     )
     spec = SimpleNamespace(
-        speculative_algorithm="EAGLE" if spec_on else None,
+        speculative_algorithm=sa.speculative_algorithm,
         speculative_num_draft_tokens=drafts,
         max_speculative_num_draft_tokens=drafts,
-        speculative_num_steps=(drafts - 1) if drafts else None,
-        speculative_eagle_topk=1 if spec_on else None,
+        speculative_num_steps=sa.speculative_num_steps if spec_on else None,
+        speculative_eagle_topk=sa.speculative_eagle_topk if spec_on else None,
     )
     kernel = SimpleNamespace(
         dsv4_attn_backend="flashmla",
-        enable_deepseek_v4_fp4_indexer=case["index_k"] == "fp4",
+        enable_deepseek_v4_fp4_indexer=bool(getattr(sa, "enable_deepseek_v4_fp4_indexer", False)),
     )
     exec_ = SimpleNamespace(
         kernel=kernel,
         features=SimpleNamespace(enable_encoder_swa_bounded_replay=False),
         graph=SimpleNamespace(cuda_graph_config=None),
     )
-    memory = SimpleNamespace(
-        enable_hisparse=False, disable_radix_cache=case.get("disable_radix_cache", False)
-    )
+    memory = SimpleNamespace(enable_hisparse=False, disable_radix_cache=sa.disable_radix_cache)
     disagg = SimpleNamespace(disaggregation_mode="null", disaggregation_decode_extra_slots=0)
     platform = SimpleNamespace(is_sm120=False, is_sm100=False)
     return {
@@ -102,86 +206,112 @@ def _install_context(getters: dict[str, Any]) -> None:
                 setattr(mod, name, (lambda v: lambda *a, **k: v)(value))
 
 
-def _runner(case: dict[str, Any]) -> SimpleNamespace:
+def _runner(
+    sa: Any, model_config: SimpleNamespace, pp_rank: int, layers: tuple[int, int]
+) -> SimpleNamespace:
     """The attributes of ModelRunner (<=0.5.15) and KVCacheConfigurator (>=0.5.16) it reads."""
-    g = case["geometry"]
-    ratios = list(g["compress_ratios"])
-    hf_config = SimpleNamespace(
-        architectures=["DeepseekV4ForCausalLM"],
-        model_type="deepseek_v4",
-        compress_ratios=ratios,
-        kv_source_layer_ids=g.get("kv_source_layer_ids") or [],
-        sliding_window=g["sliding_window"],
-    )
-    model_config = SimpleNamespace(
-        qk_nope_head_dim=g["head_dim"] - g["qk_rope_head_dim"],
-        qk_rope_head_dim=g["qk_rope_head_dim"],
-        index_head_dim=g["index_head_dim"],
-        compress_ratios=ratios,
-        window_size=g["sliding_window"],
-        context_len=g.get("context_len", 1048576),
-        hf_config=hf_config,
-        num_hidden_layers=g["num_hidden_layers"],
-    )
-    spec_on = bool(case["speculative"])
-    drafts = case.get("num_draft_tokens", 2) if spec_on else None
+    spec_on = sa.speculative_algorithm is not None
+    drafts = sa.speculative_num_draft_tokens if spec_on else None
+    attn_dp = sa._oracle_attn_dp_size
     server_args = SimpleNamespace(
-        swa_full_tokens_ratio=case["swa_ratio"],
-        speculative_algorithm="EAGLE" if spec_on else None,
+        swa_full_tokens_ratio=sa.swa_full_tokens_ratio,
+        speculative_algorithm=sa.speculative_algorithm,
         max_speculative_num_draft_tokens=drafts,
         speculative_num_draft_tokens=drafts,
-        max_running_requests=case["max_running_requests"],
+        max_running_requests=sa.max_running_requests,
         disaggregation_mode="null",
         disaggregation_decode_extra_slots=0,
         enable_hisparse=False,
-        enable_deepseek_v4_fp4_indexer=case["index_k"] == "fp4",
+        enable_deepseek_v4_fp4_indexer=bool(getattr(sa, "enable_deepseek_v4_fp4_indexer", False)),
+        max_mamba_cache_size=None,
     )
-    start, end = case["layer_range"]
-    pp = SimpleNamespace(rank_in_group=case.get("pp_rank", 0))
+    start, end = layers
+    pp = SimpleNamespace(rank_in_group=pp_rank)
     return SimpleNamespace(
         model_config=model_config,
         server_args=server_args,
         enable_hisparse=False,
         start_layer=start,
         end_layer=end,
-        pp_size=case.get("pp_size", 1),
+        pp_size=sa.pp_size,
         pp_group=pp,
-        dp_size=1,
-        ps=SimpleNamespace(pp_size=case.get("pp_size", 1), attn_dp_size=1),
-        attn_dp_size=1,
+        dp_size=attn_dp,
+        ps=SimpleNamespace(pp_size=sa.pp_size, attn_dp_size=attn_dp),
+        attn_dp_size=attn_dp,
+        mambaish_config=None,
         layer_info=SimpleNamespace(start_layer=start, end_layer=end),
         spec_algorithm=_Spec(spec_on),
         spec_aux_config=SimpleNamespace(dspark_num_stages=None, dflash_draft_num_layers=None),
         kv_cache_dtype_str="fp8_e4m3",
-        sliding_window_size=g["sliding_window"],
-        page_size=case["page_size"],
+        sliding_window_size=model_config.window_size,
+        page_size=sa.page_size,
         is_hybrid_swa=True,
     )
 
 
-def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    import sglang.srt.model_executor.pool_configurator as pc
+# Environment read at import time by the device pool (ONLINE_C128): re-executed on change.
+_IMPORT_TIME_ENV = ("SGLANG_OPT_USE_ONLINE_COMPRESS",)
+_CASE_ENV = (
+    "SGLANG_DSV4_COMPRESS_STATE_DTYPE",
+    "SGLANG_OPT_USE_ONLINE_COMPRESS",
+    "SGLANG_EXPERIMENTAL_ONLINE_C128_MTP",
+    "SGLANG_SWA_EVICTION_INTERVAL",
+    "SGLANG_PP_LAYER_PARTITION",
+)
+_imported_env: dict[str, str | None] = {}
 
-    # Read when sizing (envs.X.get()), so set per case: SGLang's own switch for the state dtype.
-    if case.get("state_dtype") == "bfloat16":
-        os.environ["SGLANG_DSV4_COMPRESS_STATE_DTYPE"] = "bfloat16"
-    else:
-        os.environ.pop("SGLANG_DSV4_COMPRESS_STATE_DTYPE", None)
-    # SWA cap mode's eviction interval (0.5.21+), also read when sizing.
-    if case.get("swa_eviction_interval") is not None:
-        os.environ["SGLANG_SWA_EVICTION_INTERVAL"] = str(case["swa_eviction_interval"])
-    else:
-        os.environ.pop("SGLANG_SWA_EVICTION_INTERVAL", None)
-    ctx: dict[str, Any] = dict(_context(case))
-    runner = _runner(case)
+
+def _apply_env(env: dict[str, str]) -> None:
+    """Set the case's SGLANG_* environment the way a launch would, before SGLang reads it."""
+    import importlib
+
+    for key in _CASE_ENV:
+        os.environ.pop(key, None)
+    os.environ.update(env)
+    now = {k: os.environ.get(k) for k in _IMPORT_TIME_ENV}
+    import sglang.srt.mem_cache.deepseek_v4_memory_pool as mp
+
+    if _imported_env and now != _imported_env:
+        importlib.reload(mp)
+    _imported_env.update(now)
+
+
+def _resolve_max_num_reqs(runner: SimpleNamespace, token_capacity: int) -> int:
+    """The release's own ``resolve_max_num_reqs`` (KVCacheConfigurator, 0.5.16+) or
+    ``_resolve_max_num_reqs`` (ModelRunner's KV-cache mixin, 0.5.12-0.5.15)."""
+    try:
+        from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+        return int(KVCacheConfigurator.resolve_max_num_reqs(runner, token_capacity))
+    except ImportError:
+        from sglang.srt.model_executor.model_runner_kv_cache_mixin import (
+            ModelRunnerKVCacheMixin,
+        )
+
+        return int(ModelRunnerKVCacheMixin._resolve_max_num_reqs(runner, token_capacity))
+
+
+def run_case(case: dict[str, Any], version: tuple[int, int, int]) -> dict[str, Any]:
+    _apply_env(case.get("env", {}))
+    import sglang.srt.model_executor.pool_configurator as pc
+    from sglang.srt.distributed.utils import get_pp_indices
+
+    sa, server_args_cls = _server_args(case)
+    model_config, is_v41 = _model_config(case["config"], sa)
+    _dsv4_server_defaults(sa, server_args_cls, is_v41, version)
+    pp_rank = case.get("pp_rank", 0)
+    layers = get_pp_indices(model_config.num_hidden_layers, pp_rank, sa.pp_size)
+    ctx: dict[str, Any] = dict(_context(sa))
+    runner = _runner(sa, model_config, pp_rank, layers)
     ctx["max_speculative_num_draft_tokens"] = ctx["get_spec"].max_speculative_num_draft_tokens
     ctx["get_server_args"] = runner.server_args
     ctx["get_global_server_args"] = runner.server_args
     _install_context(ctx)
     configurator = pc.DSV4PoolConfigurator(runner)
-    config = configurator.calculate_pool_sizes(case["available_bytes"], case["page_size"])
+    config = configurator.calculate_pool_sizes(case["available_bytes"], sa.page_size)
+    mrr = _resolve_max_num_reqs(runner, config.full_max_total_num_tokens)
     if hasattr(configurator, "finalize_with_max_running_requests"):
-        config.max_running_requests = case["max_running_requests"]
+        config.max_running_requests = mrr
         config = configurator.finalize_with_max_running_requests(config)
     sizes = {
         k: getattr(config, k)
@@ -194,14 +324,19 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
             "c128_state_pool_size",
         )
     }
-    result: dict[str, Any] = {"bytes_per_full_token": configurator.bytes_per_full_token, **sizes}
+    result: dict[str, Any] = {
+        "bytes_per_full_token": configurator.bytes_per_full_token,
+        "layers": list(layers),
+        "max_running_requests_per_worker": mrr,
+        **sizes,
+    }
     if case.get("build_pool", True):
-        result["pool_tensors"] = _pool_tensor_bytes(case, runner, sizes)
+        result["pool_tensors"] = _pool_tensor_bytes(sa, runner, sizes, mrr)
     return result
 
 
 def _pool_kwargs(
-    case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]
+    sa: Any, runner: SimpleNamespace, sizes: dict[str, int], mrr: int
 ) -> dict[str, Any]:
     """Every argument any release's DeepSeekV4TokenToKVPool takes, as its model runner passes it."""
     import sglang.srt.model_executor.pool_configurator as pc
@@ -210,10 +345,10 @@ def _pool_kwargs(
     # As the model runner does: float32 state until the release reads
     # SGLANG_DSV4_COMPRESS_STATE_DTYPE (_get_dsv4_compress_state_dtype_sizes, 0.5.14+).
     reads_env = hasattr(pc, "_get_dsv4_compress_state_dtype_sizes")
-    bf16 = reads_env and case.get("state_dtype") == "bfloat16"
+    bf16 = reads_env and pc._get_dsv4_compress_state_dtype_sizes()[0] == 2
     state_dtype = torch.bfloat16 if bf16 else torch.float32
     mc = runner.model_config
-    mrr = case["max_running_requests"]
+    drafts = runner.server_args.max_speculative_num_draft_tokens or 0
     return {
         "max_num_reqs": mrr,
         "num_req_slots": mrr + 1,
@@ -223,8 +358,8 @@ def _pool_kwargs(
         "full_size": sizes["full_max_total_num_tokens"],
         "c4_state_pool_size": sizes["c4_state_pool_size"],
         "c128_state_pool_size": sizes["c128_state_pool_size"],
-        "page_size": case["page_size"],
-        "swa_page_size": case["page_size"],
+        "page_size": sa.page_size,
+        "swa_page_size": sa.page_size,
         "sliding_window": mc.window_size,
         "dtype": torch.float8_e4m3fn,
         "state_dtype": state_dtype,
@@ -240,14 +375,14 @@ def _pool_kwargs(
         "start_layer": runner.start_layer,
         "end_layer": runner.end_layer,
         "enable_hisparse": False,
-        "online_mtp_max_draft_tokens": 0,
+        "online_mtp_max_draft_tokens": drafts,
         "kv_source_layers": list(mc.hf_config.kv_source_layer_ids),
         "is_draft_worker": False,
     }
 
 
 def _pool_tensor_bytes(
-    case: dict[str, Any], runner: SimpleNamespace, sizes: dict[str, int]
+    sa: Any, runner: SimpleNamespace, sizes: dict[str, int], mrr: int
 ) -> dict[str, int]:
     """Build the release's device pool on the meta device; bytes of every tensor by path."""
     import inspect
@@ -255,7 +390,7 @@ def _pool_tensor_bytes(
     import sglang.srt.mem_cache.deepseek_v4_memory_pool as mp
     import torch
 
-    wanted = _pool_kwargs(case, runner, sizes)
+    wanted = _pool_kwargs(sa, runner, sizes, mrr)
     params = inspect.signature(mp.DeepSeekV4TokenToKVPool.__init__).parameters
     if "select_dsv4_kv_layout" in vars(mp) and "kv_layout" in params:
         wanted["kv_layout"], wanted["compressed_kv_layout"] = mp.select_dsv4_kv_layout()
@@ -298,6 +433,7 @@ _PATHS = (
     ("c1_index_k", ("index_pools[1].",)),
     ("c2_index_k", ("index_pools[2].",)),
     ("c4_index_state", ("indexer_compress_state_pools[",)),
+    ("c128_mtp_pending_lens", ("online_c128_mtp_pending_seq_lens",)),
 )
 _STATE = re.compile(r"^compress_state_pools\[(\d+)\]")
 
@@ -320,16 +456,21 @@ def _by_pool(found: dict[str, tuple[int, int]], ratios: list[int]) -> dict[str, 
 def main() -> None:
     release_dir = sys.argv[1]
     install(release_dir)
+    version = tuple(int(x) for x in os.path.basename(release_dir.rstrip("/")).split(".")[:3])
     cases = json.load(sys.stdin)
     out = []
     for case in cases:
         try:
-            out.append({"ok": True, **run_case(case)})
-        except Exception as exc:  # reported per case, so one bad case does not hide the rest
+            out.append({"ok": True, **run_case(case, version)})  # type: ignore[arg-type]
+        except (AssertionError, ValueError, KeyError, RuntimeError) as exc:
+            # SGLang's own refusal (an assert, a ValueError, a missing kv_source): reported
+            # per case, so one refusal does not hide the rest.
+            out.append({"ok": False, "refused": True, "error": f"{type(exc).__name__}: {exc}"})
+        except Exception as exc:  # anything else is the oracle failing, not SGLang refusing
             import traceback
 
             traceback.print_exc()
-            out.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            out.append({"ok": False, "refused": False, "error": f"{type(exc).__name__}: {exc}"})
     json.dump(out, sys.stdout)
 
 

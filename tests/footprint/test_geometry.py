@@ -12,6 +12,7 @@ from exporter.footprint import (
     GeometryError,
     geometry_from_config,
     load_config_json,
+    parse_pp_partition,
     pp_partition,
     preset_for_served_name,
     resolve_model,
@@ -96,11 +97,29 @@ def test_served_name_matching():
     assert preset_for_served_name("Qwen3-235B") is None
 
 
-def test_pp_partition_follows_sglang_split():
-    # 43 layers over 4 stages: 10 each, remainder 3 to the stages before the last
-    assert pp_partition(43, 4) == [11, 11, 11, 10]
-    assert pp_partition(61, 2) == [31, 30]
-    assert pp_partition(43, 1) == [43]
+@pytest.mark.parametrize("layers", [1, 16, 43, 61])
+@pytest.mark.parametrize("pp", [1, 2, 3, 4, 5, 8])
+def test_pp_partition_gives_the_remainder_to_the_last_stages(layers: int, pp: int) -> None:
+    """get_pp_indices' shape (tests/conformance checks the split against each release's own
+    function): every layer once, shares differ by at most one, the larger ones last."""
+    if pp > layers:
+        with pytest.raises(GeometryError, match="exceeds"):
+            pp_partition(layers, pp)
+        return
+    parts = pp_partition(layers, pp)
+    assert sum(parts) == layers and len(parts) == pp
+    assert parts == sorted(parts) and max(parts) - min(parts) <= 1
+
+
+def test_pp_partition_env_override_is_checked_as_sglang_checks_it():
+    assert pp_partition(43, 3, (10, 20, 13)) == [10, 20, 13]
+    assert parse_pp_partition("10,20,13") == (10, 20, 13)
+    with pytest.raises(GeometryError, match="pp_size is 2"):
+        pp_partition(43, 2, (10, 20, 13))
+    with pytest.raises(GeometryError, match="sums to 42"):
+        pp_partition(43, 3, (10, 20, 12))
+    with pytest.raises(GeometryError, match="Invalid partition string"):
+        parse_pp_partition("10;20")
     with pytest.raises(GeometryError):
         pp_partition(43, 0)
 
@@ -108,7 +127,7 @@ def test_pp_partition_follows_sglang_split():
 def test_stage_slice_and_draft_on_last_stage():
     g = PRESETS["deepseek-v4-flash"]
     first, last = stage_slice(g, 2, 0), stage_slice(g, 2, 1)
-    assert (first.start, first.end, last.start, last.end) == (0, 22, 22, 43)
+    assert (first.start, first.end, last.start, last.end) == (0, 21, 21, 43)
     assert first.draft.total == 0 and last.draft.total == 1
     assert stage_slice(g, layer_range=(2, 10)).main.total == 8
     with pytest.raises(GeometryError):

@@ -151,3 +151,102 @@ def test_human_output_via_console_script():
 def test_fixed_verdict_is_ok(capsys):
     assert main(["plan", "--configurator", "fixed"]) == 0
     assert "OK: only the page-padding remainder" in capsys.readouterr().out
+
+
+# --- SGLang's own vocabulary -----------------------------------------------------------------
+DOCS_LAUNCH = [
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "deepseek-ai/DeepSeek-V4-Flash",
+    "--tp",
+    "8",
+    "--dp",
+    "8",
+    "--enable-dp-attention",
+    "--speculative-algorithm",
+    "EAGLE",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+    "--max-running-requests",
+    "1024",
+]
+
+
+def test_launch_command_after_dashdash_is_resolved_as_sglang_does(capsys):
+    d = _json(capsys, "--index-k-dtype", "fp8", "--", *DOCS_LAUNCH)
+    r = d["resolved"]
+    assert (r["attn_dp_size"], r["max_running_requests_per_worker"]) == (8, 1024 // 8)
+    assert r["num_draft_tokens"] == 4 and d["settings"]["speculative"] is True
+    # the same deployment in plan's own flags gives the same numbers
+    flags = ["--tp", "8", "--dp", "8", "--enable-dp-attention", "--max-running-requests", "1024"]
+    same = _json(capsys, "--index-k-dtype", "fp8", *flags, "--speculative-algorithm", "EAGLE")
+    assert same["full_tokens"] == d["full_tokens"] and same["pools"] == d["pools"]
+
+
+def test_page_size_is_forced_to_256_with_a_note(capsys):
+    d = _json(capsys, "--page-size", "128")
+    assert d["settings"]["page_size"] == 256
+    assert any("--page-size 128 -> 256" in n for n in d["resolved"]["notes"])
+
+
+def test_env_switches_change_the_footprint(capsys):
+    plain = _json(capsys, "--speculative-algorithm", "EAGLE")
+    online = _json(
+        capsys,
+        "--speculative-algorithm",
+        "EAGLE",
+        "--env",
+        "SGLANG_OPT_USE_ONLINE_COMPRESS=1",
+        "--env",
+        "SGLANG_EXPERIMENTAL_ONLINE_C128_MTP=1",
+    )
+    assert online["settings"]["online_compress"] and not plain["settings"]["online_compress"]
+    assert (
+        online["pools"]["c128_state"]["allocated_bytes"]
+        < plain["pools"]["c128_state"]["allocated_bytes"]
+    )
+    assert "c128_mtp_pending_lens" in online["pools"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "check"),
+    [
+        (
+            ["--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "11"],
+            "_assert_ring_serves_draft_tokens",
+        ),
+        (
+            ["--speculative", "--env", "SGLANG_OPT_USE_ONLINE_COMPRESS=1"],
+            "DSV4PoolConfigurator.__init__",
+        ),
+        (["--swa-full-tokens-ratio", "0.0001", "--available-gib", "20"], "validate_swa_pool_size"),
+        (["--sglang-version", "0.5.12", "--enable-deepseek-v4-fp4-indexer"], "add_cli_args"),
+    ],
+)
+def test_sglang_refusals_exit_2_naming_the_check(capsys, argv, check):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert check in err and err.count("\n") == 1
+    assert main(["plan", "--json", *argv]) == 2
+    assert check in json.loads(capsys.readouterr().out)["refused"]["check"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--env", "NOEQUALS"],
+        ["--", "--pp", "2"],
+        ["--speculative-algorithm", "MEDUSA"],
+        ["--tp", "8", "--dp", "3", "--enable-dp-attention"],
+    ],
+)
+def test_bad_launch_input_is_one_line_exit_2(capsys, argv):
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsv4-sidecar plan: error:") and err.count("\n") == 1

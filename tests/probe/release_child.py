@@ -149,7 +149,8 @@ def run(case: dict[str, Any], probe: Any, built: list[Any], directory: Path) -> 
     probe.counters = ProbeCounters(hooks=dict(probe.counters.hooks))
     probe.states.clear()
     built.clear()
-    oracle = run_case(case)
+    version = tuple(int(x) for x in Path(sys.argv[1]).name.split(".")[:3])
+    oracle = run_case(case, version)  # type: ignore[arg-type]
     path = write_snapshot(directory, "0", probe.counters)
     snap = read_snapshot(path)
     drive = _drive(built[0], probe, cc, torch) if built else None

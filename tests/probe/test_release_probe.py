@@ -54,14 +54,28 @@ ESSENTIAL = (
 )
 
 
-# the conformance suite's deployment case format (V4-Flash, 50 GiB, 256 requests, page 256, PP 1)
-CASES = [_case("deepseek-v4-flash", 50 * GIB, index_k=k) for k in ("fp8", "fp4")]
+def _cases(version: str) -> list[dict[str, Any]]:
+    """The conformance suite's raw deployment (V4-Flash, 50 GiB, SGLang's defaults), with fp8
+    and fp4 index-K; 0.5.12 has no --enable-deepseek-v4-fp4-indexer and stores fp8 for both."""
+    fp4 = (
+        ["--enable-deepseek-v4-fp4-indexer"]
+        if rules_for_version(version).rules.has_fp4_indexer
+        else []
+    )
+    return [
+        {**_case("flash", 50 * GIB, argv), "model": "deepseek-v4-flash", "index_k": k}
+        for k, argv in (("fp8", []), ("fp4", fp4))
+    ]
 
 
 def _run(version: str) -> list[dict[str, Any]]:
     # without DSV4_PROBE the child attaches the probe itself, before SGLang imports
     return run_in_release(
-        "tests.probe.release_child", version, CASES, timeout=300, drop_env=("DSV4_PROBE",)
+        "tests.probe.release_child",
+        version,
+        _cases(version),
+        timeout=300,
+        drop_env=("DSV4_PROBE",),
     )
 
 
@@ -113,9 +127,7 @@ def test_docs_carry_the_current_table(found):
 # --- the probe in the released code ------------------------------------------------------------
 def _predicted(version: str, case: dict[str, Any], full_tokens: int) -> dict[str, int]:
     geom = PRESETS[case["model"]]
-    settings = DeploymentSettings(
-        index_k_dtype=case["index_k"], max_running_requests=case["max_running_requests"]
-    )
+    settings = DeploymentSettings(index_k_dtype=case["index_k"], max_running_requests=256)
     rules = rules_for_version(version).rules
     counts = counts_for_full_tokens(geom, settings, full_tokens, rules)
     return allocated_bytes(geom, stage_slice(geom), settings, counts, rules, include_draft=False)
@@ -123,7 +135,7 @@ def _predicted(version: str, case: dict[str, Any], full_tokens: int) -> dict[str
 
 @pytest.mark.parametrize("version", LIVE)
 def test_probe_measures_the_released_pool(live, version):
-    for case, got in zip(CASES, live[version], strict=True):
+    for case, got in zip(_cases(version), live[version], strict=True):
         oracle = got["oracle"]
         label = f"sglang {version} {case['index_k']}"
         assert got["errors"] == 0, label
@@ -145,7 +157,7 @@ def test_probe_measures_the_released_pool(live, version):
 @pytest.mark.parametrize("version", LIVE)
 def test_probe_hooks_and_counts_on_the_released_accessors(live, version, found):
     present = found[version]
-    for case, got in zip(CASES, live[version], strict=True):
+    for case, got in zip(_cases(version), live[version], strict=True):
         label = f"sglang {version} {case['index_k']}"
         hooks = got["hooks"]
         assert all(hooks[h] for h in ESSENTIAL), label

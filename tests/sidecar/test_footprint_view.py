@@ -229,3 +229,30 @@ def test_swa_sizing_fact_says_whether_the_ratio_is_read_or_assumed(version, want
         (lab["fact"], lab["value"], lab["source"])
         for lab, _ in _samples(view)["dsv4_deployment_fact_info"]
     }
+
+
+def test_dp_attention_divides_server_infos_global_max_running_requests():
+    """/server_info reports SGLang's global --max-running-requests; with DP attention each
+    worker's pools are sized for its share (launch.resolve, as `plan --` resolves it): the
+    c128 state the view prices is that of 1000 // 4 requests, not of 1000."""
+    raw = json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text())
+    raw.update(
+        version="0.5.23",
+        max_running_requests=1000,
+        dp_size=4,
+        tp_size=8,
+        enable_dp_attention=True,
+        max_total_num_tokens=7_201_280,
+    )
+    view = FootprintView(load_settings({"index_k_dtype": "fp8"}), env={})
+    view.refresh(parse_server_info(raw), {}, {})
+    assert view.status == "ok", view.detail
+    fp = view.ranks[0].footprint
+    assert fp.settings.max_running_requests == 250
+    without_dp = replace(fp.settings, max_running_requests=1000)
+    assert (
+        fp.c128_state_fixed_bytes
+        < plan_for_budget(
+            PRESETS["deepseek-v4-flash"], without_dp, "legacy", 50 * GIB
+        ).c128_state_fixed_bytes
+    )
