@@ -235,6 +235,9 @@ class _Collector:
         self.sidecar = sidecar
 
     def collect(self) -> Iterable[Metric]:
+        """Every part's families, each part behind its own guard (node_exporter's model): a
+        source whose ``collect()`` raises is marked down for this scrape with the reason
+        ``collect_error`` and left out; the scrape serves everything else."""
         sc = self.sidecar
         yield m.BUILD_INFO.info(
             {
@@ -243,18 +246,38 @@ class _Collector:
                 "dsml_kernel": DSML_KERNEL,
             }
         )
+        by_source = [(src, _guarded(src.collect, src.health.name)) for src in sc.sources.values()]
+        for src, fams in by_source:
+            if fams is None:
+                src.health.failure("collect_error", "collect() raised; see the sidecar's log")
         yield from health_families(src.health for src in sc.sources.values())
-        for src in sc.sources.values():
-            yield from src.collect()
+        for _, fams in by_source:
+            yield from fams or ()
+        parts: list[tuple[str, Any]] = [
+            ("reconciliation", sc.reconciliation.collect),
+            ("grading", sc.pipeline.collect),
+            ("supervisor", sc.supervisor.collect),
+            ("dialect", self._dialect),
+        ]
         if sc.drift is not None:
-            yield from sc.drift.collect()
-        yield from sc.reconciliation.collect()
-        yield from sc.pipeline.collect()
-        yield from sc.supervisor.collect()
-        dialect, source = sc.dsml_dialect()
-        yield m.DSML_DIALECT_INFO.info({"dialect": dialect or "auto", "source": source})
+            parts.insert(0, ("drift", sc.drift.collect))
         if sc.tap is not None:
-            yield from sc.tap.collect()
+            parts.append(("tap", sc.tap.collect))
+        for name, collect in parts:
+            yield from _guarded(collect, name) or ()
+
+    def _dialect(self) -> Iterable[Metric]:
+        dialect, source = self.sidecar.dsml_dialect()
+        yield m.DSML_DIALECT_INFO.info({"dialect": dialect or "auto", "source": source})
+
+
+def _guarded(collect: Any, part: str) -> list[Metric] | None:
+    """``collect()``'s families, or None when it raised (logged by type: no data in logs)."""
+    try:
+        return list(collect())
+    except Exception as exc:
+        log.warning("collecting %s failed: %s", part, type(exc).__name__)
+        return None
 
 
 class _ReconcileInputs:

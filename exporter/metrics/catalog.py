@@ -140,7 +140,8 @@ SOURCE_ERRORS = _m(
     "driver_not_loaded, gpu_lost, uninitialized, version_mismatch, no_gpus, timeout, wedged, "
     "not_found, unknown; sglang: unreachable, timeout, http_status, bad_json, bad_shape, "
     "metrics_unavailable, too_large = a body over its cap, too_deep = JSON nested too deep; "
-    "any source: internal_error = its loop raised, see dsv4_sidecar_task_restarts_total).",
+    "any source: internal_error = its loop raised, see dsv4_sidecar_task_restarts_total; "
+    "collect_error = its collect() raised at a scrape, which left it out and served the rest).",
     (*SOURCE_LABELS, "reason"),
     "sidecar",
 )

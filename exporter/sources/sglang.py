@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -189,12 +190,21 @@ def memory_usage_of(state: Mapping[str, Any]) -> RankMemory | None:
     )
 
 
+# Most ranks one deployment can have along any parallel axis (TP, PP, DP): far past any
+# published DSV4 launch (TP 16 over two nodes, PP 4, DP 16), and the bound on what a hostile
+# /server_info can make the sidecar iterate over or export (tp_size: 10**8 froze the loop).
+MAX_PARALLEL = 256
+_PARALLEL = ("tp_size", "dp_size", "pp_size", "nnodes")
+
+
 def _num(d: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:
     v = d.get(key, default)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ShapeError(f"server_info field {key!r} should be a number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ShapeError(f"server_info field {key!r} should be a finite number, got {v!r:.64}")
+    if key in _PARALLEL and not 0 <= v <= MAX_PARALLEL:
+        raise ShapeError(f"server_info field {key!r} is {v!r:.64}, outside 0..{MAX_PARALLEL}")
     return kind(v)
 
 
