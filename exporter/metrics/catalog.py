@@ -140,6 +140,8 @@ SOURCE_ERRORS = _m(
     "driver_not_loaded, gpu_lost, uninitialized, version_mismatch, no_gpus, timeout, wedged, "
     "not_found, unknown; sglang: unreachable, timeout, http_status, bad_json, bad_shape, "
     "metrics_unavailable, too_large = a body over its cap, too_deep = JSON nested too deep; "
+    "probe: dir_missing, dir_unreadable, too_many_files = more snapshot files than ranks, "
+    "internal; "
     "any source: internal_error = its loop raised, see dsv4_sidecar_task_restarts_total; "
     "collect_error = its collect() raised at a scrape, which left it out and served the rest).",
     (*SOURCE_LABELS, "reason"),
@@ -511,7 +513,9 @@ PROBE_LAST_REPORT = _m(
 PROBE_DOWN = _m(
     "dsv4_probe_down_reason",
     "gauge",
-    "1 for a down rank, with why: stale, writer_exited, writer_dead, unreadable, malformed, "
+    "1 for a down rank, with why: stale, clock_skew (written_at in the future by more than "
+    "the staleness window), writer_exited, writer_dead, unreadable (also: not a regular "
+    "file), malformed (also: numbers out of range, an odd probe_version), "
     "unsupported_version.",
     ("rank", "reason"),
     "probe",

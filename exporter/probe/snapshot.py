@@ -45,6 +45,7 @@ import json
 import os
 import re
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -59,6 +60,11 @@ FILE_PREFIX = "rank-"
 FILE_SUFFIX = ".json"
 # Big enough for a few hundred layers; anything larger is not ours.
 MAX_FILE_BYTES = 1 << 20
+# Largest integer a snapshot may hold (byte counts, counters): what a metric value can carry
+# exactly and what converts to float without OverflowError.
+MAX_INT = 1 << 63
+# probe_version becomes a label value: a release string, bounded.
+PROBE_VERSION_RE = re.compile(r"[0-9A-Za-z.+_-]{1,64}")
 RANK_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 # Transfer-gap histogram bounds in seconds. The le="0" bucket holds ungated reads whose layer
@@ -445,6 +451,8 @@ def _num(doc: Mapping[str, Any], key: str, kind: type, minimum: float | None = 0
         raise SnapshotError("malformed", f"{key} is not an integer")
     if value != value or value in (float("inf"), float("-inf")):
         raise SnapshotError("malformed", f"{key} is not finite")
+    if isinstance(value, int) and abs(value) > MAX_INT:  # 10**400 is valid JSON, no float
+        raise SnapshotError("malformed", f"{key} is out of range")
     if minimum is not None and value < minimum:
         raise SnapshotError("malformed", f"{key} is negative")
     return kind(value)
@@ -494,7 +502,7 @@ def parse_snapshot(doc: Any) -> Snapshot:
         written_at=_num(doc, "written_at", float),
         seq=_num(doc, "seq", int),
         closed=bool(doc.get("closed", False)),
-        probe_version=str(doc.get("probe_version", "")),
+        probe_version=_probe_version(doc.get("probe_version")),
         gap_source=gap_source,
         hooks={str(k): bool(v) for k, v in hooks.items() if k in HOOK_NAMES},
         errors=_num(doc, "errors", int),
@@ -510,6 +518,12 @@ def parse_snapshot(doc: Any) -> Snapshot:
         mismatches=_num(verify, "mismatches", int),
         memory=parse_memory(doc.get("memory")),
     )
+
+
+def _probe_version(value: Any) -> str:
+    if not isinstance(value, str) or not PROBE_VERSION_RE.fullmatch(value):
+        raise SnapshotError("malformed", "probe_version is not a short release string")
+    return value
 
 
 def _name(value: Any, what: str) -> str:
@@ -600,8 +614,16 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
     (or ``unsupported_version``); a rank that disagrees with the file name -> ``malformed``."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        # O_NONBLOCK: a FIFO named like a snapshot must not block the reader forever; only a
+        # regular file is read at all
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SnapshotError("unreadable", "not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise SnapshotError("unreadable", f"{type(exc).__name__}: {exc.strerror or exc}") from exc
     if len(data) > MAX_FILE_BYTES:

@@ -56,6 +56,11 @@ class RankView:
     seen_at: float  # written_at of that snapshot, else the file's mtime
 
 
+# Snapshot files read per poll: one per rank of this pod's node (8-16 GPUs), with room to
+# spare; past it the rest are ignored and counted (2,000 files made 125k series).
+MAX_RANK_FILES = 64
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -124,7 +129,13 @@ class ProbeFileSource:
             return
         try:
             now = self._clock()
-            views = [self._view(name, now) for name in names if rank_from_filename(name)]
+            ranked = [name for name in names if rank_from_filename(name)]
+            if len(ranked) > MAX_RANK_FILES:  # each file is a rank's series: bounded
+                self.health.count_error(
+                    "too_many_files", f"{len(ranked)} snapshot files, read {MAX_RANK_FILES}"
+                )
+                ranked = ranked[:MAX_RANK_FILES]
+            views = [self._view(name, now) for name in ranked]
             self._ranks = tuple(v for v in views if v is not None)
             present = {v.rank for v in self._ranks}
             self._last_good = {r: s for r, s in self._last_good.items() if r in present}
@@ -162,6 +173,8 @@ class ProbeFileSource:
             return False, "writer_dead"
         if now - snap.written_at > self.stale_after_s:
             return False, "stale"
+        if snap.written_at - now > self.stale_after_s:  # a future stamp can never go stale
+            return False, "clock_skew"
         return True, None
 
     def collect(self) -> Iterable[Metric]:
