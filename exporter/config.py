@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, overload
 
 import yaml
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -51,8 +51,10 @@ FIXES: dict[str, str] = {
     "hang=SECONDS[@AT], zero; e.g. 'init=driver_not_loaded:2,lost=1@10'",
     "model_preset": "use deepseek-v4-flash or deepseek-v4-pro, or set model_config_path "
     "to the model's config.json instead",
-    "ingest_token": "set a non-empty token (e.g. from a Kubernetes Secret), or unset the key",
-    "samples_token": "set a non-empty token (e.g. from a Kubernetes Secret), or unset the key",
+    "ingest_token": "set a token of letters, digits and -._~+/ (e.g. `openssl rand -hex 32`, "
+    "from a Kubernetes Secret), or unset the key",
+    "samples_token": "set a token of letters, digits and -._~+/ (e.g. `openssl rand -hex 32`, "
+    "from a Kubernetes Secret), or unset the key",
     "samples_token_file": "mount the Secret holding the token at that path, or unset the key "
     "(GET /api/v1/samples is then off)",
 }
@@ -60,6 +62,23 @@ FIXES: dict[str, str] = {
 
 class ConfigError(ValueError):
     """A configuration problem, phrased for the person who has to fix it."""
+
+
+# RFC 6750 §2.1 b64token: what a bearer token can be and still arrive intact.
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def _bearer_token(raw: str) -> str:
+    token = raw.strip()
+    if not token:
+        raise ValueError("is empty (an empty token would leave the endpoint open or off)")
+    if not _B64TOKEN.fullmatch(token):
+        raise ValueError(
+            "has characters a bearer token cannot carry (RFC 6750 b64token: letters, digits "
+            "and -._~+/ then optional '='); no client could ever send it, every request would "
+            "get 401: generate one with e.g. `openssl rand -hex 32`"
+        )
+    return token
 
 
 class SidecarSettings(BaseSettings):
@@ -181,7 +200,9 @@ class SidecarSettings(BaseSettings):
     tap_sample_rate: float = Field(
         0.1, ge=0, le=1, description="Fraction of tap responses graded (by request hash)."
     )
-    tap_sample_seed: int = Field(0, description="Key of the tap's sampling hash.")
+    tap_sample_seed: int = Field(
+        0, ge=-(1 << 63), le=(1 << 63) - 1, description="Key of the tap's sampling hash (64-bit)."
+    )
     tap_queue: int = Field(256, ge=1, description="Tap samples waiting for hand-off, max.")
     tap_max_connections: int = Field(
         512, ge=1, le=65536, description="Tap client connections at once; more get 503."
@@ -227,9 +248,23 @@ class SidecarSettings(BaseSettings):
 
     @field_validator("samples_token", "ingest_token")
     @classmethod
-    def _token_not_empty(cls, v: SecretStr | None) -> SecretStr | None:
-        if v is not None and not v.get_secret_value().strip():
-            raise ValueError("is empty (an empty token would leave the endpoint open or off)")
+    def _token_usable(cls, v: SecretStr | None) -> SecretStr | None:
+        """Stripped of surrounding whitespace (a Secret written with ``echo`` ends in a newline)
+        and refused at start unless it can be sent in ``Authorization: Bearer`` at all."""
+        if v is None:
+            return None
+        return SecretStr(_bearer_token(v.get_secret_value()))
+
+    @field_validator("tap_port")
+    @classmethod
+    def _tap_speaks_http(cls, v: int | None, info: ValidationInfo) -> int | None:
+        url = info.data.get("sglang_url")
+        if v is not None and isinstance(url, str) and url.startswith("https://"):
+            raise ValueError(
+                "the tap forwards plain HTTP to SGLang, but sglang_url is https://; point "
+                "sglang_url at SGLang's http:// port (it is on localhost in the pod) or unset "
+                "tap_port"
+            )
         return v
 
     @field_validator("gpu_backend")
@@ -273,9 +308,10 @@ class SidecarSettings(BaseSettings):
         path = self.samples_token_file
         if path is not None:
             try:
-                if not path.read_text(encoding="utf-8").strip():
-                    problems.append(("samples_token_file", f"{str(path)!r} is empty"))
-            except (OSError, UnicodeDecodeError) as exc:
+                _bearer_token(path.read_text(encoding="utf-8"))
+            except ValueError as exc:  # UnicodeDecodeError is one too
+                problems.append(("samples_token_file", f"the token in {str(path)!r} {exc}"))
+            except OSError as exc:
                 why = getattr(exc, "strerror", None) or type(exc).__name__
                 problems.append(("samples_token_file", f"cannot read {str(path)!r}: {why}"))
         if self.canary_prompts_file is not None:

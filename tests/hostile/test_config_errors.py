@@ -155,3 +155,41 @@ def test_console_script_exit_code_and_no_traceback(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     _assert_names(proc.stderr, "model_preset", "fix:")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (
+            ["--tap-port", "0", "--tap-sample-seed", "99999999999999999999"],
+            ["tap_sample_seed", "flag --tap-sample-seed", "9223372036854775807", "fix:"],
+        ),
+        (
+            ["--tap-port", "0", "--sglang-url", "https://127.0.0.1:30000"],
+            ["tap_port", "plain HTTP", "http://", "fix:"],
+        ),
+        (["--ingest-token", "a b"], ["ingest_token", "b64token", "openssl rand", "fix:"]),
+        (["--ingest-token", "tök"], ["ingest_token", "b64token", "fix:"]),
+    ],
+)
+def test_values_that_would_crash_or_never_authenticate_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needles: list[str]
+) -> None:
+    """Issue 24: an overflowing seed and an https SGLang behind the tap raised tracebacks; a
+    token no client can send started a sidecar that answered 401 forever."""
+    _assert_names(_fails(capsys, argv), *needles)
+
+
+def test_a_token_with_surrounding_whitespace_is_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The usual result of `echo token > secret`: the trailing newline is not part of it."""
+    monkeypatch.setenv("DSV4_SIDECAR_INGEST_TOKEN", "  s3cr3t-token\n")
+    settings = load_settings()
+    assert settings.ingest_token is not None
+    assert settings.ingest_token.get_secret_value() == "s3cr3t-token"
+
+
+def test_demo_refuses_a_tp_size_the_simulator_cannot_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--tp-size", "0", "--no-prometheus"]) == 2
+    _assert_names(capsys.readouterr().err, "--tp-size", "1..64")
