@@ -49,6 +49,10 @@ GIB = 1 << 30  # SGLang's "GB": get_available_gpu_memory divides by 1 << 30
 # Memory fields SGLang reports (see RankMemory for the release each comes from).
 MEMORY_FIELDS = ("weight", "kv_cache", "graph", "startup_available", "swa_tokens", "context_len")
 MAX_GRAPH_PHASES = 8  # 0.5.23 has six (GRAPH_MEMORY_USAGE_KEYS); bounds the phase label
+MAX_LOAD_BACK_POOLS = 8  # HiCache load-back pools re-exported by name (kv, index_k, ...)
+# /server_info strings that become label values or log text: a release string, a model path.
+_VERSION = re.compile(r"[0-9A-Za-z.+_-]{1,64}")
+MAX_MODEL_PATH = 512
 _PHASE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
@@ -208,6 +212,13 @@ def _num(d: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any
     return kind(v)
 
 
+def _served_name(value: Any, model_path: str) -> str:
+    """The name clients send as ``model`` (the canary too): SGLang's, when it is a sane one."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_MODEL_PATH:
+        return value
+    return model_path
+
+
 def parse_server_info(d: Any) -> ServerFacts:
     """Normalise a /server_info JSON object (any supported version) into ServerFacts."""
     if not isinstance(d, Mapping):
@@ -234,11 +245,16 @@ def parse_server_info(d: Any) -> ServerFacts:
     model_path = d.get("model_path")
     if not isinstance(model_path, str) or not model_path:
         raise ShapeError("server_info has no 'model_path'")
+    if len(model_path) > MAX_MODEL_PATH:
+        raise ShapeError(f"server_info 'model_path' is {len(model_path)} characters long")
+    version = str(d.get("version") or "unknown")
+    if not _VERSION.fullmatch(version):
+        version = "unparseable"  # read as an unknown release (legacy rules), never a label
     algo = d.get("speculative_algorithm")
     return ServerFacts(
-        version=str(d.get("version") or "unknown"),
+        version=version,
         model_path=model_path,
-        served_model_name=str(d.get("served_model_name") or model_path),
+        served_model_name=_served_name(d.get("served_model_name"), model_path),
         tp_size=_num(d, "tp_size", int, 1),
         dp_size=_num(d, "dp_size", int, 1),
         pp_size=_num(d, "pp_size", int, 1),
@@ -365,6 +381,10 @@ def parse_sglang_metrics(text: str) -> LiveMetrics:
                 usage = s.value if usage is None else max(usage, s.value)
             elif short == "load_back_tokens" and s.name.endswith("_total"):
                 pool = s.labels.get("pool", "kv")
+                if not _PHASE.fullmatch(pool) or (
+                    pool not in lb_tokens and len(lb_tokens) >= MAX_LOAD_BACK_POOLS
+                ):
+                    pool = "other"  # a label value: a short name from a bounded set
                 lb_tokens[pool] = lb_tokens.get(pool, 0.0) + s.value
             elif short == "load_back_duration_seconds":
                 if s.name.endswith("_sum"):
