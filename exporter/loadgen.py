@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from exporter.samplers.prompts import load_prompts
+from exporter.sources import bounded
 
 MAX_TURNS = 3
 
@@ -159,9 +160,9 @@ class LoadGenerator:
         t0 = time.perf_counter()
         try:
             async with session.post(self.url, json=body, headers=self.headers) as resp:
-                raw = await resp.read()
                 status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                raw = await bounded.read_capped(resp, bounded.ANSWER_MAX_BYTES)
+        except (aiohttp.ClientError, asyncio.TimeoutError, bounded.BodyRejected) as exc:
             stats.errors += 1
             return Exchange(
                 concurrency, body, 0, None, time.perf_counter() - t0, type(exc).__name__

@@ -35,6 +35,7 @@ from exporter.oncall.repro_report import (
     ReproReport,
 )
 from exporter.oncall.samples import SampleWriter
+from exporter.sources import bounded
 
 
 async def discover_model(url: str, timeout: float = 5.0) -> str | None:
@@ -46,7 +47,7 @@ async def discover_model(url: str, timeout: float = 5.0) -> str | None:
         ):
             if resp.status != 200:
                 return None
-            data = json.loads(await resp.read())
+            data = json.loads(await bounded.read_capped(resp, bounded.SERVER_INFO_MAX_BYTES))
         return str(data["data"][0]["id"])
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError, TypeError):
         return None

@@ -4,7 +4,8 @@ SGLang is trusted to be SGLang, not to be small. Without a cap, one answer of 1.
 misbehaving proxy in front of it, a wrong port, a debug endpoint) drove the poller to 2.9 GB RSS
 against a 256 Mi container limit, and a 50,000-level JSON array raised ``RecursionError`` out of
 ``json.loads``, which nobody caught. Every body the sidecar reads from SGLang (``/server_info``,
-``/metrics``, canary answers) goes through :func:`read_capped` and every JSON body through
+``/metrics``, canary answers, and what ``loadgen`` and ``repro`` read) goes through
+:func:`read_capped` and every JSON body through
 :func:`loads_bounded`, and both fail with a :class:`BodyRejected` whose ``reason`` is one of
 :data:`REASONS` (documented label values of the callers' error counters).
 """
@@ -26,6 +27,9 @@ REASONS = (TOO_LARGE, TOO_DEEP)
 SERVER_INFO_MAX_BYTES = 1 << 20
 METRICS_MAX_BYTES = 16 << 20
 CANARY_MAX_BYTES = 4 << 20
+# A load generator's or repro's answer: streamed, up to tens of thousands of tokens at a few
+# hundred bytes per SSE event.
+ANSWER_MAX_BYTES = 16 << 20
 MAX_JSON_DEPTH = 64
 
 _READ_CHUNK = 64 << 10

@@ -18,8 +18,19 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 MAX_BODY = 64 << 20  # a /metrics or query answer larger than this is refused, not parsed
-# No proxy from the environment: triage talks to exactly the URLs it was given.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are answers, not instructions: urllib would follow one to any host with the
+    samples bearer token still attached. A 3xx comes back as its status, and the report says
+    which URL answered it."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+# No proxy from the environment and no redirects: triage talks to exactly the URLs it was given.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
 class FetchError(Exception):
