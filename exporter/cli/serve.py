@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from exporter.app import create_app
+    from exporter.http_limits import BoundedHttpToolsProtocol
 
     app = create_app(settings)
     uvicorn.run(
@@ -46,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=False,
         lifespan="on",
+        http=BoundedHttpToolsProtocol,  # request heads bounded in size and count
     )
     return 0
