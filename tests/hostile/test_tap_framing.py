@@ -57,20 +57,21 @@ def test_every_reject_reason_is_exported_from_zero() -> None:
 def test_bad_chunk_after_the_head_was_forwarded_closes_both_sides() -> None:
     """The issue's case: 50 such requests held 51 SGLang sockets for 100 s."""
 
-    async def one(port: int, fake: object) -> bytes:
-        conn = await RawConnection.open(port)
-        try:
-            await conn.send(HEAD_CHUNKED)
-            await asyncio.sleep(0.2)  # the head and first chunk reach SGLang
-            await conn.send(b"ZZZ-not-a-chunk-size\r\n")
-            return await _read_all(conn)
-        finally:
-            await conn.close()
-
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
             port = tap.port or 0
-            answers = await asyncio.gather(*(one(port, fake) for _ in range(50)))
+            conns = [await RawConnection.open(port) for _ in range(50)]
+            try:
+                for conn in conns:
+                    await conn.send(HEAD_CHUNKED)
+                # every head (and first chunk) reached SGLang: each holds a connection there
+                assert await settle(lambda: len(fake.conns) == 50, timeout=10.0)
+                for conn in conns:
+                    await conn.send(b"ZZZ-not-a-chunk-size\r\n")
+                answers = [await _read_all(conn) for conn in conns]
+            finally:
+                for conn in conns:
+                    await conn.close()
             assert all(_statuses(a) == [400] for a in answers)
             assert all(b"Connection: close" in a for a in answers)
             assert await settle(lambda: not fake.conns, timeout=2.0), len(fake.conns)
