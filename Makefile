@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s clean
+.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s lock clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -17,6 +17,7 @@ help:
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
+	@echo "make lock   - re-resolve docker/requirements.lock (the image's Python packages; needs PyPI)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,8 +79,14 @@ dashboards: venv
 k8s: venv
 	$(PY) docker/k8s/generate.py
 
+# The sidecar image's exact Python packages (pip-compile, hashed), from pyproject.toml's
+# runtime dependencies and build backend; `make test` checks it still fits them (offline).
+lock: venv
+	$(PY) docker/lock.py
+
 test: venv native deb-test lint
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
+	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
 
 demo: venv native
