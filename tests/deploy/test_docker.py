@@ -1,6 +1,6 @@
 """docker/Dockerfile (the sidecar image), docker/Dockerfile.sglang-probe and .dockerignore,
-checked statically: hadolint, then the properties the deployment relies on. No image is built
-(no registry access here); the wheel build itself is covered by tests/probe/test_packaging.py."""
+checked statically: hadolint, then the properties the deployment relies on. The images are
+built and run by tests/deploy/test_image.py; the wheel build by tests/probe/test_packaging.py."""
 
 from __future__ import annotations
 
