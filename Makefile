@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s clean
+.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s lock image deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -17,6 +17,8 @@ help:
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
+	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py)"
+	@echo "make lock   - re-resolve docker/requirements.lock (the image's Python packages; needs PyPI)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +44,10 @@ native: $(NATIVE)
 deb-test:
 	@scripts/ensure-debian-packages.sh prometheus nginx
 	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
+# The image build and its test: Debian's podman/buildah, runc (crun refuses this machine's
+# hybrid cgroups: docker/podman/containers.conf) and mmdebstrap (the base when no registry).
+deb-image:
+	@scripts/ensure-debian-packages.sh podman buildah runc mmdebstrap
 deb-bench:
 	@scripts/ensure-debian-packages.sh prometheus nginx
 
@@ -78,8 +84,17 @@ dashboards: venv
 k8s: venv
 	$(PY) docker/k8s/generate.py
 
-test: venv native deb-test lint
+# The sidecar image's exact Python packages (pip-compile, hashed), from pyproject.toml's
+# runtime dependencies and build backend; `make test` checks it still fits them (offline).
+lock: venv
+	$(PY) docker/lock.py
+
+image: venv deb-image
+	$(PY) docker/image.py
+
+test: venv native deb-test deb-image lint
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
+	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
 
 demo: venv native

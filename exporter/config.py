@@ -89,6 +89,11 @@ class SidecarSettings(BaseSettings):
     # HTTP
     host: str = Field("0.0.0.0", description="Address the sidecar listens on.")
     port: int = Field(9400, ge=0, le=65535, description="Port of /metrics and the API.")
+    listen_file: Path | None = Field(
+        None,
+        description="File serve writes the address it listens on to (JSON), for the image's "
+        "HEALTHCHECK (`python -m exporter.healthcheck`); the image sets it under /tmp.",
+    )
     # SGLang
     sglang_url: str = Field("http://127.0.0.1:30000", description="SGLang server base URL.")
     sglang_poll_interval: float = Field(5.0, gt=0, description="Seconds between SGLang polls.")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the named Debian packages when their programs are missing. The tests need promtool and
-# prometheus (end-to-end), the benchmarks need nginx. Idempotent; quiet when all is present.
+# prometheus (end-to-end), the benchmarks need nginx, the image build and its test podman,
+# buildah, runc and mmdebstrap. Idempotent; quiet when all is present.
 set -euo pipefail
 declare -A probe=([prometheus]=promtool [nginx]=nginx)
 missing=()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+from pathlib import Path
 
 from exporter.cli._common import LOG_LEVELS, log_level
 from exporter.config import ConfigError, SidecarSettings, add_settings_arguments, settings_from_args
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from exporter.http_limits import BoundedHttpToolsProtocol
 
     app = create_app(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -49,4 +51,25 @@ def run(args: argparse.Namespace) -> int:
         lifespan="on",
         http=BoundedHttpToolsProtocol,  # request heads bounded in size and count
     )
-    return 0
+    server = uvicorn.Server(config)
+    # Bound here rather than inside uvicorn so the address actually bound (port 0 included) can
+    # be written down for the container HEALTHCHECK before serving starts.
+    sock = config.bind_socket()
+    if settings.listen_file is not None:
+        _record_listen_address(settings.listen_file, settings.host, sock.getsockname()[1])
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    # uvicorn.run's convention: a server that never started (lifespan failure) exits 3.
+    return 0 if server.started else 3
+
+
+def _record_listen_address(path: Path, host: str, port: int) -> None:
+    from exporter.healthcheck import write_listen_file
+
+    try:
+        write_listen_file(path, host, port)
+    except OSError as exc:
+        # The sidecar serves all the same; the healthcheck falls back to the port setting.
+        logging.getLogger("dsv4.serve").warning("cannot write listen_file %s: %s", path, exc)

@@ -1,5 +1,5 @@
-"""Fixtures of the deployment-artefact tests: offline, static validation only (no image build,
-no registry, no cluster)."""
+"""Fixtures of the deployment-artefact tests: offline validation (no registry, no cluster); the
+one test that builds and runs the image is tests/deploy/test_image.py."""
 
 from __future__ import annotations
 
