@@ -87,6 +87,11 @@ class Stack:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+class StackError(RuntimeError):
+    """A part of the demo stack exited or never became ready; the message carries its log's
+    tail (for the simulator, its own config error), shown without a traceback."""
+
+
 def _spawn(stack: Stack, name: str, argv: list[str]) -> None:
     log = (stack.tmp / f"{name}.log").open("wb")
     stack.procs[name] = subprocess.Popen(
@@ -100,12 +105,12 @@ def _wait_ready(stack: Stack, name: str, port: int, path: str, timeout: float = 
         proc = stack.procs[name]
         if proc.poll() is not None:
             log = (stack.tmp / f"{name}.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log}")
+            raise StackError(f"{name} exited with {proc.returncode}:\n{log}")
         with contextlib.suppress(OSError):
             if http_get(port, path)[0] < 500:
                 return
         time.sleep(0.2)
-    raise RuntimeError(f"{name} did not become ready on port {port}")
+    raise StackError(f"{name} did not become ready on port {port}")
 
 
 def start_stack(opts: DemoOptions) -> Stack:

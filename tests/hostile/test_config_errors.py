@@ -191,5 +191,7 @@ def test_a_token_with_surrounding_whitespace_is_stripped(monkeypatch: pytest.Mon
 def test_demo_refuses_a_tp_size_the_simulator_cannot_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Issue 24: it raised RuntimeError('simulator exited with 2:') with a traceback; the
+    simulator's own message (its settings hold the bound) now reaches the operator."""
     assert main(["demo", "--tp-size", "0", "--no-prometheus"]) == 2
-    _assert_names(capsys.readouterr().err, "--tp-size", "1..64")
+    _assert_names(capsys.readouterr().err, "simulator exited", "tp_size", "--tp-size", "fix:")
