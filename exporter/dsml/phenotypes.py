@@ -42,20 +42,22 @@ def find_prose_loop(text: str) -> tuple[int, int, str] | None:
     if len(words) < need + n:
         return None
     last: dict[tuple[str, ...], int] = {}
+    shingles = list(zip(*(words[k:] for k in range(n)), strict=False))
     run_p = run_len = 0
-    for i, shingle in enumerate(zip(*(words[k:] for k in range(n)), strict=False)):
+    for i, shingle in enumerate(shingles):
         j = last.get(shingle)
         last[shingle] = i
-        if j is None:
+        if run_p and shingles[i - run_p] == shingle:
+            run_len += 1  # the current period holds (a nearer recurrence inside it is no break)
+        elif j is None:
             run_p = run_len = 0
             continue
-        p = i - j
-        if p == run_p:
-            run_len += 1
         else:
-            run_p, run_len = p, 1
+            run_p, run_len = i - j, 1
+        p = run_p
         repeated = run_len + n - 1  # words equal to the words p before them
-        if repeated >= need and repeated >= (t.PROSE_LOOP_COPIES - 1) * p:
+        # the copies after the first (a shingle's worth of slack where one copy meets the next)
+        if repeated >= need and repeated >= (t.PROSE_LOOP_COPIES - 1) * p - n:
             unit = words[i + n - p : i + n]
             lettered = {w for w in unit if any(ch.isalpha() for ch in w)}
             if len(lettered) < t.PROSE_LOOP_MIN_DISTINCT:
@@ -191,6 +193,7 @@ _VALUE_LOOP = re.compile(
     "(?<=[\\w.,;:!?)\\]])"  # glued: a word character or sentence punctuation before the run
     f"(\\S{{1,{t.VALUE_LOOP_MAX_UNIT}}}?)\\1{{{t.VALUE_LOOP_UNIT_REPEATS - 1},}}"
 )
+_HEX = re.compile("[0-9a-fA-F]+")
 _PLAIN_ONE = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.")
 
 
@@ -202,9 +205,14 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
         unit = mt.group(1)
         copies = len(mt.group()) // len(unit)
         if len(unit) == 1:
-            if unit in _PLAIN_ONE or copies < t.VALUE_LOOP_CHAR_REPEATS:
+            need = t.VALUE_LOOP_CHAR_REPEATS if ord(unit) > 127 else t.VALUE_LOOP_ASCII_RUN
+            if unit in _PLAIN_ONE or copies < need:
                 continue
-        elif not any(ch.isalpha() or ord(ch) > 127 for ch in unit):
+        elif (
+            "\\" in unit  # escapes written out: \x00\x00..., \n\n...
+            or (_HEX.fullmatch(unit) and any(ch.isdigit() for ch in unit))  # hex: a7a7a7...
+            or not any(ch.isalpha() or ord(ch) > 127 for ch in unit)
+        ):
             continue
         return mt.start(), mt.end(), f"{unit[:16]!r} x{copies}"
     return None

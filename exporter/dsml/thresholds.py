@@ -98,8 +98,12 @@ PROSE_LOOP_MIN_DISTINCT = 5
 """Distinct lettered words the repeated passage needs: rows of numbers, rules, `0 0 0` data and
 indentation are never a prose loop (the char-level ``ngram_loop`` has its own rules for them)."""
 VALUE_LOOP_CHAR_REPEATS = 16
-"""One character (not an ASCII letter or digit, ``_`` or ``.``) repeated this often, glued to the
-word before it, inside one tool-call value: ``Paris-----...``, ``README.md的的的...``."""
+"""One non-ASCII character repeated this often, glued to the word before it, inside one
+tool-call value: ``README.md的的的...``, ``Paris——————...``."""
+VALUE_LOOP_ASCII_RUN = 80
+"""One ASCII symbol (not a letter, digit, ``_`` or ``.``) repeated this often glued to a word:
+``Paris`` + 150 dashes. Longer than a banner line: comment banners glued to a word
+(``------/cancell------`` in the stdlib's decimal test data, 58 dashes) are code."""
 VALUE_LOOP_UNIT_REPEATS = 8
 """A unit of 2-8 characters repeated this often glued to the word before it inside one value:
 ``Crash on startupabcabcabc...``. Laughter (``Ahahaha``) and emphasis stay below."""

@@ -538,7 +538,8 @@ def value(rng: random.Random, item: Item) -> Item | None:
         if kind == "glued_cjk":
             return (v or "README.md") + rng.choice("的了是") * rng.randint(16, 60)
         if kind == "glued_dashes":
-            return (v or "Paris") + rng.choice("-—=~*") * rng.randint(24, 150)
+            run = rng.choice("-—=~*")  # "150 dashes after a city name" (issue 26)
+            return (v or "Paris") + run * rng.randint(80 if run.isascii() else 16, 200)
         if kind == "think":
             return rng.choice([(v or "done") + tag, tag + (v or "plan"), f"{v} {tag} {v}"])
         salad = " ".join(words[i % len(words)] for i in range(rng.randint(6, 9)))
