@@ -180,7 +180,9 @@ def complete(
         return Completion(reasoning, content, raw=raw)
     calls = [_pick_call(rng, tools)]
     if rng.random() < 0.2:
-        calls.append(_pick_call(rng, tools))
+        second = _pick_call(rng, tools)
+        if second != calls[0]:  # a healthy model does not repeat a call (duplicate_call)
+            calls.append(second)
     block = dsml_block(calls)
     lead = rng.choice(["", "Let me check that.", "I'll look it up."])
     raw = (reasoning + "</think>" if thinking else "") + lead + block
