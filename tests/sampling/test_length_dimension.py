@@ -128,7 +128,9 @@ def test_stored_samples_carry_length_and_finish() -> None:
     p = GradingPipeline()
     p.grade_now(
         GradingRequest(
-            "ingest", ResponseOutput(completion(" ".join(f"w{i}" for i in range(300)), "length", 900)), tools=TOOLS
+            "ingest",
+            ResponseOutput(completion(" ".join(f"w{i}" for i in range(300)), "length", 900)),
+            tools=TOOLS,
         )
     )
     item = p.store.recent(1)[0]
