@@ -205,11 +205,16 @@ def grade_kept(
 
 
 def prose_of(content: str, part: ContentPart) -> str:
-    """The content before its first block (open or closed): the prose answer."""
+    """The content before its first block (open or closed) or its first DSML marker (a bare
+    or damaged tag: the grammar may stop at its tag limit without a block): the prose."""
     parsed = part.parsed
     starts = [a for a, _ in parsed.blocks]
     if parsed.open_at_end:
         starts.append(parsed.open_block_start)
+    if parsed.dsml_seen:
+        at = content.find("DSML")
+        if at >= 0:
+            starts.append(max(0, content.rfind("<", 0, at)))
     return content[: min(starts)] if starts else content
 
 
@@ -226,7 +231,11 @@ def sample_checks(
     (offsets shifted by ``base``); returns its prose."""
     prose = prose_of(content, part)
     phenotypes.check_prose(sink, prose, base, "content")
+    done = 0
     for a, b in part.parsed.values:
+        if a < done:
+            continue  # overlapping spans (unclosed values): each character is read once
+        done = b
         phenotypes.check_value(sink, content[a:b], base + a, block_channel)
     phenotypes.check_calls(sink, calls, block_channel)
     return prose
