@@ -162,6 +162,31 @@ class AlertConfig:
         "`kv_overcommit_warning_bytes`).",
     )
 
+    # --- Output length drift, per deployment (alerts/fleet.py; issue 26) -------------------------
+    length_window: str = knob(
+        "30m", "Window of the deployment's output-length p50 and finish-reason mix records."
+    )
+    length_baseline_window: str = knob(
+        "7d",
+        "The deployment's own baseline: the median of its p50 record (and of its `length` "
+        "share) over this window, ending one `length_window` ago.",
+    )
+    length_inflation_factor: float = knob(
+        1.5,
+        "DSV4OutputLengthInflation when the p50 output tokens exceed the baseline by this "
+        "factor (sglang#36179: 600 -> 1,100 tokens with HiCache L2 is 1.8x).",
+    )
+    length_min_samples: int = knob(
+        20, "Graded samples a deployment needs in `length_window` before the length rules fire."
+    )
+    length_inflation_for: str = knob("30m", "`for:` of DSV4OutputLengthInflation.")
+    finish_length_share_min: float = knob(
+        0.05,
+        "DSV4FinishLengthShareHigh needs at least this share of `length` finishes, and twice "
+        "the baseline share.",
+    )
+    finish_length_for: str = knob("30m", "`for:` of DSV4FinishLengthShareHigh.")
+
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)

@@ -52,6 +52,14 @@ class FleetNames:
         self.pods_without_canary = "deployment:dsv4_pods_without_canary:count"
         self.pods_without_probe = "deployment:dsv4_pods_without_probe:count"
         self.fleet_ranks_overcommitted = "fleet:dsv4_kv_ranks_overcommitted:count"
+        lw, bw = c.length_window, c.length_baseline_window
+        self.length_samples = f"deployment:dsv4_dsml_output_tokens_count:increase{lw}"
+        self.length_p50 = f"deployment:dsv4_dsml_output_tokens:p50_{lw}"
+        self.length_p50_baseline = f"deployment:dsv4_dsml_output_tokens:p50_{lw}_median{bw}"
+        self.finish_share = f"deployment_finish_reason:dsv4_dsml_finish_reasons:share{lw}"
+        self.finish_share_baseline = (
+            f"deployment_finish_reason:dsv4_dsml_finish_reasons:share{lw}_median{bw}"
+        )
 
 
 def pod_labels(c: AlertConfig) -> str:
@@ -74,11 +82,46 @@ def recording_rules(c: AlertConfig, sel: Any) -> list[dict[str, Any]]:
             f"0 * count without ({drop}) (\n  {everything}\n)"
         )
 
+    lw, bw = c.length_window, c.length_baseline_window
+    tokens_bucket = sel("dsv4_dsml_output_tokens_bucket")
+    tokens_count = sel("dsv4_dsml_output_tokens_count")
+    finishes = sel("dsv4_dsml_finish_reasons_total")
+    length_rules = [
+        {
+            # Samples whose length the deployment measured in the window (all sources).
+            "record": n.length_samples,
+            "expr": f"sum without ({pods}, concurrency_le) (\n  increase({tokens_count}[{lw}])\n)",
+        },
+        {
+            # The deployment's p50 output tokens (all concurrency buckets together).
+            "record": n.length_p50,
+            "expr": "histogram_quantile(0.5,\n"
+            f"  sum without ({pods}, concurrency_le) (rate({tokens_bucket}[{lw}]))\n)",
+        },
+        {
+            # Its own baseline: the median of that p50 over the baseline window, ending one
+            # window ago (so the inflation being measured is not its own baseline).
+            "record": n.length_p50_baseline,
+            "expr": f"quantile_over_time(0.5, {n.length_p50}[{bw}] offset {lw})",
+        },
+        {
+            # The finish-reason mix: each reason's share of the deployment's graded samples.
+            "record": n.finish_share,
+            "expr": f"sum without ({pods}, verdict) (increase({finishes}[{lw}]))\n"
+            "/ ignoring (finish_reason) group_left ()\n"
+            f"(sum without ({pods}, verdict, finish_reason) (increase({finishes}[{lw}])) > 0)",
+        },
+        {
+            "record": n.finish_share_baseline,
+            "expr": f"quantile_over_time(0.5, {n.finish_share}[{bw}] offset {lw})",
+        },
+    ]
     canary_up = sel("dsv4_source_up", 'source="canary"')
     samples = sel("dsv4_dsml_samples_total")
     degenerate = sel("dsv4_dsml_samples_total", 'verdict="degenerate"')
     overcommit = sel("dsv4_kv_pool_overcommit_bytes")
     return [
+        *length_rules,
         {
             # All graded samples of every pod of a deployment, per concurrency bucket (every
             # source: the canary lands in the low buckets, the tap and ingest where the load is).
@@ -163,7 +206,7 @@ def _scope(c: AlertConfig, extra: str = "") -> str:
 
 def alerts(c: AlertConfig, b: Any) -> list[dict[str, Any]]:
     """Deployment-level alerts; ``b`` is the rule :class:`~alerts.rules.Builder`."""
-    from alerts.rules import human_bytes  # alerts.rules imports this module
+    from alerts.rules import human_bytes, num  # alerts.rules imports this module
 
     n = FleetNames(c)
     pods = pod_labels(c)
@@ -217,6 +260,41 @@ def alerts(c: AlertConfig, b: Any) -> list[dict[str, Any]]:
             "Deploy the fixed configurator or fp8 index-K, or lower --mem-fraction-static by "
             "the excess in the deployment's spec. Pods: "
             + _pods_listed(c, f"max without (rank) ({over})"),
+        )
+    )
+    who_d = "deployment {{ $labels.namespace }}/{{ $labels.deployment }}"
+    enough = f"{n.length_samples} >= {c.length_min_samples}"
+    out.append(
+        b.alert(
+            "DSV4OutputLengthInflation",
+            f"{n.length_p50}\n> {num(c.length_inflation_factor)} * {n.length_p50_baseline}"
+            f"\nand\n{enough}",
+            c.length_inflation_for,
+            "warning",
+            "A deployment's answers grew much longer than its own baseline.",
+            f"The p50 output of {who_d} is {{{{ $value | humanize }}}} tokens over "
+            f"{c.length_window}, over {num(c.length_inflation_factor)}x its median p50 of the "
+            f"last {c.length_baseline_window}: token loops inflate outputs (sglang#36179, with "
+            "HiCache). Read the corruption-by-length panels and the samples endpoint for "
+            "prose_loop/ngram_loop; if loops, disable HiCache or switch index-K to fp8.",
+        )
+    )
+    share = f'{n.finish_share}{{finish_reason="length"}}'
+    base = f'{n.finish_share_baseline}{{finish_reason="length"}}'
+    out.append(
+        b.alert(
+            "DSV4FinishLengthShareHigh",
+            f"{share}\n> {num(c.finish_length_share_min)}\nand\n{share} > 2 * {base}"
+            f"\nand ignoring (finish_reason)\n{enough}",
+            c.finish_length_for,
+            "warning",
+            "More of a deployment's answers run out of tokens than usual.",
+            f"{{{{ $value | humanizePercentage }}}} of the graded samples of {who_d} over "
+            f"{c.length_window} ended with finish_reason length, over twice its median share "
+            f"of the last {c.length_baseline_window}: generations that loop until max_tokens "
+            "(sglang#33397). Check length_tools_no_call and prose_loop on the samples endpoint; "
+            "hold length fixed with `dsv4-sidecar repro --max-tokens` to separate length from "
+            "concurrency.",
         )
     )
     return out

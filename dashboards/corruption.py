@@ -1,5 +1,5 @@
-"""Tool-call corruption: degenerate DSML ratio over time, by reason, by concurrency bucket,
-canary health and tap traffic."""
+"""Tool-call corruption: degenerate DSML ratio over time, by reason, by concurrency bucket and by
+output length, length drift and finish reasons, canary health and tap traffic."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dashboards.common import (
     sel,
     target,
 )
+from exporter.samplers.length import LENGTH_LABELS
 
 A = ALERTS
 SAMPLES = "dsv4_dsml_samples_total"
@@ -122,6 +123,89 @@ def build() -> dm.Dashboard:
         hidden_columns=("Time", "__name__", "Value"),
         w=24,
         h=4,
+    )
+
+    b.row("Length (output tokens)")
+    lsamples = "dsv4_dsml_length_samples_total"
+
+    def length_ratio(le: str) -> str:
+        m = f'output_tokens_le="{le}"'
+        return (
+            f"sum({increase_range(lsamples, f'{m}, {DEGENERATE}')})\n/\n"
+            f"sum({increase_range(lsamples, m)})"
+        )
+
+    b.bars(
+        "Degenerate ratio by output length (time range)",
+        "Degenerate share of the samples in each output-length bucket (<= le output tokens: "
+        "usage.completion_tokens, else streamed deltas, else estimated) over the time range: "
+        "corruption of long generations (sglang#33397: 0 of 19 short answers, 6 of 11 long "
+        "ones). Read it next to the concurrency split above.",
+        "percentunit",
+        [target(length_ratio(le), f"<= {le}", instant=True) for le in LENGTH_LABELS],
+        steps=RATIO_STEPS,
+        max_val=1,
+    )
+    b.timeseries(
+        "Degenerate ratio by output length",
+        "The same split over time: a bucket's line appears once it has samples.",
+        "percentunit",
+        [
+            target(
+                f"sum by (output_tokens_le) ({rate(lsamples, DEGENERATE)})\n/\n"
+                f"sum by (output_tokens_le) ({rate(lsamples)})",
+                "<= {{output_tokens_le}} tokens",
+            )
+        ],
+        steps=RATIO_STEPS,
+        min_val=0,
+    )
+    b.timeseries(
+        "Output tokens p50 and p90 by concurrency bucket (length drift)",
+        "Quantiles of graded samples' output tokens per concurrency bucket over time. "
+        "DSV4OutputLengthInflation compares the deployment's 30m p50 with its median p50 of "
+        f"the last {A.length_baseline_window} (it fires above "
+        f"{A.length_inflation_factor}x it). Inflation is how token loops show first "
+        "(sglang#36179).",
+        "short",
+        [
+            target(
+                "histogram_quantile(0.5, sum by (concurrency_le, le) "
+                f"({rate('dsv4_dsml_output_tokens_bucket')}))",
+                "p50 · <= {{concurrency_le}}",
+            ),
+            target(
+                f"histogram_quantile(0.9, sum by (le) ({rate('dsv4_dsml_output_tokens_bucket')}))",
+                "p90 · all",
+            ),
+        ],
+        min_val=0,
+    )
+    b.timeseries(
+        "Finish reasons by verdict",
+        "Graded samples per second by finish reason and verdict: a rising share of length "
+        "(generations that run out of tokens) is DSV4FinishLengthShareHigh.",
+        "ops",
+        [
+            target(
+                f"sum by (finish_reason, verdict) ({rate('dsv4_dsml_finish_reasons_total')})",
+                "{{finish_reason}} · {{verdict}}",
+            )
+        ],
+        stacked=True,
+    )
+    b.timeseries(
+        "How output tokens were counted",
+        "usage: the response's usage.completion_tokens; stream: streamed deltas; estimate: "
+        "4 characters a token. Mostly estimate means clients do not ask for usage.",
+        "ops",
+        [
+            target(
+                f"sum by (counted) ({rate('dsv4_dsml_output_tokens_counted_total')})",
+                "{{counted}}",
+            )
+        ],
+        stacked=True,
     )
 
     b.row("Canary")

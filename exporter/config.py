@@ -168,6 +168,31 @@ class SidecarSettings(BaseSettings):
     canary_prompts_file: Path | None = Field(
         None, description="JSON list / JSON Lines of {messages, tools} replacing the built-ins."
     )
+    canary_long: bool = Field(
+        False,
+        description="Also run the long-generation canary: prompts asking for a long free-form "
+        "answer and then a tool call (docs/sampling.md; its cost is bounded by "
+        "canary_long_tokens_per_hour).",
+    )
+    canary_long_concurrency: int = Field(
+        1, ge=1, le=8, description="Long-generation canary requests in flight, max."
+    )
+    canary_long_max_tokens: int = Field(
+        4096, ge=256, le=32768, description="max_tokens of long-generation canary requests."
+    )
+    canary_long_interval: float = Field(
+        600.0, gt=0, description="Seconds per round of long-generation canaries (at least)."
+    )
+    canary_long_tokens_per_hour: int = Field(
+        50_000,
+        ge=1000,
+        description="Output-token budget of the long-generation canary per hour: the interval "
+        "is raised until concurrency x max_tokens x rounds per hour fits it.",
+    )
+    canary_long_prompts_file: Path | None = Field(
+        None,
+        description="JSON list / JSON Lines of {messages, tools} replacing the long built-ins.",
+    )
     samples_token: SecretStr | None = Field(
         None, description="Bearer token for GET /api/v1/samples (off when unset; not empty)."
     )
@@ -319,13 +344,15 @@ class SidecarSettings(BaseSettings):
             except OSError as exc:
                 why = getattr(exc, "strerror", None) or type(exc).__name__
                 problems.append(("samples_token_file", f"cannot read {str(path)!r}: {why}"))
-        if self.canary_prompts_file is not None:
-            from exporter.samplers.prompts import PromptsError, load_prompts
+        from exporter.samplers.prompts import PromptsError, load_prompts
 
-            try:
-                load_prompts(self.canary_prompts_file)
-            except PromptsError as exc:
-                problems.append(("canary_prompts_file", str(exc)))
+        for key in ("canary_prompts_file", "canary_long_prompts_file"):
+            path = getattr(self, key)
+            if path is not None:
+                try:
+                    load_prompts(path)
+                except PromptsError as exc:
+                    problems.append((key, str(exc)))
         return problems
 
     def samples_token_value(self) -> str | None:

@@ -174,6 +174,19 @@ def start_stack(opts: DemoOptions) -> Stack:
                 # of none in the first minute is below 1e-4.
                 "--canary-interval",
                 "1",
+                # The long-generation canary (answers of 1,500-4,000 tokens, then a call) at
+                # the load's concurrency: corruption by length next to corruption by
+                # concurrency. Its token budget is lifted for the demo (production: 50k/h).
+                "--canary-long",
+                "true",
+                "--canary-long-concurrency",
+                "2",
+                "--canary-long-interval",
+                "1",
+                "--canary-long-max-tokens",
+                "4096",
+                "--canary-long-tokens-per-hour",
+                "1000000000",
                 "--probe-dir",
                 str(probe_dir),
                 "--samples-token",
@@ -227,6 +240,10 @@ DEMO_KNOBS: dict[str, str | int] = {
     "index_k_for": "10s",
     "risky_config_for": "10s",
     "gpu_fill_for": "2m",
+    "length_window": "1m",
+    "length_baseline_window": "10m",
+    "length_inflation_for": "10s",
+    "finish_length_for": "10s",
 }
 DEMO_WINDOWS = "demo"  # the short-window rules above
 PRODUCTION_WINDOWS = "production"  # the committed rule file (fallback)
@@ -257,6 +274,7 @@ class Snapshot:
     overcommit: dict[str, float] = field(default_factory=dict)
     reserve: dict[str, float] = field(default_factory=dict)
     by_bucket: dict[str, list[float]] = field(default_factory=dict)  # le -> [total, bad]
+    by_length: dict[str, list[float]] = field(default_factory=dict)  # tokens le -> [total, bad]
     ungated: float = 0.0
     gated: float = 0.0
     gap_sum: float = 0.0
@@ -288,6 +306,11 @@ def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> 
         snap.reserve[labels["rank"]] = value
     elif name == m.DSML_SAMPLES.name:
         b = snap.by_bucket.setdefault(labels["concurrency_le"], [0.0, 0.0])
+        b[0] += value
+        if labels["verdict"] == "degenerate":
+            b[1] += value
+    elif name == m.DSML_LENGTH_SAMPLES.name:
+        b = snap.by_length.setdefault(labels["output_tokens_le"], [0.0, 0.0])
         b[0] += value
         if labels["verdict"] == "degenerate":
             b[1] += value
@@ -348,6 +371,20 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> R
                 f"{rate:.1%}",
                 style="red" if rate > 0.05 else None,
             )
+    by_len = Table(title="Tool-call corruption by output length (tokens)", title_justify="left")
+    for col in ("output tokens ≤", "graded", "degenerate", "rate"):
+        by_len.add_column(col, justify="right")
+    for le in ("256", "1024", "4096", "16384", "+Inf"):
+        total, bad = snap.by_length.get(le, [0.0, 0.0])
+        if total:
+            rate = bad / total
+            by_len.add_row(
+                le,
+                f"{total:.0f}",
+                f"{bad:.0f}",
+                f"{rate:.1%}",
+                style="red" if rate > 0.05 else None,
+            )
     gap = (
         f", mean transfer gap {snap.gap_sum / snap.gap_count * 1e6:.0f} µs"
         if snap.gap_count
@@ -365,7 +402,7 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> R
             or ("none yet" if "prometheus" in stack.ports else "Prometheus not running")
         )
     )
-    return Group(head, mem, corr, probe, alerts, Text(windows_note(stack), style="dim"))
+    return Group(head, mem, corr, by_len, probe, alerts, Text(windows_note(stack), style="dim"))
 
 
 def windows_note(stack: Stack) -> str:

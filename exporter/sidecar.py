@@ -24,7 +24,7 @@ from exporter.dsml import KERNEL as DSML_KERNEL
 from exporter.dsml.dialect import resolve_dialect
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
-from exporter.samplers.canary import CanaryProber
+from exporter.samplers.canary import CanaryProber, LongProfile, long_interval
 from exporter.samplers.grading import GradingPipeline, TapHandoff
 from exporter.samplers.prompts import load_prompts
 from exporter.samplers.redact import Redactor
@@ -139,6 +139,7 @@ class Sidecar:
                 concurrency_now=self.sglang_running,
                 max_tokens=settings.canary_max_tokens,
                 on_change=self.exposition.bump,
+                long=_long_profile(settings),
             )
             self.sources["canary"] = self.canary
             self.pollers.append(self.canary)
@@ -313,3 +314,20 @@ def _read_model_config(path: Path | None) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _long_profile(settings: SidecarSettings) -> LongProfile | None:
+    """The long-generation canary profile, its interval raised to the token budget."""
+    if not settings.canary_long:
+        return None
+    return LongProfile(
+        prompts=load_prompts(settings.canary_long_prompts_file, "canary_long_prompts.json"),
+        concurrency=settings.canary_long_concurrency,
+        max_tokens=settings.canary_long_max_tokens,
+        interval=long_interval(
+            settings.canary_long_interval,
+            settings.canary_long_concurrency,
+            settings.canary_long_max_tokens,
+            settings.canary_long_tokens_per_hour,
+        ),
+    )

@@ -71,6 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="use streaming (SSE) requests")
     p.add_argument("--max-tokens", type=int, default=1024, help="max_tokens of each request")
     p.add_argument("--prompts", type=Path, help="JSON list / JSON Lines of {messages, tools}")
+    p.add_argument(
+        "--long",
+        action="store_true",
+        help="prompts that ask for a long answer then a tool call (the long-generation canary's);"
+        " with --max-tokens this holds generation length fixed across concurrency levels",
+    )
     p.add_argument("--grammar", choices=("v4", "v4.1", "v3.2"), default="v4", help="DSML grammar")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
     p.add_argument(
@@ -163,6 +169,8 @@ def _validate(args: argparse.Namespace) -> tuple[list[Arm], tuple[int, ...]]:
         raise UsageError("--alpha must be between 0 and 1")
     if args.max_tokens < 1:
         raise UsageError("--max-tokens must be positive")
+    if args.long and args.prompts:
+        raise UsageError("--long and --prompts are exclusive (--long is a built-in prompt set)")
     if not (args.grace >= 0):
         raise UsageError("--grace must be >= 0")
     return arms, levels
@@ -232,7 +240,11 @@ async def _main(args: argparse.Namespace, arms: list[Arm], levels: tuple[int, ..
 
     err = Console(stderr=True)
     try:
-        prompts = load_prompts(args.prompts) if args.prompts else None
+        prompts: list[dict[str, Any]] | None = None
+        if args.long:
+            prompts = load_prompts(None, "canary_long_prompts.json")
+        elif args.prompts:
+            prompts = load_prompts(args.prompts)
     except PromptsError as exc:
         print(f"dsv4-sidecar repro: error: {exc}", file=sys.stderr)
         return 2

@@ -56,6 +56,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("text_after_block", "structure", "hard", "text after the closing block tag"),
     ReasonSpec("multiple_blocks", "structure", "hard", "more than one tool-call block"),
     ReasonSpec("whitespace_layout", "structure", "soft", "whitespace between tags not one \\n"),
+    ReasonSpec("duplicate_call", "structure", "soft", "the same call twice in one response"),
     # --- attribute: names, flags and values -------------------------------------------------
     ReasonSpec("attr_malformed", "attribute", "hard", "attribute syntax, order or extras"),
     ReasonSpec("string_flag_missing", "attribute", "hard", "parameter without string="),
@@ -71,6 +72,8 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("think_tag_leak", "channel", "hard", "<think>, or </think> in visible content"),
     ReasonSpec("special_token_leak", "channel", "hard", "special token or role marker in output"),
     ReasonSpec("unparsed_block", "channel", "soft", "well-formed block returned as content"),
+    ReasonSpec("template_token_leak", "channel", "soft", "another chat template's token in text"),
+    ReasonSpec("think_in_value", "channel", "soft", "<think> or </think> inside a tool value"),
     # --- text: degeneration of the text itself ----------------------------------------------
     ReasonSpec("ngram_loop", "text", "hard", "the same unit repeated back to back"),
     ReasonSpec("symbol_salad", "text", "hard", "a long run of punctuation with no words"),
@@ -79,10 +82,16 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("replacement_char", "text", "soft", "U+FFFD in the output"),
     ReasonSpec("bpe_mojibake", "text", "hard", "byte-level BPE / double-encoded UTF-8"),
     ReasonSpec("control_chars", "text", "hard", "C0/C1 control characters"),
+    ReasonSpec("prose_loop", "text", "hard", "a long passage repeated verbatim in prose"),
+    ReasonSpec("value_loop", "text", "hard", "a short run repeated, glued to a word, in a value"),
+    ReasonSpec("value_salad", "text", "hard", "words of 3+ scripts switching inside one value"),
+    ReasonSpec("script_glued", "text", "soft", "two alphabets glued inside one word"),
     # --- end: how the generation ended ------------------------------------------------------
     ReasonSpec("length_in_block", "end", "info", "finish_reason length inside a block"),
     ReasonSpec("length_no_call", "end", "info", "finish_reason length before any call"),
     ReasonSpec("empty_stop", "end", "hard", "finish_reason stop with no visible output"),
+    ReasonSpec("length_tools_no_call", "end", "soft", "length with tools offered and no call"),
+    ReasonSpec("cut_under_stop", "end", "soft", "prose cut mid-word under stop, tools offered"),
     ReasonSpec("oversized", "end", "info", "over the size cap: head and tail graded"),
     # --- input: the object handed to the grader could not be read ---------------------------
     ReasonSpec("bad_input", "input", "error", "input is not a response the grader can read"),
@@ -93,6 +102,9 @@ REASONS: tuple[str, ...] = tuple(s.code for s in _SPECS)
 FAMILIES: tuple[str, ...] = ("marker", "structure", "attribute", "channel", "text", "end", "input")
 HARD: frozenset[str] = frozenset(s.code for s in _SPECS if s.severity == "hard")
 SOFT: frozenset[str] = frozenset(s.code for s in _SPECS if s.severity == "soft")
+# Soft reasons about how the generation ended: ``finish_reason == "length"`` does not excuse them
+# (it is their subject), so alone they give ``suspect``, never ``truncated``.
+END_SOFT: frozenset[str] = frozenset(c for c in SOFT if REASON_SPECS[c].family == "end")
 
 
 def severity(code: str) -> Severity:

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from exporter.dsml import markers as m
+from exporter.dsml import phenotypes
 from exporter.dsml.catalog import ERROR, SUSPECT, WELL_FORMED
 from exporter.dsml.fastpath import parse_canonical
 from exporter.dsml.quoting import Quoting
@@ -180,6 +181,18 @@ def grade_kept(
     if gap is not None:
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
     calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
+    if r_end is not None:
+        phenotypes.check_prose(sink, kept[:r_end], 0, "reasoning")
+    prose = sample_checks(sink, content, c_start, part, calls)
+    phenotypes.check_end(
+        sink,
+        finish_reason=finish_reason,
+        tools=tools,
+        has_call=bool(calls),
+        dsml_seen=part.parsed.dsml_seen,
+        prose=prose,
+        n=len(kept),
+    )
     return finish(
         sink,
         calls,
@@ -189,6 +202,43 @@ def grade_kept(
         finish_reason,
         ((gap, dropped),) if gap is not None else (),
     )
+
+
+def prose_of(content: str, part: ContentPart) -> str:
+    """The content before its first block (open or closed) or its first DSML marker (a bare
+    or damaged tag: the grammar may stop at its tag limit without a block): the prose."""
+    parsed = part.parsed
+    starts = [a for a, _ in parsed.blocks]
+    if parsed.open_at_end:
+        starts.append(parsed.open_block_start)
+    if parsed.dsml_seen:
+        at = content.find("DSML")
+        if at >= 0:
+            starts.append(max(0, content.rfind("<", 0, at)))
+    return content[: min(starts)] if starts else content
+
+
+def sample_checks(
+    sink: FindingSink,
+    content: str,
+    base: int,
+    part: ContentPart,
+    calls: list[ToolCall],
+    *,
+    block_channel: str = "tool_calls",
+) -> str:
+    """The once-per-sample checks of :mod:`exporter.dsml.phenotypes` over a content channel
+    (offsets shifted by ``base``); returns its prose."""
+    prose = prose_of(content, part)
+    phenotypes.check_prose(sink, prose, base, "content")
+    done = 0
+    for a, b in part.parsed.values:
+        if a < done:
+            continue  # overlapping spans (unclosed values): each character is read once
+        done = b
+        phenotypes.check_value(sink, content[a:b], base + a, block_channel)
+    phenotypes.check_calls(sink, calls, block_channel)
+    return prose
 
 
 def finish(

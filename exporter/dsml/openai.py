@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.dsml import phenotypes
 from exporter.dsml import thresholds as t
 from exporter.dsml.grader import (
     analyze_content,
@@ -24,6 +25,7 @@ from exporter.dsml.grader import (
     grade_kept,
     normalize_grammar,
     reasoning_end,
+    sample_checks,
 )
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall
 from exporter.dsml.schema import ToolSet
@@ -424,6 +426,20 @@ def grade_assembled(
     for at, dropped in cuts:
         sink.add("oversized", at, at, "input", f"{dropped} characters dropped here")
     n = pos
+    if asm.reasoning:
+        phenotypes.check_prose(sink, asm.reasoning, 0, "reasoning")
+    prose = sample_checks(sink, asm.content, c_start, part, [], block_channel="content")
+    _check_argument_values(sink, asm.calls, calls, c_start + len(asm.content))
+    phenotypes.check_calls(sink, calls, "tool_calls")
+    phenotypes.check_end(
+        sink,
+        finish_reason=asm.finish_reason,
+        tools=tools,
+        has_call=bool(calls or asm.calls),  # a started call, even cut short, is a call
+        dsml_seen=part.parsed.dsml_seen,
+        prose=prose,
+        n=n,
+    )
     if length:  # every truncated verdict carries one of these two
         if part.parsed.open_at_end or part.parsed.blocks or asm.calls:
             sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
@@ -440,6 +456,23 @@ def grade_assembled(
     return finish(
         sink, calls, transcript, channels, part.parsed.grammar, asm.finish_reason, tuple(cuts)
     )
+
+
+def _check_argument_values(
+    sink: FindingSink, raw: tuple[AssembledCall, ...], parsed: list[ToolCall], at: int
+) -> None:
+    """The value checks over each server-parsed call's string arguments; a finding is placed
+    where the string's JSON spelling sits in the arguments (else at the arguments' start)."""
+    by_start = {c.start: c for c in parsed}
+    for call in raw:
+        args_at = at + len(call.name)
+        found = by_start.get(at)
+        at += len(call.name) + len(call.arguments)
+        if found is None:
+            continue
+        for s in _strings(found.arguments):
+            where = call.arguments.find(json.dumps(s, ensure_ascii=False)[1:-1]) if s else -1
+            phenotypes.check_value(sink, s, args_at + max(where, 0), "tool_calls")
 
 
 def _check_call(

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from exporter.dsml.catalog import (
     DEGENERATE,
+    END_SOFT,
     ERROR,
     NO_TOOL_CALL,
     REASON_SPECS,
@@ -124,7 +125,8 @@ def decide_verdict(reasons: Iterable[str], has_call: bool, finish_reason: str | 
     Any hard reason, or two distinct soft ones, is degenerate. A generation cut by
     ``finish_reason == "length"`` with no hard reason is truncated (its prefix was fine). One
     soft reason alone is suspect: a recoverable dialect deviation with no degeneration signal.
-    Info reasons never change the verdict.
+    A soft reason about the ending itself (family ``end``: ``length_tools_no_call``) is not
+    excused by ``length``: alone it is suspect. Info reasons never change the verdict.
     """
     codes = set(reasons)
     if not codes:
@@ -142,7 +144,7 @@ def decide_verdict(reasons: Iterable[str], has_call: bool, finish_reason: str | 
             soft += 1
     if soft >= 2:
         return DEGENERATE
-    if finish_reason == "length":
+    if finish_reason == "length" and not codes & END_SOFT:
         return TRUNCATED
     if soft:
         return SUSPECT

@@ -84,3 +84,39 @@ REPLACEMENT_MIN = 1
 DEFAULT_MAX_CHARS = 1 << 20
 """Characters kept per stream by the streaming grader (half head, half tail) before grading
 becomes head + tail with reason ``oversized``; 1 Mi characters is far above any tool call."""
+
+# --- phenotypes checked once per sample (exporter/dsml/phenotypes.py) ----------------------------
+PROSE_LOOP_NGRAM = 6
+"""Words per shingle when looking for a passage repeated verbatim in long prose."""
+PROSE_LOOP_COPIES = 3
+"""Back-to-back verbatim copies of one passage (word level, any period): a quoted passage or a
+refrain occurs twice; a decoder stuck in a loop writes it again and again until max_tokens."""
+PROSE_LOOP_MIN_WORDS = 80
+"""Words the copies after the first must hold together: choruses and repeated short log lines
+stay below; the loops reported on long generations (sglang#33397) run for hundreds of tokens."""
+PROSE_LOOP_MIN_DISTINCT = 5
+"""Distinct lettered words the repeated passage needs: rows of numbers, rules, `0 0 0` data and
+indentation are never a prose loop (the char-level ``ngram_loop`` has its own rules for them)."""
+VALUE_LOOP_CHAR_REPEATS = 16
+"""One non-ASCII character repeated this often, glued to the word before it, inside one
+tool-call value: ``README.md的的的...``, ``Paris——————...``."""
+VALUE_LOOP_ASCII_RUN = 80
+"""One ASCII symbol (not a letter, digit, ``_`` or ``.``) repeated this often glued to a word:
+``Paris`` + 150 dashes. Longer than a banner line: comment banners glued to a word
+(``------/cancell------`` in the stdlib's decimal test data, 58 dashes) are code."""
+VALUE_LOOP_UNIT_REPEATS = 8
+"""A unit of 2-8 characters repeated this often glued to the word before it inside one value:
+``Crash on startupabcabcabc...``. Laughter (``Ahahaha``) and emphasis stay below."""
+VALUE_LOOP_MAX_UNIT = 8
+VALUE_SALAD_MIN_SWITCHES = 5
+"""Script switches between space-joined words inside one tool-call value, among at least
+SCRIPT_MIN_GROUPS groups: a value is short, so the salad confined to it is shorter than
+``script_mix``'s 8 switches."""
+GLUED_MIN_LETTERS = 4
+"""Letters of an alphabetic script on each side of a script change inside one word (no space,
+no punctuation): ``returnданных``; 4, because Russian case endings glued to English names
+(``Pythonом``, ``Dockerами``) have 2-3. Latin glued to CJK, kana or Hangul is normal
+(``使用Python``, ``API를``) and never counts; a CJK side needs one character."""
+CUT_MIN_CHARS = 12
+"""A prose answer under ``stop`` with tools offered and no call is "cut mid-word" only when it
+holds at least this many characters: a one-word reply is an answer, not a cut."""

@@ -674,6 +674,41 @@ DSML_REASONS = _m(
     ("source", "reason"),
     "dsml",
 )
+DSML_LENGTH_SAMPLES = _m(
+    "dsv4_dsml_length_samples_total",
+    "counter",
+    "Graded model outputs by source, verdict and output-length bucket (output tokens, "
+    "non-cumulative like concurrency_le: 256, 1024, 4096, 16384, +Inf). Tokens from the "
+    "response's usage, else streamed deltas, else estimated "
+    "(dsv4_dsml_output_tokens_counted_total).",
+    ("source", "verdict", "output_tokens_le"),
+    "dsml",
+)
+DSML_OUTPUT_TOKENS = _m(
+    "dsv4_dsml_output_tokens",
+    "histogram",
+    "Output tokens of graded samples (all sources) per concurrency bucket: length drift "
+    "(p50 against the deployment's own baseline) and where corruption lives.",
+    ("concurrency_le",),
+    "dsml",
+    buckets=(256, 1024, 4096, 16384),
+)
+DSML_FINISH_REASONS = _m(
+    "dsv4_dsml_finish_reasons_total",
+    "counter",
+    "Graded samples by finish reason (stop incl. eos, length, tool_calls, other, unknown) and "
+    "verdict: the finish-reason mix and what each ending graded as.",
+    ("finish_reason", "verdict"),
+    "dsml",
+)
+DSML_TOKENS_COUNTED = _m(
+    "dsv4_dsml_output_tokens_counted_total",
+    "counter",
+    "How graded samples' output tokens were counted: usage (the response's "
+    "usage.completion_tokens), stream (streamed deltas) or estimate (4 characters a token).",
+    ("counted",),
+    "dsml",
+)
 DSML_DROPPED = _m(
     "dsv4_dsml_samples_dropped_total",
     "counter",

@@ -20,6 +20,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -38,6 +39,27 @@ RESULTS = ("success", "http_error", "timeout", "error", bounded.TOO_LARGE, bound
 CANARY_USER = "dsv4-sidecar-canary"
 
 
+@dataclass(frozen=True)
+class LongProfile:
+    """The long-generation canary (issue 26): prompts that ask for a long free-form answer and
+    then a tool call, where DeepSeek-V4 corruption lives (sglang#33397: 6 of 11 long answers
+    against 0 of 19 short ones). ``interval`` is already raised to respect the token budget
+    (:func:`long_interval`)."""
+
+    prompts: list[dict[str, Any]]
+    concurrency: int
+    max_tokens: int
+    interval: float
+
+
+def long_interval(
+    interval: float, concurrency: int, max_tokens: int, tokens_per_hour: int
+) -> float:
+    """The long profile's interval: the configured one, raised until ``concurrency`` requests
+    per interval of at most ``max_tokens`` output tokens each stay within ``tokens_per_hour``."""
+    return max(interval, 3600.0 * concurrency * max_tokens / max(1, tokens_per_hour))
+
+
 class CanaryProber:
     def __init__(
         self,
@@ -53,6 +75,7 @@ class CanaryProber:
         on_change: Callable[[], None] | None = None,
         seed: int | None = None,
         max_answer_bytes: int = bounded.CANARY_MAX_BYTES,
+        long: LongProfile | None = None,
     ) -> None:
         self.max_answer_bytes = max_answer_bytes
         self._logged: set[str] = set()
@@ -75,31 +98,48 @@ class CanaryProber:
         self._n = 0
         self._on_change = on_change or (lambda: None)
         self._session: aiohttp.ClientSession | None = None
+        self.long = long
+        self._long_sem = asyncio.Semaphore(long.concurrency if long else 1)
+        self._long_n = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
         tasks: set[asyncio.Task] = set()
         try:
-            while not stop.is_set():
-                # Spread one request per slot over the interval, jittered +-20%.
-                delay = self.interval / self.concurrency * self._rng.uniform(0.8, 1.2)
-                if not self._sem.locked():
-                    t = asyncio.create_task(self._probe_counted())
-                    tasks.add(t)
-                    t.add_done_callback(tasks.discard)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=delay)
+            loops = [self._loop(stop, tasks, self.interval / self.concurrency, self._sem, False)]
+            if self.long is not None:
+                per_request = self.long.interval / self.long.concurrency
+                loops.append(self._loop(stop, tasks, per_request, self._long_sem, True))
+            await asyncio.gather(*loops)
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._session.close()
 
-    async def _probe_counted(self) -> str:
+    async def _loop(
+        self,
+        stop: asyncio.Event,
+        tasks: set[asyncio.Task],
+        per_request: float,
+        sem: asyncio.Semaphore,
+        long: bool,
+    ) -> None:
+        while not stop.is_set():
+            # Spread one request per slot over the interval, jittered +-20%.
+            delay = per_request * self._rng.uniform(0.8, 1.2)
+            if not sem.locked():
+                t = asyncio.create_task(self._probe_counted(long))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    async def _probe_counted(self, long: bool = False) -> str:
         """``probe_once`` that cannot raise: an unexpected exception is counted as ``error``
         and logged once per type (a task's exception is never left unretrieved)."""
         try:
-            return await self.probe_once()
+            return await self.probe_once(long=long)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -109,17 +149,24 @@ class CanaryProber:
                 log.error("canary probe raised %s (logged once per type)", kind, exc_info=exc)
             return self._record("error", f"probe raised {kind}")
 
-    async def probe_once(self) -> str:
-        """Send one canary request; returns the result label."""
-        async with self._sem:
-            self._n += 1
-            prompt = self.prompts[(self._n - 1) % len(self.prompts)]
-            rid = f"dsv4-canary-{self._n}"
+    async def probe_once(self, *, long: bool = False) -> str:
+        """Send one canary request (of the long-generation profile when ``long``); returns
+        the result label."""
+        profile = self.long if long else None
+        async with self._long_sem if profile else self._sem:
+            if profile is not None:
+                self._long_n += 1
+                prompt = profile.prompts[(self._long_n - 1) % len(profile.prompts)]
+                rid, max_tokens = f"dsv4-canary-long-{self._long_n}", profile.max_tokens
+            else:
+                self._n += 1
+                prompt = self.prompts[(self._n - 1) % len(self.prompts)]
+                rid, max_tokens = f"dsv4-canary-{self._n}", self.max_tokens
             body: dict[str, Any] = {
                 "model": self.model() or "default",
                 "messages": prompt["messages"],
                 "temperature": 0,
-                "max_tokens": self.max_tokens,
+                "max_tokens": max_tokens,
                 "stream": False,
                 "user": CANARY_USER,
             }

@@ -22,12 +22,14 @@ The module does no I/O and keeps no state.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeAlias
 
 from exporter.dsml import DEFAULT_MAX_CHARS, Result, grade_openai_response, grade_text
 from exporter.dsml.grader import normalize_grammar
+from exporter.samplers.length import estimate_tokens
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 JsonObject: TypeAlias = "dict[str, JsonValue]"
@@ -58,6 +60,7 @@ class TextOutput:
 
     text: str
     finish_reason: str | None = None
+    completion_tokens: int | None = None  # /generate's meta_info.completion_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,11 +325,13 @@ def resolve(request: GradingRequest) -> GradingRequest:
         if isinstance(finish, dict):
             finish = finish.get("type")
         text = decoded["text"]
+        used = meta.get("completion_tokens") if isinstance(meta, dict) else None
         return replace(
             request,
             output=TextOutput(
                 text if isinstance(text, str) else json.dumps(text),
                 finish if isinstance(finish, str) else None,
+                used if isinstance(used, int) and not isinstance(used, bool) else None,
             ),
             tools=tools,
         )
@@ -365,3 +370,57 @@ def grade(
         thinking=request.thinking,
         max_chars=max_chars,
     )
+
+
+# --- output length ----------------------------------------------------------------------------
+
+_USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
+_DELTA = re.compile(rb'"(?:content|reasoning_content|arguments)"\s*:\s*"(?!")')
+
+
+def _usage_of(obj: object) -> int | None:
+    if isinstance(obj, dict):
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            n = usage.get("completion_tokens")
+            if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+                return n
+    return None
+
+
+def output_tokens(request: GradingRequest, result: Result) -> tuple[int, str]:
+    """(output tokens, how they were counted) for a resolved request: ``usage`` (the
+    response's ``usage.completion_tokens``, /generate's ``meta_info.completion_tokens``),
+    ``stream`` (streamed deltas with text, one per decode step unless the server batches them),
+    or ``estimate`` (from the graded text's characters, exporter.samplers.length)."""
+    output = request.output
+    if isinstance(output, TextOutput) and output.completion_tokens is not None:
+        return output.completion_tokens, "usage"
+    if isinstance(output, ResponseOutput):
+        body = output.response
+        if isinstance(body, dict):
+            n = _usage_of(body)
+            if n is not None:
+                return n, "usage"
+        elif isinstance(body, list):
+            for chunk in reversed(body):
+                n = _usage_of(chunk)
+                if n is not None:
+                    return n, "usage"
+            deltas = sum(
+                1
+                for c in body
+                if isinstance(c, dict) and _DELTA.search(json.dumps(c, ensure_ascii=False).encode())
+            )
+            if deltas:
+                return deltas, "stream"
+        elif isinstance(body, bytes):
+            found = _USAGE.findall(body[-4096:])
+            if found:
+                return int(found[-1]), "usage"
+            deltas = sum(
+                1 for line in body.split(b"\n") if line.startswith(b"data:") and _DELTA.search(line)
+            )
+            if deltas:
+                return deltas, "stream"
+    return estimate_tokens(result.text), "estimate"

@@ -26,6 +26,14 @@ from exporter.metrics import catalog as m
 from exporter.samplers import decode
 from exporter.samplers.buckets import BUCKET_LABELS, bucket_label
 from exporter.samplers.decode import GradingRequest
+from exporter.samplers.length import (
+    FINISH_REASONS,
+    LENGTH_BUCKETS,
+    LENGTH_LABELS,
+    TOKEN_SOURCES,
+    finish_label,
+    length_label,
+)
 from exporter.samplers.store import SampleStore
 
 log = logging.getLogger(__name__)
@@ -70,6 +78,13 @@ class GradingPipeline:
         self.dialect: Callable[[], str | None] = lambda: None
         self.samples = {(s, v, b): 0 for s in SOURCES for v in VERDICTS for b in BUCKET_LABELS}
         self.reasons = {(s, r): 0 for s in SOURCES for r in REASONS}
+        # length as a dimension (issue 26): by output-length bucket, the output-length
+        # histogram per concurrency bucket, finish reasons by verdict, how tokens were counted
+        self.by_length = {(s, v, b): 0 for s in SOURCES for v in VERDICTS for b in LENGTH_LABELS}
+        self.length_hist = {b: [0] * (len(LENGTH_BUCKETS) + 1) for b in BUCKET_LABELS}
+        self.length_sum = dict.fromkeys(BUCKET_LABELS, 0)
+        self.finishes = {(f, v): 0 for f in FINISH_REASONS for v in VERDICTS}
+        self.token_sources = dict.fromkeys(TOKEN_SOURCES, 0)
         self.dropped = dict.fromkeys(SOURCES, 0)
         self.errors = dict.fromkeys(SOURCES, 0)
         self.exemplars: dict[tuple[str, str, str], Exemplar] = {}
@@ -123,14 +138,16 @@ class GradingPipeline:
     def grade_now(self, request: GradingRequest) -> Result | None:
         """Grade and count one request in the calling thread."""
         try:
+            request = decode.resolve(request)
             result = decode.grade(request, max_chars=self.max_chars, dialect=self.dialect())
+            tokens, counted = decode.output_tokens(request, result)
         except Exception:
             log.exception("grader raised on a %s sample (text not logged)", request.source)
             with self._lock:
                 self.errors[request.source] = self.errors.get(request.source, 0) + 1
             self._on_change()
             return None
-        self._count(request, result)
+        self._count(request, result, tokens, counted)
         self._on_change()
         return result
 
@@ -138,13 +155,24 @@ class GradingPipeline:
         """An id to put on /metrics: identifier-shaped and untouched by redaction."""
         return bool(rid and _EXEMPLAR_ID.fullmatch(rid) and self.store.redactor(rid) == rid)
 
-    def _count(self, request: GradingRequest, result: Result) -> None:
+    def _count(
+        self, request: GradingRequest, result: Result, tokens: int = 0, counted: str = "estimate"
+    ) -> None:
         reasons = sorted({f.reason for f in result.findings})
-        key = (request.source, result.verdict, bucket_label(request.concurrency))
+        conc = bucket_label(request.concurrency)
+        key = (request.source, result.verdict, conc)
+        lkey = (request.source, result.verdict, length_label(tokens))
+        slot = next((i for i, b in enumerate(LENGTH_BUCKETS) if tokens <= b), len(LENGTH_BUCKETS))
+        fkey = (finish_label(result.finish_reason), result.verdict)
         rid = request.request_id
         exemplar = result.verdict == "degenerate" and self._exemplar_safe(rid)
         with self._lock:
             self.samples[key] = self.samples.get(key, 0) + 1
+            self.by_length[lkey] = self.by_length.get(lkey, 0) + 1
+            self.length_hist[conc][slot] += 1
+            self.length_sum[conc] += tokens
+            self.finishes[fkey] = self.finishes.get(fkey, 0) + 1
+            self.token_sources[counted] = self.token_sources.get(counted, 0) + 1
             for r in reasons:
                 rk = (request.source, r)
                 self.reasons[rk] = self.reasons.get(rk, 0) + 1
@@ -158,6 +186,9 @@ class GradingPipeline:
             spans=[f.to_json() for f in result.findings],
             text=result.text,
             request_id=rid,
+            output_tokens=tokens,
+            tokens_counted=counted,
+            finish_reason=result.finish_reason,
         )
 
     # --- exposition ----------------------------------------------------------------------------
@@ -167,6 +198,9 @@ class GradingPipeline:
             reasons = dict(self.reasons)
             dropped, errors = dict(self.dropped), dict(self.errors)
             exemplars = dict(self.exemplars)
+            by_length, finishes = dict(self.by_length), dict(self.finishes)
+            hist = {b: list(v) for b, v in self.length_hist.items()}
+            hist_sum, counted = dict(self.length_sum), dict(self.token_sources)
         fam = m.DSML_SAMPLES.family()
         for key, n in sorted(samples.items()):
             fam.add_metric(list(key), float(n), exemplar=exemplars.get(key))
@@ -174,6 +208,23 @@ class GradingPipeline:
         fam = m.DSML_REASONS.family()
         for reason_key, n in sorted(reasons.items()):
             fam.add_metric(list(reason_key), float(n))
+        yield fam
+        for spec, table in ((m.DSML_LENGTH_SAMPLES, by_length), (m.DSML_FINISH_REASONS, finishes)):
+            fam = spec.family()
+            for lkey, n in sorted(table.items()):
+                fam.add_metric(list(lkey), float(n))
+            yield fam
+        fam = m.DSML_OUTPUT_TOKENS.family()
+        for conc, counts in sorted(hist.items()):
+            cumulative, buckets = 0, []
+            for le, n in zip((*LENGTH_BUCKETS, "+Inf"), counts, strict=True):
+                cumulative += n
+                buckets.append((str(le), float(cumulative)))
+            fam.add_metric([conc], buckets, float(hist_sum[conc]))
+        yield fam
+        fam = m.DSML_TOKENS_COUNTED.family()
+        for how, n in sorted(counted.items()):
+            fam.add_metric([how], float(n))
         yield fam
         for spec, values in ((m.DSML_DROPPED, dropped), (m.DSML_GRADING_ERRORS, errors)):
             fam = spec.family()

@@ -16,13 +16,14 @@ class PromptsError(ValueError):
     """The prompts file is unusable; the message says what to fix."""
 
 
-def load_prompts(path: Path | None = None) -> list[dict[str, Any]]:
-    """The built-in prompts, or a user file (JSON list, or JSON Lines) of {messages, tools}."""
+def load_prompts(
+    path: Path | None = None, builtin: str = "canary_prompts.json"
+) -> list[dict[str, Any]]:
+    """The built-in prompts (``canary_prompts.json``, or ``canary_long_prompts.json`` for the
+    long-generation profile), or a user file (JSON list, or JSON Lines) of {messages, tools}."""
     if path is None:
-        text = (
-            resources.files("exporter.samplers").joinpath("canary_prompts.json").read_text("utf-8")
-        )
-        origin = "built-in canary prompts"
+        text = resources.files("exporter.samplers").joinpath(builtin).read_text("utf-8")
+        origin = f"built-in prompts {builtin}"
     else:
         try:
             text = Path(path).read_text(encoding="utf-8")

@@ -56,6 +56,9 @@ class StoredSample:
     text: str
     truncated: bool
     request_id: str | None
+    output_tokens: int | None = None
+    tokens_counted: str | None = None  # usage, stream or estimate
+    finish_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +71,9 @@ class StoredSample:
             "text": self.text,
             "truncated": self.truncated,
             "request_id": self.request_id,
+            "output_tokens": self.output_tokens,
+            "tokens_counted": self.tokens_counted,
+            "finish_reason": self.finish_reason,
         }
 
     def size(self) -> int:
@@ -106,6 +112,9 @@ class SampleStore:
         spans: list[dict[str, Any]],
         text: str,
         request_id: str | None,
+        output_tokens: int | None = None,
+        tokens_counted: str | None = None,
+        finish_reason: str | None = None,
     ) -> bool:
         """Keep the sample if its verdict is worth triage; returns whether it was stored."""
         if verdict not in self.KEEP_VERDICTS:
@@ -123,6 +132,9 @@ class SampleStore:
             kept,
             truncated,
             self.safe_text(request_id, REQUEST_ID_CAP)[0] if request_id else None,
+            output_tokens,
+            tokens_counted,
+            finish_reason[:32] if finish_reason else None,
         )
         size = item.size()
         with self._lock:

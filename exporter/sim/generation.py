@@ -38,6 +38,55 @@ PHENOTYPES = (
 )
 
 
+LENGTH_UNIT_TOKENS = 256
+"""Corruption is modelled as a hazard per 256 output tokens: an answer of ``n`` tokens is
+degenerate with ``1 - (1 - p) ** (n / 256)``, ``p`` the per-answer rate of a short tool call
+(at most 256 tokens: unchanged). Long generations are hit far more often, as reported
+(sglang#33397: 0 of 19 answers of 400-1,700 tokens against 6 of 11 of 4,000-24,576)."""
+
+
+def length_probability(p: float, tokens: int) -> float:
+    """P(degenerate) of an answer of ``tokens`` output tokens, ``p`` the short-answer rate."""
+    return 1.0 - (1.0 - p) ** max(1.0, tokens / LENGTH_UNIT_TOKENS)
+
+
+_LONG_ASK = ("words", "long", "detailed", "字")
+_SENTENCES = (
+    "The first phase moves read traffic to the new tier while writes stay on the old one.",
+    "Operators compare checksums of both tiers every hour and page on any mismatch.",
+    "Each tenant is migrated during its own maintenance window, announced a week ahead.",
+    "Rollback means pointing the router back at the old tier, which stays warm for a week.",
+    "The dashboards show replication lag, error budget and the tenants still waiting.",
+    "Capacity is reserved in advance so that a migration never competes with peak load.",
+    "Every step has an owner, a checklist and a written success criterion.",
+    "Incidents during the migration are reviewed within two working days.",
+)
+
+
+def asks_for_length(messages: list[dict[str, Any]]) -> bool:
+    """The last user message asks for a long answer (the long-generation canary, repro --long)."""
+    for msg in reversed(messages):
+        if isinstance(msg, dict) and msg.get("role") == "user":
+            text = msg.get("content")
+            return isinstance(text, str) and any(w in text for w in _LONG_ASK)
+    return False
+
+
+def long_prose(rng: random.Random, tokens: int, chars_per_token: int = 4) -> str:
+    """About ``tokens`` tokens of varied report prose (numbered, so no passage repeats)."""
+    out: list[str] = []
+    size = 0
+    i = 0
+    while size < tokens * chars_per_token:
+        i += 1
+        sentence = f"{i}. {rng.choice(_SENTENCES)} (item {rng.randint(1, 10**6)})"
+        out.append(sentence)
+        size += len(sentence) + 1
+        if i % 6 == 0:
+            out.append("\n\n")
+    return " ".join(out)
+
+
 def corruption_probability(index_k_dtype: str, hicache: bool, concurrency: int) -> float:
     """P(degenerate output) for a request that starts with ``concurrency`` in flight."""
     if not hicache or concurrency <= 1:
@@ -155,8 +204,11 @@ def complete(
     tools: list[dict[str, Any]] | None,
     p_corrupt: float,
     thinking: bool = True,
+    max_tokens: int = 1024,
+    chars_per_token: int = 4,
 ) -> Completion:
-    """One answer to a chat request; degenerate with probability ``p_corrupt``."""
+    """One answer to a chat request; degenerate with probability ``p_corrupt`` for a short
+    tool call, more for a long answer (:func:`length_probability`)."""
     reasoning = ""
     if thinking:
         reasoning = rng.choice(
@@ -178,9 +230,13 @@ def complete(
         )
         raw = (reasoning + "</think>" if thinking else "") + content
         return Completion(reasoning, content, raw=raw)
+    if asks_for_length(messages):
+        return _long_answer(rng, reasoning, thinking, tools, p_corrupt, max_tokens, chars_per_token)
     calls = [_pick_call(rng, tools)]
     if rng.random() < 0.2:
-        calls.append(_pick_call(rng, tools))
+        second = _pick_call(rng, tools)
+        if second != calls[0]:  # a healthy model does not repeat a call (duplicate_call)
+            calls.append(second)
     block = dsml_block(calls)
     lead = rng.choice(["", "Let me check that.", "I'll look it up."])
     raw = (reasoning + "</think>" if thinking else "") + lead + block
@@ -198,3 +254,39 @@ def complete(
         for n, a in calls
     ]
     return Completion(reasoning, lead, tool_calls, "tool_calls", False, None, raw)
+
+
+def _long_answer(
+    rng: random.Random,
+    reasoning: str,
+    thinking: bool,
+    tools: list[dict[str, Any]],
+    p_corrupt: float,
+    max_tokens: int,
+    chars_per_token: int,
+) -> Completion:
+    """A long free-form answer then a tool call; degenerate, it loops one paragraph verbatim
+    until ``max_tokens`` and never calls (finish_reason ``length``: sglang#33397's phenotype)."""
+    want = min(max(256, max_tokens - 128), rng.randint(1500, 6000))
+    prose = long_prose(rng, want, chars_per_token)
+    head = (reasoning + "</think>") if thinking else ""
+    if rng.random() < length_probability(p_corrupt, want):
+        cut = prose[: len(prose) // 3]
+        paragraph = cut[cut.rfind("\n\n") + 2 :][-600:] or prose[:600]
+        budget = max_tokens * chars_per_token
+        text = cut
+        while len(text) < budget:
+            text += " " + paragraph
+        text = text[:budget]
+        return Completion(reasoning, text, [], "length", True, "prose_loop", head + text)
+    calls = [_pick_call(rng, tools)]
+    block = dsml_block(calls)
+    tool_calls = [
+        {
+            "id": f"call_{rng.getrandbits(48):012x}",
+            "type": "function",
+            "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)},
+        }
+        for n, a in calls
+    ]
+    return Completion(reasoning, prose, tool_calls, "tool_calls", False, None, head + prose + block)

@@ -222,7 +222,16 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         raw_messages = body.get("messages")
         messages: list[dict[str, Any]] = raw_messages if isinstance(raw_messages, list) else []
         thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking", True))
-        c = complete(rng, messages, tools, p, thinking=thinking)
+        max_tokens = body.get("max_tokens")
+        c = complete(
+            rng,
+            messages,
+            tools,
+            p,
+            thinking=thinking,
+            max_tokens=max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 1024,
+            chars_per_token=settings.chars_per_token,
+        )
         state.requests_total += 1
         if hicache and probe is not None:
             probe.request(concurrency)

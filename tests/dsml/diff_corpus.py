@@ -166,7 +166,10 @@ def _args(rng: random.Random, name: str) -> dict[str, Any]:
 def clean_item(rng: random.Random, dialect: str, key: str) -> Item:
     n_calls = rng.choice([0, 1, 1, 1, 2, 2, 3])
     names = [t["function"]["name"] for t in TOOLS]
-    calls = tuple((n, _args(rng, n)) for n in (rng.choice(names) for _ in range(n_calls)))
+    drawn = tuple((n, _args(rng, n)) for n in (rng.choice(names) for _ in range(n_calls)))
+    # a healthy model does not issue the same call twice in one turn (reason duplicate_call):
+    # identical draws are dropped, without a draw of their own, so the rest of the corpus holds
+    calls = tuple(c for i, c in enumerate(drawn) if c not in drawn[:i])
     thinking = rng.random() < 0.4
     prose = rng.choice(PROSE) if calls else rng.choice([p for p in PROSE if p])
     self_closing = dialect != "v3.2" and rng.random() < 0.5
@@ -499,6 +502,86 @@ def lenient(rng: random.Random, item: Item) -> Item | None:
     return _sub(rng, item, "lenient.indent", pre, pre.replace("\n", "\n    "))
 
 
+def repeat(rng: random.Random, item: Item) -> Item | None:
+    """An identical invoke repeated 2-6 times (the client runs the call again and again)."""
+    close = m.invoke_close(item.dialect)
+    base = len(item.text) - len(item.content)
+    opener = f"<{m.tag_prefix(item.dialect)}{m.INVOKE}"
+    s = item.content.find(opener)
+    if s < 0:
+        return None
+    e = item.content.find(close, s)
+    self_closing = item.content.find("/>", s)
+    if e < 0 or (0 <= self_closing < e and item.content.find("\n", s) > self_closing):
+        e = self_closing + 2
+    else:
+        e += len(close)
+    one = item.content[s:e]
+    copies = rng.randint(1, 5)
+    at = base + e
+    return _edit(
+        item,
+        f"repeat.invoke_x{copies + 1}",
+        item.text[:at] + ("\n" + one) * copies + item.text[at:],
+    )
+
+
+def value(rng: random.Random, item: Item) -> Item | None:
+    """Damage confined to one value: a short run glued to a word, a think tag, a salad."""
+    kind = rng.choice(["glued_unit", "glued_cjk", "glued_dashes", "think", "salad"])
+    words = ["data", "данные", "数据", "بيانات", "δεδομένα", "ข้อมูล"]
+    tag = rng.choice(["</think>", "<think>"])
+
+    def fn(v: str) -> str:
+        if kind == "glued_unit":
+            return (v or "startup") + rng.choice(["abc", "xyz", "ing", "数据"]) * rng.randint(8, 30)
+        if kind == "glued_cjk":
+            return (v or "README.md") + rng.choice("的了是") * rng.randint(16, 60)
+        if kind == "glued_dashes":
+            run = rng.choice("-—=~*")  # "150 dashes after a city name" (issue 26)
+            return (v or "Paris") + run * rng.randint(80 if run.isascii() else 16, 200)
+        if kind == "think":
+            return rng.choice([(v or "done") + tag, tag + (v or "plan"), f"{v} {tag} {v}"])
+        salad = " ".join(words[i % len(words)] for i in range(rng.randint(6, 9)))
+        return (v + " " if v else "") + salad
+
+    return _value_edit(rng, item, f"value.{kind}", fn)
+
+
+PROSE_PARAGRAPH = (
+    "The service restarts the worker pool whenever the configuration changes, and each "
+    "worker reloads its routing table from the shared store before it accepts new requests. "
+    "While the reload runs the old table keeps serving, so no request is dropped, but the "
+    "latency of the first few requests rises until the caches are warm again. "
+)
+
+
+def prose(rng: random.Random, item: Item) -> Item | None:
+    """Damage to the prose answer: a long verbatim loop, a template token, glued scripts, a
+    cut mid-word under stop before the block, or length with no call."""
+    kind = rng.choice(["loop_long", "template", "glued", "cut_stop", "length_no_call"])
+    if kind == "loop_long":
+        return _prose_edit(item, "prose.loop_long", PROSE_PARAGRAPH * rng.randint(3, 6))
+    if kind == "template":
+        token = rng.choice(["<|im_end|>", "<|im_start|>assistant\n", "<|eot_id|>", "[/INST]"])
+        return _prose_edit(item, "prose.template_token", "Answer: " + token + " ")
+    if kind == "glued":
+        word = rng.choice(["returnданных", "filesфайлы", "данные的", "checkдалее"])
+        return _prose_edit(item, "prose.glued_scripts", f"I will {word} now. ")
+    base = len(item.text) - len(item.content)
+    opener = item.text.find("<" + B, base)
+    end = opener if opener >= 0 else len(item.text)
+    text = item.text[base:end].rstrip()
+    if kind == "length_no_call":  # ran out of tokens in a long answer before any call
+        return _edit(item, "prose.length_no_call", item.text[:base] + PROSE_PARAGRAPH * 2, "length")
+    words = [i for i in range(1, len(text)) if text[i - 1].isalpha() and text[i].isalpha()]
+    if len(text) < 20 or not words:
+        text = PROSE_PARAGRAPH
+        words = [i for i in range(1, len(text)) if text[i - 1].isalpha() and text[i].isalpha()]
+    p = rng.choice(words[len(words) // 2 :])  # inside a word, past the first half
+    return _edit(item, "prose.cut_stop", item.text[:base] + text[:p], "stop")
+
+
 DAMAGES: tuple[Damage, ...] = (
     lenient,
     marker,
@@ -512,6 +595,9 @@ DAMAGES: tuple[Damage, ...] = (
     closer,
     attribute,
     stray,
+    repeat,
+    value,
+    prose,
 )
 
 

@@ -624,3 +624,198 @@ NEAR_MISSES: dict[str, list[Case]] = {
         ),
     ],
 }
+
+# --- issue 26: the phenotypes reported on long generations ---------------------------------------
+# A paragraph of about 60 words (about 400 characters): four copies back to back are a loop no
+# character-level check sees when the copies differ from one another by nothing but the
+# paragraph is over the ngram_loop limits' reach (period over 1024 characters: a long paragraph).
+PARAGRAPH = (
+    "The migration moves every tenant to the new storage tier in three phases. First the "
+    "read path is switched, then writes are mirrored for a week, and finally the old volumes "
+    "are retired once the checksums of both tiers agree for seven consecutive days. Each "
+    "phase has its own rollback plan, its owner and a dashboard that shows the error budget, "
+    "the replication lag and the number of tenants still waiting. Operators should read the "
+    "runbook before the change window opens and confirm the backups. "
+)
+ESSAY = " ".join(
+    f"Section {i} covers topic number {i * 7 % 31} with remark {i * i % 97} and detail {i}."
+    for i in range(60)
+)
+TOOLS_OFFERED = {"tools": TOOLS}
+GLUED_VALUE = invoke("read_file", par("path", "Crash on startup" + "abc" * 12))
+
+
+def _with_value(value: str) -> str:
+    return "Searching." + block(invoke("read_file", par("path", value)))
+
+
+PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
+    "length_tools_no_call": [
+        Case(
+            "long prose cut by length",
+            ESSAY,
+            kwargs={"finish_reason": "length", **TOOLS_OFFERED},
+            verdict="suspect",
+        ),
+        Case(
+            "openai length, no call",
+            response=openai_message(ESSAY, finish_reason="length"),
+            kwargs=TOOLS_OFFERED,
+            verdict="suspect",
+        ),
+    ],
+    "cut_under_stop": [
+        Case(
+            "cut mid-word",
+            "I will first read the configuration and then the serv",
+            kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
+            verdict="suspect",
+        ),
+        Case(
+            "announced and stopped",
+            "Let me look at the file with the reader tool:",
+            kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
+            verdict="suspect",
+        ),
+        Case(
+            "openai cut",
+            response=openai_message("Checking the deployment now, starting with the pod"),
+            kwargs=TOOLS_OFFERED,
+            verdict="suspect",
+        ),
+    ],
+    "prose_loop": [
+        Case("paragraph x4", "Here is the plan. " + PARAGRAPH * 4, verdict="degenerate"),
+        Case("in reasoning", PARAGRAPH * 3 + "</think>Done.", kwargs={"thinking": True}),
+        Case("openai content", response=openai_message("Plan: " + PARAGRAPH * 3)),
+    ],
+    "template_token_leak": [
+        Case("chatml end", "The answer is 42.<|im_end|>", verdict="suspect"),
+        Case("llama header", "Sure.<|start_header_id|>assistant", verdict="suspect"),
+        Case("inst", "Done [/INST] and more", verdict="suspect"),
+    ],
+    "script_glued": [
+        Case("latin + cyrillic", "The function returnданных the list.", verdict="suspect"),
+        Case("cyrillic + han", "Функция возвращает данных的 значение.", verdict="suspect"),
+        Case("in a value", _with_value("configзначение.yaml"), verdict="suspect"),
+    ],
+    "value_loop": [
+        Case("unit glued", "Filing." + block(GLUED_VALUE), verdict="degenerate"),
+        Case("cjk glued", _with_value("docs/README.md" + "的" * 20)),
+        Case("dashes after a city", _with_value("Paris" + "-" * 150)),
+        Case(
+            "openai argument",
+            response=openai_message(
+                tool_calls=[("read_file", {"path": "Crash on startup" + "abc" * 12})],
+                finish_reason="tool_calls",
+            ),
+        ),
+    ],
+    "value_salad": [
+        Case("scripts in one value", _with_value("data данные 数据 بيانات δεδομένα data данные")),
+    ],
+    "duplicate_call": [
+        Case("twice", "Reading." + block(READ, READ), verdict="suspect"),
+        Case("six times", "Reading." + block(*([READ] * 6)), verdict="suspect"),
+        Case(
+            "openai twice",
+            response=openai_message(
+                tool_calls=[("read_file", {"path": "a"}), ("read_file", {"path": "a"})],
+                finish_reason="tool_calls",
+            ),
+            verdict="suspect",
+        ),
+    ],
+    "think_in_value": [
+        Case("close in value", _with_value("src/app.py</think>"), verdict="suspect"),
+        Case("open in value", _with_value("<think>Let me see src/app.py"), verdict="suspect"),
+    ],
+}
+
+PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
+    "length_tools_no_call": [
+        Case("no tools offered", ESSAY, kwargs={"finish_reason": "length"}, verdict="truncated"),
+        Case(
+            "cut inside the block",
+            GOOD[: GOOD.index("src/")],
+            kwargs={"finish_reason": "length", **TOOLS_OFFERED},
+            verdict="truncated",
+        ),
+        Case(
+            "a complete call before the cut",
+            "Reading." + block(READ, LS)[:-30],
+            kwargs={"finish_reason": "length", **TOOLS_OFFERED},
+            verdict="truncated",
+        ),
+    ],
+    "cut_under_stop": [
+        Case(
+            "a finished sentence",
+            "The configuration is fine and the service is healthy.",
+            kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
+            verdict="no_tool_call",
+        ),
+        Case(
+            "no tools offered",
+            "I will first read the configuration and then the serv",
+            kwargs={"finish_reason": "stop"},
+            verdict="no_tool_call",
+        ),
+        Case("a short reply", "Sure thing", kwargs={"finish_reason": "stop", **TOOLS_OFFERED}),
+        Case(
+            "ends in code",
+            "Run this:\n```\nmake test\n```",
+            kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
+            verdict="no_tool_call",
+        ),
+    ],
+    "prose_loop": [
+        Case("quoted twice", PARAGRAPH + "To repeat: " + PARAGRAPH, verdict="no_tool_call"),
+        Case("numbered sections", ESSAY * 1, verdict="no_tool_call"),
+        Case("data rows", "\n".join(["0 1 2 3 4 5 6 7 8 9"] * 100), verdict="no_tool_call"),
+        Case("a chorus x3", ("Row, row, row your boat gently down the stream. " * 3) + ESSAY),
+    ],
+    "template_token_leak": [
+        Case("quoted", "ChatML ends a turn with `<|im_end|>`.", verdict="no_tool_call"),
+        Case("in a value", _with_value("<|im_start|>user"), verdict="well_formed"),
+        Case("fenced", "```\n<|eot_id|>\n```", verdict="no_tool_call"),
+    ],
+    "script_glued": [
+        Case("english + russian ending", "Запустите это в Pythonом сразу.", verdict="no_tool_call"),
+        Case("latin + han", "使用Python编写脚本，然后调用API接口。", verdict="no_tool_call"),
+        Case("latin + hangul", "Python으로 API를 호출합니다.", verdict="no_tool_call"),
+        Case("micro sign", "Latency is 10μs at p50, ΔE small.", verdict="no_tool_call"),
+    ],
+    "value_loop": [
+        Case("table rule", _with_value("|" + "-" * 40 + "|"), verdict="well_formed"),
+        Case("zeros", _with_value("0x" + "0" * 40), verdict="well_formed"),
+        Case("dot leaders", _with_value("Introduction" + "." * 30 + "3"), verdict="well_formed"),
+        Case("laughter", _with_value("Ahahahahaha"), verdict="well_formed"),
+        Case("a rule on its own line", _with_value("Title\n" + "-" * 60), verdict="well_formed"),
+    ],
+    "value_salad": [
+        Case(
+            "a greeting list",
+            _with_value("Hello, Привет, 你好, مرحبا, Γειά, שלום"),
+            verdict="well_formed",
+        ),
+        Case("bilingual", _with_value("数据 data 报告 report 文件 file"), verdict="well_formed"),
+    ],
+    "duplicate_call": [
+        Case("different arguments", GOOD2, verdict="well_formed"),
+        Case(
+            "same tool, other path",
+            "Reading." + block(READ, invoke("read_file", par("path", "src/b.py"))),
+            verdict="well_formed",
+        ),
+    ],
+    "think_in_value": [
+        Case("code literal", _with_value('text.split("</think>")[-1]'), verdict="well_formed"),
+        Case(
+            "a regex", _with_value(r're.sub(r"<think>.*?</think>", "", s)'), verdict="well_formed"
+        ),
+    ],
+}
+
+TRIGGERS.update(PHENOTYPE_TRIGGERS)
+NEAR_MISSES.update(PHENOTYPE_NEAR_MISSES)

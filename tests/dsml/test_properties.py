@@ -76,7 +76,9 @@ def calls(draw: st.DrawFn) -> list[tuple[str, dict]]:
     for _ in range(draw(st.integers(1, 4))):
         keys = draw(st.lists(NAME, max_size=4, unique=True))
         args = {k: draw(st.one_of(texts(), JSON_VALUE)) for k in keys}
-        out.append((draw(NAME), args))
+        call = (draw(NAME), args)
+        if call not in out:  # the same call twice is duplicate_call: not a well-formed sample
+            out.append(call)
     return out
 
 

@@ -245,3 +245,43 @@ def test_rules_doc_block_is_generated_and_current():
     assert "| R2 | Index-K transfer race (HiCache) | supported |" in doc
     with pytest.raises(ValueError):
         rules_doc.render("no markers here")
+
+
+def test_report_shows_corruption_by_length_finish_reasons_and_length_drift():
+    """Issue 26: from a sidecar's /metrics, the corruption section splits by output length,
+    lists finish reasons by verdict and the p50 output tokens."""
+    from exporter.oncall.triage.collect import _from_exposition
+    from exporter.oncall.triage.diagnosis import diagnose
+    from exporter.oncall.triage.report_md import render_markdown
+    from exporter.samplers.decode import GradingRequest, ResponseOutput
+    from exporter.samplers.grading import GradingPipeline
+    from tests.sampling.test_pipeline import _text
+
+    p = GradingPipeline()
+    for i in range(6):
+        body = {
+            "choices": [
+                {"index": 0, "message": {"content": f"Answer {i}."}, "finish_reason": "stop"}
+            ],
+            "usage": {"completion_tokens": 100 + i},
+        }
+        p.grade_now(GradingRequest("tap", ResponseOutput(body), concurrency=4))
+    loop = "The same paragraph again, word for word, until the budget runs out. " * 40
+    long = {
+        "choices": [{"index": 0, "message": {"content": loop}, "finish_reason": "length"}],
+        "usage": {"completion_tokens": 9000},
+    }
+    p.grade_now(GradingRequest("tap", ResponseOutput(long), concurrency=64))
+    ev = Evidence()
+    _from_exposition(ev, _text(p), now=0.0)
+    assert ev.corruption is not None
+    by_len = {b.le: (b.graded, b.degenerate) for b in ev.corruption.by_length}
+    assert by_len == {"256": (6, 0), "16384": (1, 1)}
+    assert ev.corruption.finish_reasons == {
+        "stop": {"no_tool_call": 6},
+        "length": {"degenerate": 1},
+    }
+    assert ev.corruption.output_tokens_p50 is not None and ev.corruption.output_tokens_p50 <= 256
+    md = render_markdown(ev, diagnose(ev))
+    assert "| output tokens |" in md and "<= 16384" in md
+    assert "finish reason" in md and "p50 output tokens" in md

@@ -177,3 +177,24 @@ def test_report_json_roundtrip_and_trend():
     again = ReproReport.from_json(json.loads(json.dumps(report.to_json())))
     assert again.interrupted and again.arms[0].degenerate == 30 and again.comparison is None
     assert again.arms[0].levels[1].ci == levels[1].ci
+
+
+def test_long_holds_generation_length_and_sees_length_dependent_corruption(tmp_path, capsys):
+    """--long --max-tokens: every request asks for a long answer with the same max_tokens; the
+    simulator's length model corrupts long answers far more than short ones at one level."""
+    with _sim("bf16", "on", 11, ttft_ms=1) as sim:
+        rc = main(
+            ["repro", sim.url, "--concurrency", "16", "--requests", "24", "--long",
+             "--max-tokens", "2048", "--out", str(tmp_path / "run"), "--json", "--quiet"]
+        )  # fmt: skip
+    assert rc == 0
+    lines = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 24
+    reasons = {r for x in lines for r in grade_line(x).reasons}
+    assert "prose_loop" in reasons  # loops until max_tokens: the long-generation phenotype
+    assert {x["response"]["choices"][0]["finish_reason"] for x in lines} <= {"tool_calls", "length"}
+
+
+def test_long_and_prompts_are_exclusive(tmp_path, capsys):
+    assert main(["repro", "http://x:1", "--long", "--prompts", str(tmp_path / "p.json")]) == 2
+    assert "--long and --prompts are exclusive" in capsys.readouterr().err

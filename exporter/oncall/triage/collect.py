@@ -39,6 +39,7 @@ from exporter.oncall.triage.evidence import (
     Series,
     bucket_order,
     corruption_from_counts,
+    length_buckets,
 )
 from exporter.oncall.triage.http import (
     FetchError,
@@ -48,6 +49,7 @@ from exporter.oncall.triage.http import (
     parse_exposition,
     prom_duration,
 )
+from exporter.oncall.triage.sections import histogram_quantile
 from exporter.samplers.buckets import bucket_label
 
 MAX_SAMPLE_RECORDS = 10_000
@@ -144,6 +146,12 @@ READINGS: tuple[Reading, ...] = (
     _r("allocated", m.KV_POOL_ALLOCATED, "max", "pool"),
     _r("samples", m.DSML_SAMPLES, "sum", "source", "concurrency_le", "verdict", windowed=True),
     _r("reasons", m.DSML_REASONS, "sum", "reason", windowed=True),
+    _r(
+        "length_samples", m.DSML_LENGTH_SAMPLES, "sum", "output_tokens_le", "verdict", windowed=True
+    ),
+    _r("finishes", m.DSML_FINISH_REASONS, "sum", "finish_reason", "verdict", windowed=True),
+    _r("output_tokens", m.DSML_OUTPUT_TOKENS, "sum", "le", windowed=True, series="_bucket"),
+    _r("output_tokens_total", m.DSML_OUTPUT_TOKENS, "sum", "le", series="_bucket"),
     _r("probe_up", m.PROBE_UP),
     _r("index_k_reads", m.HICACHE_INDEX_K_READS, "sum", "gated", windowed=True),
     _r("ungated_total", m.HICACHE_INDEX_K_READS, "sum", match=_UNGATED),
@@ -408,7 +416,22 @@ def _from_readings(ev: Evidence, read: Read, src: str, now: float) -> None:
             key=lambda p: -p.overcommit_bytes,
         )
     reasons = {lb.get("reason", "?"): v for lb, v in read("reasons")}
-    ev.corruption = corruption_from_counts(src, read("samples"), reasons)
+    corruption = corruption_from_counts(src, read("samples"), reasons)
+    ev.corruption = corruption
+    if corruption is not None:
+        corruption.by_length = length_buckets(read("length_samples"))
+        finishes: dict[str, dict[str, int]] = {}
+        for lb, v in read("finishes"):
+            if v:
+                row = finishes.setdefault(lb.get("finish_reason", "?"), {})
+                row[lb.get("verdict", "?")] = round(v)
+        corruption.finish_reasons = finishes
+        for key, attr in (
+            ("output_tokens", "output_tokens_p50"),
+            ("output_tokens_total", "output_tokens_p50_total"),
+        ):
+            rows = sorted((float(lb.get("le", "inf")), v) for lb, v in read(key))
+            setattr(corruption, attr, histogram_quantile(0.5, rows))
     ik = IndexK(src)
     probe = read("probe_up")
     ik.probe_ranks = len(probe)

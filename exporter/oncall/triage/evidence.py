@@ -77,6 +77,12 @@ class Corruption:
     by_source: dict[str, dict[str, int]] = field(default_factory=dict)
     verdicts: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
+    # length as a dimension (issue 26): by output-length bucket, finish reasons by verdict, and
+    # the output tokens' p50 over the window against the p50 since the sidecar started (drift)
+    by_length: list[BucketCount] = field(default_factory=list)
+    finish_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
+    output_tokens_p50: float | None = None
+    output_tokens_p50_total: float | None = None
 
     @property
     def graded(self) -> int:
@@ -224,3 +230,21 @@ def corruption_from_counts(
         dict(verdicts),
         {r: round(v) for r, v in sorted(reasons.items(), key=lambda kv: -kv[1]) if round(v) > 0},
     )
+
+
+def length_buckets(counts: list[tuple[dict[str, str], float]]) -> list[BucketCount]:
+    """Per output-length bucket counts from (labels{output_tokens_le,verdict}, value) pairs."""
+    from exporter.samplers.length import LENGTH_LABELS
+
+    out = {le: BucketCount(le) for le in LENGTH_LABELS}
+    for labels, value in counts:
+        b = out.get(labels.get("output_tokens_le", ""))
+        if b is None:
+            continue
+        n = round(value)
+        b.graded += n
+        if labels.get("verdict") == "degenerate":
+            b.degenerate += n
+        elif labels.get("verdict") == "suspect":
+            b.suspect += n
+    return [b for b in out.values() if b.graded]

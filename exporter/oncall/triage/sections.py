@@ -73,7 +73,7 @@ def seconds(x: float | None) -> str:
     return f"{x * 1e6:.1f} us"
 
 
-def bucket_table(buckets: list[BucketCount]) -> Table:
+def bucket_table(buckets: list[BucketCount], dimension: str = "concurrency") -> Table:
     rows = []
     for b in buckets:
         low, high = b.ci
@@ -88,7 +88,7 @@ def bucket_table(buckets: list[BucketCount]) -> Table:
                 f"{pct(low)}-{pct(high)}",
             ]
         )
-    return Table(["concurrency", "graded", "degenerate", "suspect", "rate", "95% CI"], rows)
+    return Table([dimension, "graded", "degenerate", "suspect", "rate", "95% CI"], rows)
 
 
 def diagnosis_table(diag: Diagnosis) -> Table:
@@ -157,7 +157,7 @@ def _configuration(ev: Evidence) -> Section:
 
 
 def _corruption(ev: Evidence) -> Section:
-    s = Section("Tool-call corruption by concurrency")
+    s = Section("Tool-call corruption by concurrency and output length")
     c = ev.corruption
     if c is None or not c.buckets:
         s.lines.append("No graded outputs from the sidecar in the window.")
@@ -180,6 +180,32 @@ def _corruption(ev: Evidence) -> Section:
         if c.reasons:
             top = sorted(c.reasons.items(), key=lambda kv: -kv[1])[:8]
             s.lines.append("Top reasons: " + ", ".join(f"{r} {n}" for r, n in top) + ".")
+        if c.by_length:
+            s.lines.append(
+                "By output length (output tokens: usage, else streamed deltas, else estimated): "
+                "long generations are where DeepSeek-V4 corruption is reported (sglang#33397)."
+            )
+            s.tables.append(bucket_table(c.by_length, "output tokens"))
+        if c.output_tokens_p50 is not None:
+            drift = ""
+            if c.output_tokens_p50_total:
+                drift = (
+                    f" against {num(c.output_tokens_p50_total)} since the sidecar started "
+                    f"(x{c.output_tokens_p50 / c.output_tokens_p50_total:.2f}: length drift; "
+                    "loops inflate outputs, sglang#36179)"
+                )
+            s.lines.append(f"p50 output tokens over the window: {num(c.output_tokens_p50)}{drift}.")
+        if c.finish_reasons:
+            verdicts = sorted({v for row in c.finish_reasons.values() for v in row})
+            s.tables.append(
+                Table(
+                    ["finish reason", *verdicts],
+                    [
+                        [f, *(str(row.get(v, 0)) for v in verdicts)]
+                        for f, row in sorted(c.finish_reasons.items())
+                    ],
+                )
+            )
     s.plots = ["corruption_vs_concurrency", "degenerate_ratio_over_time"]
     return s
 

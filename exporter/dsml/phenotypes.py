@@ -1,0 +1,300 @@
+"""Checks that run once per sample, over what the grammar pass found (issue 26).
+
+The field reports of DeepSeek-V4 corruption on long generations (sglang#33397, vllm#50576,
+sglang#36179, vllm#48089) show shapes the per-character text checks of :mod:`textcheck` do not
+see: a passage repeated verbatim in long prose with a period over 1 KiB, short runs glued to a
+word inside one tool-call value, identical calls repeated, think tags inside values, other chat
+templates' special tokens, scripts glued inside one word, a generation that ran out of tokens
+with tools offered and no call, and a prose answer that stops mid-word when a call was expected.
+
+Each runs once per sample (not per character in a compiled pass), so they are written once, in
+Python; every number is in :mod:`exporter.dsml.thresholds`. Pure: text in, findings out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+
+from exporter.dsml import thresholds as t
+from exporter.dsml.quoting import Quoting
+from exporter.dsml.result import FindingSink, ToolCall
+from exporter.dsml.schema import ToolSet
+
+STOPS = ("stop", "tool_calls", "eos")
+
+# --- prose_loop --------------------------------------------------------------------------------
+
+
+def find_prose_loop(text: str) -> tuple[int, int, str] | None:
+    """A passage of words repeated verbatim back to back ``PROSE_LOOP_COPIES`` times, the copies
+    after the first holding ``PROSE_LOOP_MIN_WORDS`` words: (start, end, detail) or None.
+
+    Word level and any period (the character-level ``ngram_loop`` stops at 1024 characters):
+    shingles of ``PROSE_LOOP_NGRAM`` words; a run of positions whose shingle last occurred
+    exactly ``p`` words earlier is a stretch equal to itself shifted by ``p``."""
+    n = t.PROSE_LOOP_NGRAM
+    need = t.PROSE_LOOP_MIN_WORDS
+    if len(text) < need * 2:  # a word and a space at the very least
+        return None
+    words = text.split()
+    if len(words) < need + n:
+        return None
+    last: dict[tuple[str, ...], int] = {}
+    shingles = list(zip(*(words[k:] for k in range(n)), strict=False))
+    run_p = run_len = 0
+    for i, shingle in enumerate(shingles):
+        j = last.get(shingle)
+        last[shingle] = i
+        if run_p and shingles[i - run_p] == shingle:
+            run_len += 1  # the current period holds (a nearer recurrence inside it is no break)
+        elif j is None:
+            run_p = run_len = 0
+            continue
+        else:
+            run_p, run_len = i - j, 1
+        p = run_p
+        repeated = run_len + n - 1  # words equal to the words p before them
+        # the copies after the first (a shingle's worth of slack where one copy meets the next)
+        if repeated >= need and repeated >= (t.PROSE_LOOP_COPIES - 1) * p - n:
+            unit = words[i + n - p : i + n]
+            lettered = {w for w in unit if any(ch.isalpha() for ch in w)}
+            if len(lettered) < t.PROSE_LOOP_MIN_DISTINCT:
+                run_p = run_len = 0  # rows of data: never a prose loop
+                continue
+            first = i + n - repeated - p  # first word of the first copy
+            start, end = _word_span(text, first, i + n)
+            return start, end, f"{p}-word passage x{1 + repeated // p}"
+    return None
+
+
+_WORD = re.compile(r"\S+")
+
+
+def _word_span(text: str, first: int, stop: int) -> tuple[int, int]:
+    """Character offsets of words ``first`` .. ``stop - 1`` (only computed on a hit)."""
+    start = end = 0
+    for k, mt in enumerate(_WORD.finditer(text)):
+        if k == first:
+            start = mt.start()
+        if k == stop - 1:
+            end = mt.end()
+            break
+    return start, max(start, end)
+
+
+# --- template_token_leak ---------------------------------------------------------------------
+
+_TEMPLATE = re.compile(
+    r"<\|(?:im_start|im_end|im_sep|endoftext|eot_id|eom_id|start_header_id|end_header_id"
+    r"|begin_of_text|end_of_text|fim_prefix|fim_middle|fim_suffix|fim_pad|file_sep|repo_name"
+    r"|system|user|assistant|end|pad|python_tag)\|>|\[/?INST\]|<</?SYS>>"
+)
+
+
+def find_template_tokens(text: str) -> Iterable[tuple[int, int, str]]:
+    """Other chat templates' special tokens (ChatML, Llama 3, Llama 2, Phi, FIM) outside
+    Markdown quotes: leaked pretraining or template fragments (vllm#50576, vllm#48089).
+    DeepSeek's own tokens are ``special_token_leak`` (the grammar pass)."""
+    if "<|" not in text and "[INST]" not in text and "[/INST]" not in text and "<<" not in text:
+        return
+    quoting: Quoting | None = None
+    for mt in _TEMPLATE.finditer(text):
+        quoting = quoting or Quoting(text)
+        if not quoting.covers(mt.start()):
+            yield mt.start(), mt.end(), mt.group()
+
+
+# --- script_glued / value_salad ----------------------------------------------------------------
+
+_LAT = "A-Za-z\u00c0-\u024f"
+_ALPHA = {
+    "latin": _LAT,
+    "greek": "\u0370-\u03ff",
+    "cyrillic": "\u0400-\u04ff",
+    "hebrew": "\u05d0-\u05ea",
+    "arabic": "\u0620-\u065f",
+    "indic": "\u0900-\u0dff",
+}
+_THAI = "\u0e00-\u0e7f"  # no spaces between Thai words: counted in salad, never as glued
+_EAST = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"  # kana, Han, Hangul
+
+
+def _glued_pattern() -> re.Pattern[str]:
+    k = t.GLUED_MIN_LETTERS
+    parts = []
+    for a, ra in _ALPHA.items():
+        for b, rb in _ALPHA.items():
+            if a != b:
+                parts.append(f"[{ra}]{{{k}}}[{rb}]{{{k}}}")
+        if a != "latin":  # Latin glued to CJK, kana or Hangul is ordinary writing
+            parts.append(f"[{ra}]{{{k}}}[{_EAST}]|[{_EAST}][{ra}]{{{k}}}")
+    return re.compile("|".join(parts))
+
+
+_GLUED = _glued_pattern()
+_NON_LATIN = re.compile(f"[{''.join(v for k, v in _ALPHA.items() if k != 'latin')}]")
+
+
+def find_glued(text: str) -> Iterable[tuple[int, int, str]]:
+    """Letters of two alphabetic scripts glued inside one word (``returnданных``)."""
+    if _NON_LATIN.search(text) is None:  # every glued pair involves a non-Latin alphabet
+        return
+    for mt in _GLUED.finditer(text):
+        yield mt.start(), mt.end(), mt.group()
+
+
+_GROUPS = {
+    **{k: re.compile(f"[{v}]") for k, v in _ALPHA.items()},
+    "thai": re.compile(f"[{_THAI}]"),
+    "east": re.compile(f"[{_EAST}]"),
+}
+
+
+def _group(word: str) -> str | None:
+    found = [g for g, rx in _GROUPS.items() if rx.search(word)]
+    return found[0] if len(found) == 1 else None
+
+
+_CLAUSE_END = tuple(",.;:!?，。、；：！？")
+
+
+def find_value_salad(value: str) -> tuple[int, int, str] | None:
+    """Words of ``SCRIPT_MIN_GROUPS`` or more scripts switching ``VALUE_SALAD_MIN_SWITCHES``
+    times between words joined only by spaces, inside one value."""
+    if sum(1 for rx in _GROUPS.values() if rx.search(value)) < t.SCRIPT_MIN_GROUPS:
+        return None
+    chain: list[str] = []
+    start = prev_end = 0
+    prev: str | None = None
+    for mt in _WORD.finditer(value):
+        word = mt.group()
+        g = _group(word)
+        joined = prev is not None and value[prev_end : mt.start()].strip(" ") == ""
+        if g is None or not joined or g == prev:
+            chain = [g] if g else []
+            start = mt.start()
+        else:
+            chain.append(g)
+            if len(chain) - 1 >= t.VALUE_SALAD_MIN_SWITCHES and (
+                len(set(chain)) >= t.SCRIPT_MIN_GROUPS
+            ):
+                return start, mt.end(), f"{len(chain) - 1} switches"
+        prev, prev_end = g, mt.end()
+        if word.endswith(_CLAUSE_END):
+            prev = None  # punctuation separates: a list of translations is not salad
+    return None
+
+
+# --- value_loop --------------------------------------------------------------------------------
+
+_VALUE_LOOP = re.compile(
+    "(?<=[\\w.,;:!?)\\]])"  # glued: a word character or sentence punctuation before the run
+    f"(\\S{{1,{t.VALUE_LOOP_MAX_UNIT}}}?)\\1{{{t.VALUE_LOOP_UNIT_REPEATS - 1},}}"
+)
+_HEX = re.compile("[0-9a-fA-F]+")
+_PLAIN_ONE = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.")
+
+
+def find_value_loop(value: str) -> tuple[int, int, str] | None:
+    """A short unit repeated back to back, glued to the word (or the sentence punctuation)
+    before it, inside one value: ``startupabcabcabc...``, ``README.md的的的...``,
+    ``Paris------...``. After a space or a line break a run is a rule or a banner."""
+    for mt in _VALUE_LOOP.finditer(value):
+        unit = mt.group(1)
+        copies = len(mt.group()) // len(unit)
+        if len(unit) == 1:
+            need = t.VALUE_LOOP_CHAR_REPEATS if ord(unit) > 127 else t.VALUE_LOOP_ASCII_RUN
+            if unit in _PLAIN_ONE or copies < need:
+                continue
+        elif (
+            "\\" in unit  # escapes written out: \x00\x00..., \n\n...
+            or (_HEX.fullmatch(unit) and any(ch.isdigit() for ch in unit))  # hex: a7a7a7...
+            or not any(ch.isalpha() or ord(ch) > 127 for ch in unit)
+        ):
+            continue
+        return mt.start(), mt.end(), f"{unit[:16]!r} x{copies}"
+    return None
+
+
+# --- think_in_value ----------------------------------------------------------------------------
+
+_THINK = re.compile(r"</?think>")
+_CODE_BEFORE = frozenset("\"'`\\?*")
+_CODE_AFTER = frozenset("\"'`\\")
+
+
+def find_think_in_value(value: str) -> tuple[int, int, str] | None:
+    """``<think>`` or ``</think>`` inside a value, not in a code literal: a quote, backtick or
+    backslash next to it, or a regex's ``?``/``*`` before it (``text.split("</think>")``,
+    ``r"<think>.*?</think>"``)."""
+    for mt in _THINK.finditer(value):
+        before = value[mt.start() - 1] if mt.start() else ""
+        after = value[mt.end()] if mt.end() < len(value) else ""
+        if before in _CODE_BEFORE or after in _CODE_AFTER:
+            continue
+        return mt.start(), mt.end(), mt.group()
+    return None
+
+
+# --- the per-sample entry points -----------------------------------------------------------------
+
+
+def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
+    """Reasoning, or content outside any block."""
+    loop = find_prose_loop(text)
+    if loop is not None:
+        sink.add("prose_loop", loop[0] + base, loop[1] + base, channel, loop[2])
+    for a, b, detail in find_template_tokens(text):
+        sink.add("template_token_leak", a + base, b + base, channel, detail)
+    for a, b, detail in find_glued(text):
+        sink.add("script_glued", a + base, b + base, channel, detail)
+
+
+def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
+    """One string value of a tool call (a ``string="true"`` parameter, a parsed string)."""
+    for code, found in (
+        ("value_loop", find_value_loop(value)),
+        ("value_salad", find_value_salad(value)),
+        ("think_in_value", find_think_in_value(value)),
+    ):
+        if found is not None:
+            sink.add(code, found[0] + base, found[1] + base, channel, found[2])
+    for a, b, detail in find_glued(value):
+        sink.add("script_glued", a + base, b + base, channel, detail)
+
+
+def check_calls(sink: FindingSink, calls: Sequence[ToolCall], channel: str) -> None:
+    """The same tool with the same arguments more than once in one response."""
+    seen: dict[str, int] = {}
+    for call in calls:
+        key = call.name + "\0" + json.dumps(call.arguments, sort_keys=True, default=str)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] == 2:
+            sink.add("duplicate_call", call.start, call.end, channel, call.name)
+
+
+def check_end(
+    sink: FindingSink,
+    *,
+    finish_reason: str | None,
+    tools: ToolSet | None,
+    has_call: bool,
+    dsml_seen: bool,
+    prose: str,
+    n: int,
+) -> None:
+    """How the generation ended, when tools were offered and no call was even started:
+    ``length`` spent on prose or reasoning (sglang#33397: long answers hit ``max_tokens`` with
+    zero tool calls), or a prose answer that stops mid-word (or on ``,``/``:``) under ``stop``."""
+    if not tools or has_call or dsml_seen:
+        return  # a cut inside a started block is length_in_block: truncation, not this
+    if finish_reason == "length":
+        sink.add("length_tools_no_call", n, n, "content", "finish_reason length, tools offered")
+        return
+    if finish_reason not in STOPS:
+        return
+    tail = prose.rstrip()
+    if len(tail) >= t.CUT_MIN_CHARS and (tail[-1].isalpha() or tail[-1] in ",:"):
+        sink.add("cut_under_stop", n, n, "content", f"ends in {tail[-12:]!r}")
