@@ -29,14 +29,15 @@ def free_port() -> int:
 class ServerThread:
     """Serve an ASGI app with a real uvicorn server on an ephemeral loopback port."""
 
-    def __init__(self, app: Any, lifespan: str = "on") -> None:
+    def __init__(self, app: Any, lifespan: str = "on", **config: Any) -> None:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, access_log=False)
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan=lifespan, access_log=False, **config)
+        )
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )

@@ -4,18 +4,16 @@ of the sidecar's memory with uvicorn's httptools protocol, which has no limit of
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from exporter.http_limits import MAX_HEAD_BYTES, MAX_HEADERS, BoundedHttpToolsProtocol
+from tests.support import ServerThread
 
 
 @pytest.fixture(scope="module")
@@ -23,24 +21,9 @@ def port() -> Iterator[int]:
     async def hello(request: Request) -> PlainTextResponse:
         return PlainTextResponse(f"{len(request.headers)} headers")
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        Starlette(routes=[Route("/", hello)]),
-        http=BoundedHttpToolsProtocol,
-        log_level="warning",
-        lifespan="off",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    yield sock.getsockname()[1]
-    server.should_exit = True
-    thread.join(10)
+    app = Starlette(routes=[Route("/", hello)])
+    with ServerThread(app, lifespan="off", http=BoundedHttpToolsProtocol) as srv:
+        yield srv.port
 
 
 def _exchange(port: int, pieces: list[bytes]) -> bytes:

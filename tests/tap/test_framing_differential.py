@@ -77,6 +77,7 @@ from httptools import HttpParserError, HttpResponseParser
 
 from tests.tap.framing_cases import Case, build_corpus
 from tests.tap.logging_upstream import LoggingUpstream, Received
+from tests.tap.support import settle
 
 pytestmark = pytest.mark.e2e
 
@@ -135,22 +136,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 async def _wait_listening(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    """Bounded polling until something accepts on ``port`` (the process may still start)."""
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return
-    raise RuntimeError(f"{what} not listening on {port} after 30 s")
+    """Until something accepts on ``port``, or the process exits first."""
+    if not await settle(lambda: proc.poll() is not None or _accepts(port), timeout=30.0):
+        raise RuntimeError(f"{what} not listening on {port} after 30 s")
+    if proc.poll() is not None:
+        raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -330,19 +329,6 @@ async def _run_proxy(run: ProxyRun, cases: list[Case]) -> None:
     await asyncio.gather(*(one(c) for c in cases))
 
 
-async def _settled(upstream: LoggingUpstream) -> list[Received]:
-    """The upstream's requests once no more arrive (bounded polling: proxies finish forwarding
-    what they already accepted)."""
-    last = -1
-    deadline = time.monotonic() + 5.0
-    while True:
-        got = upstream.received()
-        if len(got) == last or time.monotonic() > deadline:
-            return got
-        last = len(got)
-        await asyncio.sleep(0.3)
-
-
 @contextlib.asynccontextmanager
 async def _proxies(tmp: Path, nginx: str) -> AsyncIterator[dict[str, ProxyRun]]:
     runs = {name: ProxyRun(name, LoggingUpstream()) for name in PROXIES}
@@ -413,7 +399,11 @@ async def _proxies(tmp: Path, nginx: str) -> AsyncIterator[dict[str, ProxyRun]]:
     finally:
         for proc in procs:
             await asyncio.to_thread(_stop, proc)
+        # every proxy has exited, so every connection it had to the upstream is closed: what
+        # the upstream logged is now all it will ever receive
         for run in runs.values():
+            await settle(lambda run=run: run.upstream.open == 0, timeout=30.0)
+            run.received = run.upstream.received()
             await run.upstream.stop()
 
 
@@ -442,8 +432,6 @@ def _run_all(tmp: Path, nginx: str) -> Outcome:
         t0 = time.monotonic()
         async with _proxies(tmp, nginx) as runs:
             await asyncio.gather(*(_run_proxy(run, cases) for run in runs.values()))
-            for run in runs.values():
-                run.received = await _settled(run.upstream)
         return Outcome(cases, runs, time.monotonic() - t0)
 
     return asyncio.run(asyncio.wait_for(scenario(), 600))
