@@ -16,27 +16,17 @@ from collections.abc import AsyncIterator
 import pytest
 
 from exporter.samplers.tap import Tap, TapConfig
-from tests.tap.support import RawConnection, chat_body, counter, run, settle, tap_env
+from tests.tap.support import (
+    RawConnection,
+    chat_body,
+    counter,
+    run,
+    send_raw,
+    settle,
+    tap_env,
+)
 
 pytestmark = pytest.mark.e2e
-
-
-async def _read_all(conn: RawConnection, timeout: float = 10.0) -> bytes:
-    data = b""
-    while True:
-        piece = await asyncio.wait_for(conn.reader.read(65536), timeout)
-        if not piece:
-            return data
-        data += piece
-
-
-async def _send_raw(port: int, raw: bytes) -> bytes:
-    conn = await RawConnection.open(port)
-    try:
-        await conn.send(raw)
-        return await _read_all(conn)
-    finally:
-        await conn.close()
 
 
 @contextlib.asynccontextmanager
@@ -166,7 +156,7 @@ def test_connections_past_the_cap_get_503() -> None:
             port = tap.port or 0
             a, b = await RawConnection.open(port), await RawConnection.open(port)
             assert await settle(lambda: len(tap._core.clients) == 2)
-            answer = await _send_raw(port, b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            answer = await send_raw(port, b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
             assert answer.startswith(b"HTTP/1.1 503 ")
             assert counter(tap, "dsv4_tap_rejected_total", reason="too_many_connections") == 1
             ok = await a.request("GET", "/health")
@@ -174,7 +164,7 @@ def test_connections_past_the_cap_get_503() -> None:
             await a.close()
             await b.close()
             assert await settle(lambda: len(tap._core.clients) == 0)
-            again = await _send_raw(
+            again = await send_raw(
                 port, b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
             )
             assert again.startswith(b"HTTP/1.1 200 ")
@@ -241,7 +231,7 @@ def test_a_silent_upstream_is_timed_out_with_504() -> None:
 def test_heads_that_would_redefine_framing_are_refused(raw: bytes, reason: str) -> None:
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
-            answer = await _send_raw(tap.port or 0, raw)
+            answer = await send_raw(tap.port or 0, raw)
             assert answer.startswith(b"HTTP/1.1 400 ")
             assert counter(tap, "dsv4_tap_rejected_total", reason=reason) == 1
             assert fake.stats.requests == 0
@@ -256,7 +246,7 @@ def test_a_request_pipelined_after_a_chunked_body_is_refused_after_its_answer() 
                 b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
                 b"5\r\nhello\r\n0\r\n\r\nGET /health HTTP/1.1\r\nHost: t\r\n\r\n"
             )
-            answer = await _send_raw(tap.port or 0, raw)
+            answer = await send_raw(tap.port or 0, raw)
             assert answer.startswith(b"HTTP/1.1 200 ")
             assert answer.count(b"HTTP/1.1 ") == 2 and b"HTTP/1.1 400 " in answer
             assert counter(tap, "dsv4_tap_rejected_total", reason="pipelined_after_chunked") == 1

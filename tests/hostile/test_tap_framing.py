@@ -3,7 +3,6 @@ closed, nothing hangs past the sweep, and each refusal is counted under a docume
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 
@@ -11,7 +10,16 @@ import pytest
 
 from exporter.samplers.tap.client import transfer_coding_problem
 from exporter.samplers.tap.stats import REJECT_REASONS
-from tests.tap.support import RawConnection, counter, metric_values, run, settle, tap_env
+from tests.tap.support import (
+    RawConnection,
+    counter,
+    metric_values,
+    read_until_close,
+    run,
+    send_raw,
+    settle,
+    tap_env,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -20,28 +28,9 @@ HEAD_CHUNKED = (
 )
 
 
-async def _read_all(conn: RawConnection, timeout: float = 3.0) -> bytes:
-    """Everything until the tap closes the connection (fails the test on a hang)."""
-    data = b""
-    while True:
-        piece = await asyncio.wait_for(conn.reader.read(65536), timeout)
-        if not piece:
-            return data
-        data += piece
-
-
 def _statuses(raw: bytes) -> list[int]:
     """Status codes of the responses in a raw byte stream (the bodies here never say HTTP/)."""
     return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", raw)]
-
-
-async def _exchange(port: int, raw: bytes) -> bytes:
-    conn = await RawConnection.open(port)
-    try:
-        await conn.send(raw)
-        return await _read_all(conn)
-    finally:
-        await conn.close()
 
 
 def test_every_reject_reason_is_exported_from_zero() -> None:
@@ -68,7 +57,7 @@ def test_bad_chunk_after_the_head_was_forwarded_closes_both_sides() -> None:
                 assert await settle(lambda: len(fake.conns) == 50, timeout=10.0)
                 for conn in conns:
                     await conn.send(b"ZZZ-not-a-chunk-size\r\n")
-                answers = [await _read_all(conn) for conn in conns]
+                answers = [await read_until_close(conn) for conn in conns]
             finally:
                 for conn in conns:
                     await conn.close()
@@ -96,7 +85,7 @@ def test_transfer_encodings_the_tap_cannot_frame_are_refused(te: str, status: in
 
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
-            answer = await _exchange(tap.port or 0, raw + b"5\r\nhello\r\n0\r\n\r\n")
+            answer = await send_raw(tap.port or 0, raw + b"5\r\nhello\r\n0\r\n\r\n")
             assert _statuses(answer) == [status]
             assert counter(tap, "dsv4_tap_rejected_total", reason=reason) == 1
             assert fake.stats.requests == 0 and tap.inflight == 0
@@ -122,7 +111,7 @@ def test_transfer_coding_rules() -> None:
 def test_http11_without_exactly_one_host_is_refused(head: bytes) -> None:
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
-            assert _statuses(await _exchange(tap.port or 0, head)) == [400]
+            assert _statuses(await send_raw(tap.port or 0, head)) == [400]
             assert counter(tap, "dsv4_tap_rejected_total", reason="bad_host") == 1
             assert fake.stats.requests == 0
 
@@ -134,10 +123,10 @@ def test_http10_without_host_is_refused() -> None:
 
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
-            answer = await _exchange(tap.port or 0, b"GET /health HTTP/1.0\r\n\r\n")
+            answer = await send_raw(tap.port or 0, b"GET /health HTTP/1.0\r\n\r\n")
             assert _statuses(answer) == [400]
             assert counter(tap, "dsv4_tap_rejected_total", reason="bad_host") == 1
-            ok = await _exchange(tap.port or 0, b"GET /health HTTP/1.0\r\nHost: a\r\n\r\n")
+            ok = await send_raw(tap.port or 0, b"GET /health HTTP/1.0\r\nHost: a\r\n\r\n")
             assert _statuses(ok) == [200]
             assert fake.stats.requests == 1
 
@@ -149,7 +138,7 @@ def test_junk_pipelined_after_valid_requests_is_answered_400_after_them() -> Non
 
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
-            answer = await _exchange(tap.port or 0, valid + valid + b"\x00\x01GARBAGE\r\n\r\n")
+            answer = await send_raw(tap.port or 0, valid + valid + b"\x00\x01GARBAGE\r\n\r\n")
             assert _statuses(answer) == [200, 200, 400]
             assert answer.endswith(b'"code":400}}')
             assert counter(tap, "dsv4_tap_rejected_total", reason="junk_after_request") == 1
@@ -163,7 +152,7 @@ def test_bad_request_pipelined_after_a_valid_one_is_answered_in_order() -> None:
 
     async def scenario() -> None:
         async with tap_env() as (_, tap, _):
-            answer = await _exchange(tap.port or 0, valid + b"GET /echo HTTP/1.1\r\n\r\n")
+            answer = await send_raw(tap.port or 0, valid + b"GET /echo HTTP/1.1\r\n\r\n")
             assert _statuses(answer) == [200, 400]
             first_body = answer.split(b"\r\n\r\n")[1].split(b"HTTP/1.1")[0]
             assert json.loads(first_body)["url"] == "/echo"
@@ -178,7 +167,7 @@ def test_bad_chunk_in_a_queued_pipelined_request() -> None:
 
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
-            answer = await _exchange(tap.port or 0, valid + HEAD_CHUNKED + b"XYZ\r\n")
+            answer = await send_raw(tap.port or 0, valid + HEAD_CHUNKED + b"XYZ\r\n")
             assert _statuses(answer) == [200, 400]
             assert counter(tap, "dsv4_tap_rejected_total", reason="bad_chunked_body") == 1
             assert fake.stats.requests == 1 and tap.inflight == 0
@@ -193,7 +182,7 @@ def test_stalled_request_body_gets_408_at_the_sweep_and_sglang_is_released() -> 
             try:
                 await conn.send(HEAD_CHUNKED)  # and then nothing more
                 assert await settle(lambda: len(fake.conns) == 1, timeout=2.0)
-                answer = await _read_all(conn, timeout=5.0)
+                answer = await read_until_close(conn, timeout=5.0)
             finally:
                 await conn.close()
             assert _statuses(answer) == [408]

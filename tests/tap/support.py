@@ -124,6 +124,26 @@ class RawConnection:
             await self.writer.wait_closed()
 
 
+async def read_until_close(conn: RawConnection, timeout: float = 10.0) -> bytes:
+    """Everything until the peer closes the connection (fails the test on a hang)."""
+    data = b""
+    while True:
+        piece = await asyncio.wait_for(conn.reader.read(65536), timeout)
+        if not piece:
+            return data
+        data += piece
+
+
+async def send_raw(port: int, raw: bytes) -> bytes:
+    """Send ``raw`` on a new connection and return all it answered until it was closed."""
+    conn = await RawConnection.open(port)
+    try:
+        await conn.send(raw)
+        return await read_until_close(conn)
+    finally:
+        await conn.close()
+
+
 def build_request(
     method: str,
     path: str,
