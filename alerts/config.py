@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-GIB = 1024**3
+from exporter.units import GIB
+
 MIB = 1024**2
 
 # The one place the runbook location is defined: rules render `<base>/<AlertName>.md` from it

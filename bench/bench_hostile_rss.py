@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from exporter.units import GIB
 from tests.hostile.hostile_sglang import HostileSglang, deep_json
 from tests.support import ServerThread
 
@@ -46,7 +47,6 @@ NOTE = (
 )
 DEPLOYMENT = REPO / "docker" / "k8s" / "deployment.yaml"
 TOKEN = "bench-ingest-token"
-GIB = 1 << 30
 MIB = 1 << 20
 
 

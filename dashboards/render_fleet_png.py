@@ -24,6 +24,7 @@ import httpx
 
 from dashboards.common import ALERTS
 from dashboards.queries import panel_queries
+from exporter.units import GIB
 from tests.obs.fleet_pod import Replay, capture_pod, replay_target, serve_replay
 from tests.support import prometheus, promql
 
@@ -45,7 +46,6 @@ FLEET: tuple[tuple[str, int, dict[str, str]], ...] = (
     ("flash-bf16-hicache", 3, {"index_k_dtype": "bf16", "hicache": "on", "configurator": "legacy"}),
 )
 FAST = "deployment_risky_config_for: 0s\ndeployment_overcommit_for: 0s\ncorruption_window: 1m\n"
-GIB = 1024**3
 
 
 def _rules(tmp: Path) -> Path:

@@ -23,6 +23,7 @@ from typing import Any
 
 from exporter.demo import DemoOptions, read_snapshot, render, start_stack
 from exporter.loadgen import LoadGenerator
+from exporter.units import GIB
 
 BUCKETS = ("1", "4", "8", "16", "32", "64", "128")
 
@@ -125,7 +126,6 @@ def _render_terminal(plt: Any, stack: Any, out: Path, elapsed: float) -> None:
 
 
 def _render_memory(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None:
-    gib = 1024**3
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     ax = axes[0]
     _series(
@@ -133,11 +133,11 @@ def _render_memory(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None
         _query_range(prom, "max(dsv4_kv_pool_overcommit_bytes)", t0, t1),
         None,
         t0,
-        gib,
+        GIB,
         "over-commit",
     )
     _series(
-        ax, _query_range(prom, "max(dsv4_memory_reserve_bytes)", t0, t1), None, t0, gib, "reserve"
+        ax, _query_range(prom, "max(dsv4_memory_reserve_bytes)", t0, t1), None, t0, GIB, "reserve"
     )
     ax.set(title="KV over-commit vs reserve (worst rank)", xlabel="s", ylabel="GiB")
     ax.legend()
@@ -148,8 +148,8 @@ def _render_memory(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None
         for r in _query(prom, 'dsv4_kv_pool_planned_bytes{rank="0"}')
     }
     names = [r["metric"]["pool"] for r in pools]
-    alloc = [float(r["value"][1]) / gib for r in pools]
-    plan = [planned.get(n, 0) / gib for n in names]
+    alloc = [float(r["value"][1]) / GIB for r in pools]
+    plan = [planned.get(n, 0) / GIB for n in names]
     xs = range(len(names))
     ax.bar([x - 0.2 for x in xs], plan, 0.4, label="planned")
     ax.bar([x + 0.2 for x in xs], alloc, 0.4, label="allocated")
@@ -162,7 +162,7 @@ def _render_memory(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None
         _query_range(prom, 'dsv4_gpu_memory_free_bytes{rank="0"}', t0, t1),
         None,
         t0,
-        gib,
+        GIB,
         "free",
     )
     _series(
@@ -170,7 +170,7 @@ def _render_memory(plt: Any, prom: int, t0: float, t1: float, out: Path) -> None
         _query_range(prom, 'dsv4_gpu_memory_used_bytes{rank="0"}', t0, t1),
         None,
         t0,
-        gib,
+        GIB,
         "used",
     )
     ax.set(title="GPU memory, rank 0 (simulated NVML)", xlabel="s", ylabel="GiB")

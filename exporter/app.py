@@ -21,6 +21,7 @@ from exporter.metrics.exposition import Exposition
 from exporter.samplers.ingest import IngestError, parse_buffer
 from exporter.sidecar import Sidecar
 from exporter.sources.nvml import NvmlLibrary
+from exporter.units import GIB
 
 INGEST_READ_SECONDS = 30
 """A POST body must arrive within this time: a slow sender cannot hold an ingest slot."""
@@ -262,7 +263,7 @@ def _landing(sc: Sidecar) -> str:
         worst = max(fp.ranks, key=lambda r: r.footprint.overcommit_bytes)
         over = (
             f"<p>Worst rank over-commit: rank {worst.rank}, "
-            f"{worst.footprint.overcommit_bytes / 2**30:.2f} GiB "
+            f"{worst.footprint.overcommit_bytes / GIB:.2f} GiB "
             f"({html.escape(fp.deployment.configurator if fp.deployment else '')} configurator, "
             f"{html.escape(fp.deployment.index_k_dtype if fp.deployment else '')} index-K).</p>"
         )

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.loadgen import Exchange, LoadGenerator
 from exporter.metrics import catalog as m
+from exporter.units import GIB
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -332,7 +333,6 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> R
     from rich.table import Table
     from rich.text import Text
 
-    gib = 1024**3
     dep = snap.deployment
     head = Text.assemble(
         ("dsv4-sidecar demo (simulated SGLang + GPUs)  ", "bold"),
@@ -349,10 +349,10 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> R
         share = f"{over / res:.0%}" if res else "-"
         mem.add_row(
             rank,
-            f"{over / gib:.2f}",
-            f"{res / gib:.1f}" if res else "-",
+            f"{over / GIB:.2f}",
+            f"{res / GIB:.1f}" if res else "-",
             share,
-            style="red" if over > 1 * gib else None,
+            style="red" if over > 1 * GIB else None,
         )
     corr = Table(
         title="Tool-call corruption by concurrency (tap, canary, ingest)", title_justify="left"

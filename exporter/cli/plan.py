@@ -43,8 +43,7 @@ from exporter.footprint.releases import (
     VersionError,
     rules_for_version,
 )
-
-GIB = 1024**3
+from exporter.units import GIB
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -26,8 +26,8 @@ from exporter.footprint import (
 from exporter.footprint.releases import parse_release
 from exporter.sim.fake_nvml import FakeGpuSpec
 from exporter.sim.settings import SimSettings
+from exporter.units import GIB
 
-GIB = 1024**3
 SIM_SUFFIX = "+sim"
 # sglang:weight/kv_cache/graph_memory_usage_gb, max_total_num_tokens_swa and the per-phase
 # memory_usage.graph with startup_available appeared in 0.5.17 (metrics_collector.py,

@@ -22,7 +22,8 @@ from types import SimpleNamespace
 
 import pynvml
 
-GIB = 1024**3
+from exporter.units import GIB
+
 MIB = 1024**2
 
 ERROR_CODES = {

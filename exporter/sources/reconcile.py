@@ -37,8 +37,8 @@ from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
 from exporter.sources.sglang import RankMemory
+from exporter.units import GIB
 
-GIB = 1 << 30
 MIN_MARGIN_BYTES = 2 * GIB  # the candidates must differ by more than a healthy rank's rest
 NEGATIVE_SLACK_BYTES = 64 << 20  # SGLang rounds its GB figures (0.01 GB before 0.5.17)
 PRICING_TOLERANCE_BYTES = 1 * GIB  # context x fraction bias + one page of tokens

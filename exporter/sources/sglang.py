@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.metrics import catalog as m
 from exporter.sources import bounded
 from exporter.sources.base import SourceHealth
+from exporter.units import GIB
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ ERROR_REASONS = (
 DSV4_DEFAULT_SWA_RATIO = 0.1
 GLOBAL_DEFAULT_SWA_RATIO = 0.8
 DSV4_DEFAULT_MAX_RUNNING = 256
-GIB = 1 << 30  # SGLang's "GB": get_available_gpu_memory divides by 1 << 30
 # Memory fields SGLang reports (see RankMemory for the release each comes from).
 MEMORY_FIELDS = ("weight", "kv_cache", "graph", "startup_available", "swa_tokens", "context_len")
 MAX_GRAPH_PHASES = 8  # 0.5.23 has six (GRAPH_MEMORY_USAGE_KEYS); bounds the phase label

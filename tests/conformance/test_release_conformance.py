@@ -45,6 +45,7 @@ from exporter.footprint.pricing import (
 )
 from exporter.footprint.refusals import Refused
 from exporter.footprint.releases import PUBLISHED_RELEASES, rules_for_version
+from exporter.units import GIB
 from tests.sglang_release import run_in_release
 
 # Fail, never skip: a skipped oracle would let a wrong model pass silently.
@@ -60,7 +61,6 @@ except ImportError:  # pragma: no cover - the environment, not the code
 # Fifteen wheel downloads on a fresh machine plus fifteen imports: above the default 300 s.
 pytestmark = pytest.mark.timeout(1200)
 
-GIB = 1 << 30
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 CONFIGS: dict[str, dict[str, Any]] = {
     "flash": json.loads((FIXTURES / "deepseek-v4-flash.config.json").read_text()),

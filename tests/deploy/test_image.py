@@ -25,11 +25,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.metrics.catalog import CATALOG
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.settings import SimSettings
+from exporter.units import GIB
 from tests.deploy.conftest import DOCKER, SIDECAR_UID, require_tool
 from tests.support import free_port, sample_value, wait_for
 
 pytestmark = pytest.mark.e2e
-GIB = 1 << 30
 MIB = 1 << 20
 CLI = str(Path(sys.executable).parent / "dsv4-sidecar")
 

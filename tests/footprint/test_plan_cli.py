@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from exporter.cli import main
+from exporter.units import GIB
 
-GIB = 1024**3
 REQUIRED = {
     "model",
     "index_k_dtype",

@@ -13,8 +13,8 @@ from exporter.footprint import (
     stage_slice,
 )
 from exporter.footprint.pricing import token_coefficient
+from exporter.units import GIB
 
-GIB = 1024**3
 models = st.sampled_from(sorted(PRESETS))
 budgets = st.integers(min_value=40 * GIB, max_value=120 * GIB)  # covers the c128 bias
 deployments = st.builds(

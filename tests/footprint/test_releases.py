@@ -17,8 +17,7 @@ from exporter.footprint import (
     plan_for_budget,
     rules_for_version,
 )
-
-GIB = 1024**3
+from exporter.units import GIB
 
 
 @pytest.mark.parametrize(

@@ -20,13 +20,13 @@ from exporter.footprint.pricing import (
     c128_state_fixed_bytes,
     counts_for_full_tokens,
 )
+from exporter.units import GIB
 
 # The hand arithmetic below is the formula of SGLang 0.5.15-0.5.20; other releases' rules are
 # checked against the released code itself in tests/conformance.
 R20 = rules_for_version("0.5.20").rules
 FLASH = PRESETS["deepseek-v4-flash"]
 PRO = PRESETS["deepseek-v4-pro"]
-GIB = 1024**3
 
 
 def test_flash_layer_mix():

@@ -24,12 +24,12 @@ from exporter.config import load_settings
 from exporter.footprint.pricing import POOLS
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
+from exporter.units import GIB
 from tests.support import ServerThread, sample_value, scrape, wait_for
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 1 << 30
 DRIFT_TEST = REPO / "alerts" / "tests" / "DSV4FootprintModelDrift.test.yaml"
 
 

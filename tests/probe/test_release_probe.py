@@ -29,6 +29,7 @@ from exporter.footprint.pricing import counts_for_full_tokens, stored_index_k_dt
 from exporter.footprint.releases import rules_for_version
 from exporter.probe.snapshot import INDEX_K_HOOKS
 from exporter.probe.targets import POOL_METHODS
+from exporter.units import GIB
 from tests.conformance.test_release_conformance import _case
 from tests.probe import accessors as A
 from tests.sglang_release import run_in_release
@@ -37,7 +38,6 @@ pytest.importorskip("torch", reason="the conformance extra (pip install -e '.[co
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE = ("0.5.12", "0.5.16", "0.5.20", "0.5.23")
-GIB = 1 << 30
 ESSENTIAL = (
     "index_k_with_scale",
     "index_k_scale",

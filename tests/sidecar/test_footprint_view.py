@@ -21,13 +21,13 @@ from exporter.footprint import (
 )
 from exporter.sources.footprint import FootprintView, resolve_facts
 from exporter.sources.sglang import parse_server_info
+from exporter.units import GIB
 
 FIX = Path(__file__).parent.parent / "fixtures"
 # The recorded /server_info comes from 0.5.9 (no DSV4 pools); the layout is the same in the
 # DSV4 releases, so the tests give it their version.
 RECORDED = parse_server_info(json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text()))
 FLASH_FACTS = replace(RECORDED, version="0.5.20")
-GIB = 1024**3
 
 
 def _samples(view: FootprintView) -> dict[str, list[tuple[dict[str, str], float]]]:

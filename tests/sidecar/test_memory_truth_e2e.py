@@ -23,11 +23,11 @@ from exporter.config import load_settings
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
+from exporter.units import GIB
 from tests.support import ServerThread, sample_value, scrape, wait_for
 
 pytestmark = pytest.mark.e2e
 
-GIB = 1 << 30
 MIB = 1 << 20
 
 

@@ -20,7 +20,6 @@ from exporter.sources.sglang import parse_server_info
 
 FIX = Path(__file__).parent.parent / "fixtures"
 RECORDED = json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text())
-GIB = 1024**3
 
 
 def _facts(**over):

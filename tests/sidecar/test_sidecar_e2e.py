@@ -14,9 +14,9 @@ from exporter.config import load_settings
 from exporter.sim.fake_nvml import FakeNvml
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
+from exporter.units import GIB
 from tests.support import ServerThread, prometheus, promql, sample_value, scrape, wait_for
 
-GIB = 1024**3
 pytestmark = pytest.mark.e2e
 
 

@@ -27,8 +27,8 @@ from exporter.oncall.repro_report import ReproReport, format_p, level_trend
 from exporter.oncall.triage.evidence import BucketCount, Evidence
 from exporter.samplers.buckets import BUCKET_LABELS
 from exporter.stats import fisher_exact, wilson_interval
+from exporter.units import GIB
 
-GIB = 1024**3
 # Thresholds (the alert rules' defaults where one exists, so triage and alerts agree).
 OVERCOMMIT_BYTES = 1 * GIB  # DSV4KVPoolOvercommit warning: page padding alone stays below
 MIN_SAMPLES = 20  # DSV4ToolCallCorruptionHigh's corruption_min_samples
