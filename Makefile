@@ -14,7 +14,7 @@ help:
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
 	@echo "make native - (re)build the DSML grader's C accelerators in place (venv does it too)"
 	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules)"
-	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
+	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml, its promtool tests, the runbooks and the knob table from exporter/thresholds.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
 	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py)"

@@ -1,236 +1,24 @@
-"""Every threshold, window and ``for:`` of the alert rules, as one typed, documented config.
+"""The alert config as the rule generator reads it: a deployer's YAML overrides, the knob table.
 
-Defaults are what the committed rule file is rendered from. A deployer overrides any subset
-with a YAML mapping (``python -m alerts.generate --config site.yaml``); unknown keys and
-ill-typed values are rejected so a typo cannot silently leave a default in force.
-The dashboards import the same defaults to draw threshold lines where the alerts fire.
+The knobs themselves (every threshold, window and ``for:``, with its default and its doc) are
+defined once in :mod:`exporter.thresholds`, in the installed package, because triage reads
+the same numbers and ``alerts/`` is not in the image. A deployer overrides any subset with a
+YAML mapping (``python -m alerts.generate --config site.yaml``); unknown keys and ill-typed
+values are rejected so a typo cannot silently leave a default in force. The dashboards import
+the same defaults to draw threshold lines where the alerts fire.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from exporter.units import GIB
+from exporter.thresholds import DEFAULT_RUNBOOK_BASE_URL, AlertConfig, from_mapping
+from exporter.units import GIB, MIB
 
-MIB = 1024**2
-
-# The one place the runbook location is defined: rules render `<base>/<AlertName>.md` from it
-# and the overview dashboard links to the runbook index below it.
-DEFAULT_RUNBOOK_BASE_URL = "https://github.com/dsv4-sidecar/dsv4-sidecar/blob/main/docs/runbooks"
-
-# Prometheus durations, compound allowed (1h30m); units as Prometheus spells them.
-_DURATION = re.compile(r"^(?:[0-9]+(?:ms|[smhdwy]))+$")
-# A PromQL grouping list: label names separated by commas.
-_LABEL_LIST = re.compile(r"^\s*[a-zA-Z_][a-zA-Z0-9_]*(?:\s*,\s*[a-zA-Z_][a-zA-Z0-9_]*)*\s*$")
-
-
-def knob(default: Any, doc: str) -> Any:
-    """A config field carrying its documentation (rendered into alerts/README.md)."""
-    return field(default=default, metadata={"doc": doc})
-
-
-@dataclass(frozen=True)
-class AlertConfig:
-    """Thresholds and windows of every rule. Durations are Prometheus durations (``5m``)."""
-
-    selector: str = knob(
-        'job="dsv4-sidecar"',
-        "Label matchers added to every selector (the sidecar's scrape job); "
-        "also the `up` series the absent/down meta alerts watch.",
-    )
-    runbook_base_url: str = knob(
-        DEFAULT_RUNBOOK_BASE_URL,
-        "Base of every `runbook_url` annotation (`<base>/<AlertName>.md`).",
-    )
-    # --- KV pool over-commit ----------------------------------------------------------------
-    kv_overcommit_warning_bytes: int = knob(
-        1 * GIB,
-        "DSV4KVPoolOvercommit (warning) when a rank allocates more than this many bytes beyond "
-        "the plan. Page padding alone leaves ~0.3 GiB at a 50 GiB budget (Flash); the legacy "
-        "plan with bf16 index-K misses ~4.3 GiB.",
-    )
-    kv_overcommit_critical_reserve_ratio: float = knob(
-        1.0,
-        "DSV4KVPoolOvercommit (critical) when over-commit exceeds this fraction of the "
-        "(1 - mem_fraction_static) reserve (1.0: the whole reserve is gone).",
-    )
-    kv_overcommit_for: str = knob("5m", "`for:` of both DSV4KVPoolOvercommit rules.")
-    # --- GPU memory headroom ----------------------------------------------------------------
-    gpu_free_warning_bytes: int = knob(
-        2 * GIB, "DSV4GPUMemoryHeadroomLow (warning) below this many free bytes on a GPU."
-    )
-    gpu_free_critical_bytes: int = knob(
-        512 * MIB, "DSV4GPUMemoryHeadroomLow (critical) below this many free bytes on a GPU."
-    )
-    gpu_free_warning_for: str = knob("5m", "`for:` of the warning headroom rule.")
-    gpu_free_critical_for: str = knob("2m", "`for:` of the critical headroom rule.")
-    gpu_fill_lookback: str = knob(
-        "30m", "DSV4GPUMemoryFillingUp: window of the linear fit of free bytes."
-    )
-    gpu_fill_horizon_seconds: int = knob(
-        3600, "DSV4GPUMemoryFillingUp fires when free bytes are predicted to hit 0 this soon."
-    )
-    gpu_fill_max_free_ratio: float = knob(
-        0.25,
-        "DSV4GPUMemoryFillingUp only considers GPUs with less than this fraction free "
-        "(a trend on a mostly-empty GPU is noise).",
-    )
-    gpu_fill_for: str = knob("10m", "`for:` of DSV4GPUMemoryFillingUp.")
-    model_drift_bytes: int = knob(
-        16 * MIB,
-        "DSV4FootprintModelDrift when the footprint model's bytes for a pool differ from the "
-        "probe's measurement by more than this (the model equals released SGLang to the byte; "
-        "a wrong index-K dtype is off by gigabytes).",
-    )
-    model_drift_for: str = knob("15m", "`for:` of DSV4FootprintModelDrift.")
-    assumed_facts: str = knob(
-        "index_k_dtype|pricing",
-        "DSV4OvercommitOnAssumption: the deployment facts (regex on `fact`) the over-commit "
-        "rests on; it fires while one of them has source `assumed`.",
-    )
-    assumed_fact_for: str = knob(
-        "30m",
-        "`for:` of DSV4OvercommitOnAssumption (long enough for the probe's first snapshot and "
-        "SGLang's start-up figures to settle the fact).",
-    )
-    # --- Tool-call corruption ---------------------------------------------------------------
-    corruption_window: str = knob(
-        "30m", "Window of the degenerate ratio and of the sample count (recording rules)."
-    )
-    corruption_min_samples: int = knob(
-        20, "DSV4ToolCallCorruptionHigh needs at least this many graded samples in the window."
-    )
-    corruption_warning_ratio: float = knob(
-        0.02, "DSV4ToolCallCorruptionHigh (warning) above this degenerate ratio."
-    )
-    corruption_critical_ratio: float = knob(
-        0.10, "DSV4ToolCallCorruptionHigh (critical) above this degenerate ratio."
-    )
-    corruption_warning_for: str = knob("10m", "`for:` of the warning corruption rule.")
-    corruption_critical_for: str = knob("5m", "`for:` of the critical corruption rule.")
-    # --- Canary -------------------------------------------------------------------------------
-    canary_stale_seconds: int = knob(
-        600, "DSV4CanaryFailing (critical) when the last successful canary is older than this."
-    )
-    canary_stale_for: str = knob("5m", "`for:` of the stale-canary rule.")
-    canary_degenerate_window: str = knob(
-        "30m", "DSV4CanaryFailing (warning) on any degenerate canary reply in this window."
-    )
-    canary_degenerate_for: str = knob("1m", "`for:` of the degenerate-canary rule.")
-    # --- HiCache index-K race -----------------------------------------------------------------
-    index_k_window: str = knob(
-        "10m", "DSV4IndexKUngatedReads: any ungated index-K read in this window fires."
-    )
-    index_k_for: str = knob("1m", "`for:` of DSV4IndexKUngatedReads.")
-    # --- Configuration ------------------------------------------------------------------------
-    risky_config_for: str = knob("10m", "`for:` of DSV4RiskyConfiguration.")
-    # --- Meta -------------------------------------------------------------------------------
-    sidecar_down_for: str = knob("5m", "`for:` of DSV4SidecarDown (`up == 0`).")
-    sidecar_absent_for: str = knob("10m", "`for:` of DSV4SidecarAbsent (no `up` series).")
-    source_stale_seconds: int = knob(
-        300,
-        "DSV4NVMLDown / DSV4SGLangDown also fire when the source's last success is older "
-        "than this (a wedged poller that still reports up).",
-    )
-    source_down_for: str = knob("5m", "`for:` of DSV4NVMLDown and DSV4SGLangDown.")
-    probe_stale_seconds: int = knob(
-        300, "DSV4ProbeStale when a rank's probe has not reported for this long."
-    )
-    probe_stale_for: str = knob("5m", "`for:` of DSV4ProbeStale.")
-    gpu_count_lookback: str = knob(
-        "12h",
-        "DSV4GPUCountDropped compares visible GPUs with their maximum over this window "
-        "(the alert clears this long after a deliberate down-size).",
-    )
-    gpu_count_for: str = knob("1m", "`for:` of DSV4GPUCountDropped.")
-    # --- Fleet: deployment-level rules (alerts/fleet.py) ----------------------------------------
-    pod_labels: str = knob(
-        "instance, pod",
-        "Target labels that tell one pod's sidecar from another's in the same deployment: the "
-        "deployment-level rules aggregate `without` them (and `rank`), so every other label "
-        "(job, namespace, deployment, cluster and external labels) survives federation.",
-    )
-    deployment_risky_config_for: str = knob("10m", "`for:` of DSV4DeploymentRiskyConfiguration.")
-    deployment_overcommit_for: str = knob(
-        "10m",
-        "`for:` of DSV4DeploymentOvercommit (every rank of the deployment over "
-        "`kv_overcommit_warning_bytes`).",
-    )
-
-    # --- Output length drift, per deployment (alerts/fleet.py; issue 26) -------------------------
-    length_window: str = knob(
-        "30m", "Window of the deployment's output-length p50 and finish-reason mix records."
-    )
-    length_baseline_window: str = knob(
-        "7d",
-        "The deployment's own baseline: the median of its p50 record (and of its `length` "
-        "share) over this window, ending one `length_window` ago.",
-    )
-    length_inflation_factor: float = knob(
-        1.5,
-        "DSV4OutputLengthInflation when the p50 output tokens exceed the baseline by this "
-        "factor (sglang#36179: 600 -> 1,100 tokens with HiCache L2 is 1.8x).",
-    )
-    length_min_samples: int = knob(
-        20, "Graded samples a deployment needs in `length_window` before the length rules fire."
-    )
-    length_inflation_for: str = knob("30m", "`for:` of DSV4OutputLengthInflation.")
-    finish_length_share_min: float = knob(
-        0.05,
-        "DSV4FinishLengthShareHigh needs at least this share of `length` finishes, and twice "
-        "the baseline share.",
-    )
-    finish_length_for: str = knob("30m", "`for:` of DSV4FinishLengthShareHigh.")
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith(("_for", "_window", "_lookback")) and not _DURATION.match(value):
-                raise ValueError(f"{f.name}: {value!r} is not a Prometheus duration like 5m")
-            if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-                raise ValueError(f"{f.name}: must not be negative")
-        if self.gpu_free_critical_bytes > self.gpu_free_warning_bytes:
-            raise ValueError("gpu_free_critical_bytes must not exceed gpu_free_warning_bytes")
-        if self.corruption_critical_ratio < self.corruption_warning_ratio:
-            raise ValueError("corruption_critical_ratio must not be below the warning ratio")
-        if not 0 < self.gpu_fill_max_free_ratio <= 1:
-            raise ValueError("gpu_fill_max_free_ratio must be in (0, 1]")
-        if not _LABEL_LIST.match(self.pod_labels):
-            raise ValueError(
-                f"pod_labels: {self.pod_labels!r} is not a comma-separated list of label names"
-            )
-        if self.runbook_base_url.endswith("/"):
-            raise ValueError("runbook_base_url: no trailing slash")
-
-    def runbook_url(self, alertname: str) -> str:
-        """The runbook of one alert: one page per alert name, from the one base URL."""
-        return f"{self.runbook_base_url}/{alertname}.md"
-
-
-def _coerce(name: str, expected: type, value: Any) -> Any:
-    """Accept YAML's natural types for a field (an int where a float is expected is fine)."""
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, expected):
-        raise TypeError(f"{name}: expected {expected.__name__}, got {value!r}")
-    return value
-
-
-def from_mapping(overrides: dict[str, Any]) -> AlertConfig:
-    """Defaults with ``overrides`` applied; unknown keys and wrong types raise."""
-    types = {f.name: f.type for f in dataclasses.fields(AlertConfig)}
-    unknown = sorted(set(overrides) - set(types))
-    if unknown:
-        raise KeyError(f"unknown alert config keys: {', '.join(unknown)}")
-    resolved = {"int": int, "float": float, "str": str}
-    kwargs = {k: _coerce(k, resolved[str(types[k])], v) for k, v in overrides.items()}
-    return AlertConfig(**kwargs)
+__all__ = ["DEFAULT_RUNBOOK_BASE_URL", "AlertConfig", "from_mapping", "knob_table", "load"]
 
 
 def load(path: Path | None) -> AlertConfig:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alerts.config import AlertConfig
+from exporter.thresholds import AlertConfig
 
 # The Kubernetes target labels the fleet rules and the fleet dashboard group by; produced by
 # the ServiceMonitor / PodMonitor relabelling in docker/k8s/. Absent (non-Kubernetes scrape),
@@ -55,7 +55,10 @@ class FleetNames:
         lw, bw = c.length_window, c.length_baseline_window
         self.length_samples = f"deployment:dsv4_dsml_output_tokens_count:increase{lw}"
         self.length_p50 = f"deployment:dsv4_dsml_output_tokens:p50_{lw}"
-        self.length_p50_baseline = f"deployment:dsv4_dsml_output_tokens:p50_{lw}_median{bw}"
+        self.length_p50_baseline = (
+            f"deployment:dsv4_dsml_output_tokens:p50_{lw}_median_offset"
+            f"{c.length_baseline_period}x{c.length_baseline_periods}"
+        )
         self.finish_share = f"deployment_finish_reason:dsv4_dsml_finish_reasons:share{lw}"
         self.finish_share_baseline = (
             f"deployment_finish_reason:dsv4_dsml_finish_reasons:share{lw}_median{bw}"
@@ -99,10 +102,18 @@ def recording_rules(c: AlertConfig, sel: Any) -> list[dict[str, Any]]:
             f"  sum without ({pods}, concurrency_le) (rate({tokens_bucket}[{lw}]))\n)",
         },
         {
-            # Its own baseline: the median of that p50 over the baseline window, ending one
-            # window ago (so the inflation being measured is not its own baseline).
+            # Its own baseline: the median of that p50 at the same time of each earlier period
+            # (the same half hour of the last 7 days; the same window, so a pattern that
+            # recurs every day, a nightly batch of long reports, compares equal and does not
+            # fire). Days without data drop out of the `or`; the offset label keeps each
+            # day's series apart until the median joins them.
             "record": n.length_p50_baseline,
-            "expr": f"quantile_over_time(0.5, {n.length_p50}[{bw}] offset {lw})",
+            "expr": "quantile without (baseline_offset) (0.5,\n"
+            + "\nor\n".join(
+                f'  label_replace({n.length_p50} offset {o}, "baseline_offset", "{o}", "", "")'
+                for o in c.baseline_offsets()
+            )
+            + "\n)",
         },
         {
             # The finish-reason mix: each reason's share of the deployment's graded samples.
@@ -273,8 +284,9 @@ def alerts(c: AlertConfig, b: Any) -> list[dict[str, Any]]:
             "warning",
             "A deployment's answers grew much longer than its own baseline.",
             f"The p50 output of {who_d} is {{{{ $value | humanize }}}} tokens over "
-            f"{c.length_window}, over {num(c.length_inflation_factor)}x its median p50 of the "
-            f"last {c.length_baseline_window}: token loops inflate outputs (sglang#36179, with "
+            f"{c.length_window}, over {num(c.length_inflation_factor)}x its median at this "
+            f"time of the last {c.length_baseline_periods} periods of "
+            f"{c.length_baseline_period}: token loops inflate outputs (sglang#36179, with "
             "HiCache). Read the corruption-by-length panels and the samples endpoint for "
             "prose_loop/ngram_loop; if loops, disable HiCache or switch index-K to fp8.",
         )

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alerts import fleet
-from alerts.config import GIB, MIB, AlertConfig
 from exporter.metrics.catalog import spec_for_series
+from exporter.thresholds import AlertConfig
+from exporter.units import GIB, MIB
 
 RULE_FILE = "dsv4-sidecar.rules.yaml"
 

@@ -162,6 +162,9 @@ MUTATIONS = [
     ({"deployment_overcommit_for": "9m"}, "DSV4DeploymentOvercommit"),
     ({"kv_overcommit_warning_bytes": 1073741823}, "DSV4DeploymentOvercommit"),
     ({"kv_overcommit_warning_bytes": 1073741825}, "DSV4DeploymentOvercommit"),
+    # The same-time baseline: another period no longer lines up with the daily peak.
+    ({"length_baseline_period": "23h"}, "DSV4OutputLengthInflation"),
+    ({"length_baseline_periods": 6}, "DSV4OutputLengthInflation"),
     # A pod label left out of pod_labels splits deployments into pods: the fleet tests notice.
     ({"pod_labels": "instance"}, "fleet"),
 ]
@@ -224,6 +227,10 @@ def test_site_override_renders_valid_rules(promtool: str, tmp_path: Path) -> Non
         ({"runbook_base_url": "https://x/"}, ValueError),
         ({"pod_labels": "instance pod"}, ValueError),
         ({"pod_labels": ""}, ValueError),
+        ({"length_baseline_period": "1 day"}, ValueError),
+        ({"length_baseline_period": "10m"}, ValueError),  # shorter than length_window
+        ({"length_baseline_periods": 0}, ValueError),
+        ({"length_baseline_periods": 29}, ValueError),
     ],
 )
 def test_bad_overrides_rejected(overrides: dict[str, Any], error: type[Exception]) -> None:

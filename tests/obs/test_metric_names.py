@@ -133,13 +133,18 @@ def unknown_matcher_labels(exprs: dict[str, str]) -> list[str]:
     return bad
 
 
+# The label a label_replace() in the same expression creates (its destination argument).
+_LABEL_REPLACE_DST = re.compile(r'label_replace\(.*?,\s*"([a-zA-Z_][a-zA-Z0-9_]*)"', re.S)
+
+
 def unknown_grouping_labels(exprs: dict[str, str]) -> list[str]:
     known = _all_labels() | set(TARGET_LABELS) | {"le"} | set(PROMETHEUS_SERIES["ALERTS"])
-    return [
-        f"{where}: {sorted(grouping_labels(e) - known)}"
-        for where, e in exprs.items()
-        if not grouping_labels(e) <= known
-    ]
+    out = []
+    for where, e in exprs.items():
+        unknown = grouping_labels(e) - known - set(_LABEL_REPLACE_DST.findall(e))
+        if unknown:
+            out.append(f"{where}: {sorted(unknown)}")
+    return out
 
 
 def _recorded() -> set[str]:

@@ -27,11 +27,13 @@ from exporter.oncall.repro_report import ReproReport, format_p, level_trend
 from exporter.oncall.triage.evidence import BucketCount, Evidence
 from exporter.samplers.buckets import BUCKET_LABELS
 from exporter.stats import fisher_exact, wilson_interval
+from exporter.thresholds import DEFAULTS, AlertConfig
 from exporter.units import GIB
 
-# Thresholds (the alert rules' defaults where one exists, so triage and alerts agree).
-OVERCOMMIT_BYTES = 1 * GIB  # DSV4KVPoolOvercommit warning: page padding alone stays below
-MIN_SAMPLES = 20  # DSV4ToolCallCorruptionHigh's corruption_min_samples
+# Thresholds an alert rule also has are read from the alerts' own knobs
+# (exporter/thresholds.py: kv_overcommit_warning_bytes, corruption_min_samples), never copied,
+# so a site that changes one changes triage's verdicts with it (:func:`rules`, :func:`diagnose`).
+# The rest are triage's own statistics.
 TREND_ALPHA = 0.01  # Fisher p below which "rises with concurrency" is claimed
 AT_ONE_MIN_DEGENERATE = 2  # degeneration at concurrency 1 needs at least this many outputs...
 AT_ONE_MIN_LOW = 0.005  # ...and a Wilson 95% lower bound above 0.5%
@@ -353,10 +355,10 @@ class Rule:
     because: Callable[[Facts], list[str]]
 
 
-def _over(f: Facts) -> list[str]:
+def _over(f: Facts, threshold: int) -> list[str]:
     lines = [
         f"rank {f.overcommit_rank} allocates {gib(f.overcommit_bytes or 0)} GiB more KV-pool "
-        f"memory than the configurator planned (threshold {gib(OVERCOMMIT_BYTES)} GiB)"
+        f"memory than the configurator planned (threshold {gib(threshold)} GiB)"
     ]
     if f.reserve_bytes:
         share = (f.overcommit_bytes or 0) / f.reserve_bytes
@@ -395,232 +397,249 @@ def _degen(f: Facts) -> str:
     return f"{f.degenerate}/{f.graded} graded outputs degenerate"
 
 
-RULES: tuple[Rule, ...] = (
-    # unpriced index-K (over-commit)
-    Rule(
-        "O1",
-        OVERCOMMIT,
-        SUPPORTED,
-        f"a rank's KV pools allocate more than {gib(OVERCOMMIT_BYTES)} GiB beyond the plan",
-        lambda f: (f.overcommit_bytes or 0) > OVERCOMMIT_BYTES,
-        _over,
-    ),
-    Rule(
-        "O2",
-        OVERCOMMIT,
-        RULED_OUT,
-        f"the footprint is known and no rank over-commits more than {gib(OVERCOMMIT_BYTES)} GiB",
-        lambda f: f.overcommit_bytes is not None,
-        lambda f: [
-            f"worst rank {f.overcommit_rank}: {gib(f.overcommit_bytes or 0)} GiB beyond the plan "
-            "(page padding only)",
-            f"deployment: {f.config}",
-        ],
-    ),
-    Rule(
-        "O3",
-        OVERCOMMIT,
-        POSSIBLE,
-        "no footprint, but the legacy configurator with bf16 index-K is deployed",
-        lambda f: f.configurator == "legacy" and f.index_k_dtype == "bf16",
-        lambda f: [
-            "the legacy configurator prices bf16 index-K as fp8 (~651 B per full token "
-            "unplanned); the sidecar's footprint was not available to measure it"
-        ],
-    ),
-    Rule(
-        "O4",
-        OVERCOMMIT,
-        UNKNOWN,
-        "no footprint and no deployment facts",
-        lambda f: True,
-        lambda f: ["no footprint data (give --sidecar, or a Prometheus scraping it)"],
-    ),
-    # index-K transfer race
-    Rule(
-        "R1",
-        RACE,
-        RULED_OUT,
-        "HiCache is off: there is no host-to-device index-K transfer to race",
-        lambda f: f.hicache is False,
-        lambda f: [f"deployment: {f.config}, HiCache off"],
-    ),
-    Rule(
-        "R2",
-        RACE,
-        SUPPORTED,
-        "ungated index-K reads and a degenerate rate that rises with concurrency",
-        lambda f: f.ungated > 0 and f.rises,
-        _race,
-    ),
-    Rule(
-        "R3",
-        RACE,
-        RULED_OUT,
-        "the probe sees index-K reads and every one of them is gated",
-        lambda f: f.probe_present and f.ungated == 0 and f.gated > 0,
-        lambda f: [f"index-K reads: {f.gated:,.0f} gated, 0 ungated"],
-    ),
-    Rule(
-        "R4",
-        RACE,
-        POSSIBLE,
-        "ungated index-K reads, but corruption not (yet) shown to rise with concurrency",
-        lambda f: f.ungated > 0,
-        lambda f: [
-            f"ungated index-K reads: {f.ungated:,.0f}",
-            *(_trend_lines(f) or ["no graded outputs at several concurrency levels"]),
-            "run `dsv4-sidecar repro` at 1 and 32-64 concurrent sessions to measure it",
-        ],
-    ),
-    Rule(
-        "R5",
-        RACE,
-        POSSIBLE,
-        "HiCache on and corruption rises with concurrency, but no probe data to confirm",
-        lambda f: f.hicache is True and not f.probe_present and f.rises,
-        lambda f: [
-            *[line for line in _trend_lines(f) if "rises with" in line],
-            "no probe data: install the in-process probe (docs/probe.md) to see ungated reads",
-        ],
-    ),
-    Rule(
-        "R6",
-        RACE,
-        UNKNOWN,
-        "neither probe reads nor a concurrency trend decide it",
-        lambda f: True,
-        lambda f: ["no ungated-read evidence and no rising corruption measured"],
-    ),
-    # unrelated degeneration
-    Rule(
-        "U1",
-        UNRELATED,
-        UNKNOWN,
-        "nothing was graded",
-        lambda f: f.graded == 0,
-        lambda f: ["no graded outputs (canary off, no tap/ingest, no repro or scan input)"],
-    ),
-    Rule(
-        "U2",
-        UNRELATED,
-        RULED_OUT,
-        f"at least {MIN_SAMPLES} outputs graded and none shows degeneration",
-        lambda f: f.graded >= MIN_SAMPLES and f.hard_degenerate == 0 and f.degenerate == 0,
-        lambda f: [_degen(f)],
-    ),
-    Rule(
-        "U3",
-        UNRELATED,
-        SUPPORTED,
-        f"degeneration at concurrency 1 (>= {AT_ONE_MIN_DEGENERATE} outputs, Wilson low "
-        f"> {pct(AT_ONE_MIN_LOW)})",
-        lambda f: f.at_one_established is not None and f.hard_degenerate > 0,
-        lambda f: [
-            f"{a.origin}: {a.k}/{a.n} degenerate (95% CI "
-            f"{pct(wilson_interval(a.k, a.n)[0])}-{pct(wilson_interval(a.k, a.n)[1])}): "
-            "not load-related"
-            for a in f.at_one
-            if a.established
-        ],
-    ),
-    Rule(
-        "U4",
-        UNRELATED,
-        SUPPORTED,
-        "degenerate outputs with HiCache off (the race cannot happen)",
-        lambda f: f.hicache is False and f.hard_degenerate >= 2,
-        lambda f: [_degen(f), f"deployment: {f.config}, HiCache off"],
-    ),
-    Rule(
-        "U5",
-        UNRELATED,
-        SUPPORTED,
-        "degenerate outputs while the probe sees every index-K read gated",
-        lambda f: f.hard_degenerate >= 2 and f.probe_present and f.ungated == 0 and f.gated > 0,
-        lambda f: [_degen(f), f"index-K reads: {f.gated:,.0f} gated, 0 ungated"],
-    ),
-    Rule(
-        "U6",
-        UNRELATED,
-        RULED_OUT,
-        "degeneration only under load, with ungated index-K reads: the race explains it",
-        lambda f: f.rises and f.ungated > 0,
-        lambda f: [_degen(f), *[line for line in _trend_lines(f) if "rises with" in line]],
-    ),
-    Rule(
-        "U7",
-        UNRELATED,
-        POSSIBLE,
-        "degenerate outputs that no known cause is established for",
-        lambda f: f.hard_degenerate > 0 or f.degenerate >= 2,
-        lambda f: [_degen(f), *_trend_lines(f)],
-    ),
-    Rule("U8", UNRELATED, UNKNOWN, "too few outputs to say", lambda f: True, lambda f: [_degen(f)]),
-    # parser / configuration artefact
-    Rule(
-        "A1",
-        ARTEFACT,
-        SUPPORTED,
-        f"at least {ARTEFACT_SHARE:.0%} of bad outputs carry only artefact reasons "
-        "(DSML in content, V3.2 block name, ASCII pipes) and no degeneration",
-        lambda f: f.artefact_only > 0 and f.artefact_only >= ARTEFACT_SHARE * f.artefact_of,
-        lambda f: [
-            f"{f.artefact_only}/{f.artefact_of} bad outputs are artefact-only "
-            f"({'per-sample reasons' if f.artefact_exact else 'bound from reason totals'})"
-        ],
-    ),
-    Rule(
-        "A2",
-        ARTEFACT,
-        RULED_OUT,
-        "bad outputs exist and none is artefact-only",
-        lambda f: (
-            f.artefact_of > 0
-            and f.artefact_only == 0
-            and (f.artefact_exact or not f.artefact_reasons_seen)
+def rules(t: AlertConfig = DEFAULTS) -> tuple[Rule, ...]:
+    """Every rule, in order, with the thresholds the alert rules use (``t``, the alert knobs):
+    the over-commit that DSV4KVPoolOvercommit warns above and the sample count
+    DSV4ToolCallCorruptionHigh needs, so triage and the alerts agree under any site config."""
+    over_bytes, min_samples = t.kv_overcommit_warning_bytes, t.corruption_min_samples
+    return (
+        # unpriced index-K (over-commit)
+        Rule(
+            "O1",
+            OVERCOMMIT,
+            SUPPORTED,
+            f"a rank's KV pools allocate more than {gib(over_bytes)} GiB beyond the plan",
+            lambda f: (f.overcommit_bytes or 0) > over_bytes,
+            lambda f: _over(f, over_bytes),
         ),
-        lambda f: [f"0/{f.artefact_of} bad outputs are artefact-only: the text itself degenerates"],
-    ),
-    Rule(
-        "A3",
-        ARTEFACT,
-        RULED_OUT,
-        "artefact-only outputs are a minority and bad outputs rise with concurrency",
-        lambda f: f.rises,
-        lambda f: [
-            f"{f.artefact_only}/{f.artefact_of} bad outputs are artefact-only, and they come "
-            "under load with the rest: phenotypes of the corruption, not a configuration issue"
-        ],
-    ),
-    Rule(
-        "A4",
-        ARTEFACT,
-        POSSIBLE,
-        "some bad outputs carry only artefact reasons",
-        lambda f: f.artefact_only > 0,
-        lambda f: [
-            f"{f.artefact_only}/{f.artefact_of} bad outputs are artefact-only; if they persist "
-            "after other fixes, check the parser and template"
-        ],
-    ),
-    Rule(
-        "A5",
-        ARTEFACT,
-        RULED_OUT,
-        f"at least {MIN_SAMPLES} outputs graded and none is bad",
-        lambda f: f.graded >= MIN_SAMPLES and f.bad == 0,
-        lambda f: [f"0/{f.graded} graded outputs degenerate or suspect"],
-    ),
-    Rule(
-        "A6",
-        ARTEFACT,
-        UNKNOWN,
-        "too few outputs to say",
-        lambda f: True,
-        lambda f: [f"{f.graded} outputs graded"],
-    ),
-)
+        Rule(
+            "O2",
+            OVERCOMMIT,
+            RULED_OUT,
+            f"the footprint is known and no rank over-commits more than {gib(over_bytes)} GiB",
+            lambda f: f.overcommit_bytes is not None,
+            lambda f: [
+                f"worst rank {f.overcommit_rank}: {gib(f.overcommit_bytes or 0)} GiB beyond the "
+                "plan (page padding only)",
+                f"deployment: {f.config}",
+            ],
+        ),
+        Rule(
+            "O3",
+            OVERCOMMIT,
+            POSSIBLE,
+            "no footprint, but the legacy configurator with bf16 index-K is deployed",
+            lambda f: f.configurator == "legacy" and f.index_k_dtype == "bf16",
+            lambda f: [
+                "the legacy configurator prices bf16 index-K as fp8 (~651 B per full token "
+                "unplanned); the sidecar's footprint was not available to measure it"
+            ],
+        ),
+        Rule(
+            "O4",
+            OVERCOMMIT,
+            UNKNOWN,
+            "no footprint and no deployment facts",
+            lambda f: True,
+            lambda f: ["no footprint data (give --sidecar, or a Prometheus scraping it)"],
+        ),
+        # index-K transfer race
+        Rule(
+            "R1",
+            RACE,
+            RULED_OUT,
+            "HiCache is off: there is no host-to-device index-K transfer to race",
+            lambda f: f.hicache is False,
+            lambda f: [f"deployment: {f.config}, HiCache off"],
+        ),
+        Rule(
+            "R2",
+            RACE,
+            SUPPORTED,
+            "ungated index-K reads and a degenerate rate that rises with concurrency",
+            lambda f: f.ungated > 0 and f.rises,
+            _race,
+        ),
+        Rule(
+            "R3",
+            RACE,
+            RULED_OUT,
+            "the probe sees index-K reads and every one of them is gated",
+            lambda f: f.probe_present and f.ungated == 0 and f.gated > 0,
+            lambda f: [f"index-K reads: {f.gated:,.0f} gated, 0 ungated"],
+        ),
+        Rule(
+            "R4",
+            RACE,
+            POSSIBLE,
+            "ungated index-K reads, but corruption not (yet) shown to rise with concurrency",
+            lambda f: f.ungated > 0,
+            lambda f: [
+                f"ungated index-K reads: {f.ungated:,.0f}",
+                *(_trend_lines(f) or ["no graded outputs at several concurrency levels"]),
+                "run `dsv4-sidecar repro` at 1 and 32-64 concurrent sessions to measure it",
+            ],
+        ),
+        Rule(
+            "R5",
+            RACE,
+            POSSIBLE,
+            "HiCache on and corruption rises with concurrency, but no probe data to confirm",
+            lambda f: f.hicache is True and not f.probe_present and f.rises,
+            lambda f: [
+                *[line for line in _trend_lines(f) if "rises with" in line],
+                "no probe data: install the in-process probe (docs/probe.md) to see ungated reads",
+            ],
+        ),
+        Rule(
+            "R6",
+            RACE,
+            UNKNOWN,
+            "neither probe reads nor a concurrency trend decide it",
+            lambda f: True,
+            lambda f: ["no ungated-read evidence and no rising corruption measured"],
+        ),
+        # unrelated degeneration
+        Rule(
+            "U1",
+            UNRELATED,
+            UNKNOWN,
+            "nothing was graded",
+            lambda f: f.graded == 0,
+            lambda f: ["no graded outputs (canary off, no tap/ingest, no repro or scan input)"],
+        ),
+        Rule(
+            "U2",
+            UNRELATED,
+            RULED_OUT,
+            f"at least {min_samples} outputs graded and none shows degeneration",
+            lambda f: f.graded >= min_samples and f.hard_degenerate == 0 and f.degenerate == 0,
+            lambda f: [_degen(f)],
+        ),
+        Rule(
+            "U3",
+            UNRELATED,
+            SUPPORTED,
+            f"degeneration at concurrency 1 (>= {AT_ONE_MIN_DEGENERATE} outputs, Wilson low "
+            f"> {pct(AT_ONE_MIN_LOW)})",
+            lambda f: f.at_one_established is not None and f.hard_degenerate > 0,
+            lambda f: [
+                f"{a.origin}: {a.k}/{a.n} degenerate (95% CI "
+                f"{pct(wilson_interval(a.k, a.n)[0])}-{pct(wilson_interval(a.k, a.n)[1])}): "
+                "not load-related"
+                for a in f.at_one
+                if a.established
+            ],
+        ),
+        Rule(
+            "U4",
+            UNRELATED,
+            SUPPORTED,
+            "degenerate outputs with HiCache off (the race cannot happen)",
+            lambda f: f.hicache is False and f.hard_degenerate >= 2,
+            lambda f: [_degen(f), f"deployment: {f.config}, HiCache off"],
+        ),
+        Rule(
+            "U5",
+            UNRELATED,
+            SUPPORTED,
+            "degenerate outputs while the probe sees every index-K read gated",
+            lambda f: f.hard_degenerate >= 2 and f.probe_present and f.ungated == 0 and f.gated > 0,
+            lambda f: [_degen(f), f"index-K reads: {f.gated:,.0f} gated, 0 ungated"],
+        ),
+        Rule(
+            "U6",
+            UNRELATED,
+            RULED_OUT,
+            "degeneration only under load, with ungated index-K reads: the race explains it",
+            lambda f: f.rises and f.ungated > 0,
+            lambda f: [_degen(f), *[line for line in _trend_lines(f) if "rises with" in line]],
+        ),
+        Rule(
+            "U7",
+            UNRELATED,
+            POSSIBLE,
+            "degenerate outputs that no known cause is established for",
+            lambda f: f.hard_degenerate > 0 or f.degenerate >= 2,
+            lambda f: [_degen(f), *_trend_lines(f)],
+        ),
+        Rule(
+            "U8",
+            UNRELATED,
+            UNKNOWN,
+            "too few outputs to say",
+            lambda f: True,
+            lambda f: [_degen(f)],
+        ),
+        # parser / configuration artefact
+        Rule(
+            "A1",
+            ARTEFACT,
+            SUPPORTED,
+            f"at least {ARTEFACT_SHARE:.0%} of bad outputs carry only artefact reasons "
+            "(DSML in content, V3.2 block name, ASCII pipes) and no degeneration",
+            lambda f: f.artefact_only > 0 and f.artefact_only >= ARTEFACT_SHARE * f.artefact_of,
+            lambda f: [
+                f"{f.artefact_only}/{f.artefact_of} bad outputs are artefact-only "
+                f"({'per-sample reasons' if f.artefact_exact else 'bound from reason totals'})"
+            ],
+        ),
+        Rule(
+            "A2",
+            ARTEFACT,
+            RULED_OUT,
+            "bad outputs exist and none is artefact-only",
+            lambda f: (
+                f.artefact_of > 0
+                and f.artefact_only == 0
+                and (f.artefact_exact or not f.artefact_reasons_seen)
+            ),
+            lambda f: [
+                f"0/{f.artefact_of} bad outputs are artefact-only: the text itself degenerates"
+            ],
+        ),
+        Rule(
+            "A3",
+            ARTEFACT,
+            RULED_OUT,
+            "artefact-only outputs are a minority and bad outputs rise with concurrency",
+            lambda f: f.rises,
+            lambda f: [
+                f"{f.artefact_only}/{f.artefact_of} bad outputs are artefact-only, and they come "
+                "under load with the rest: phenotypes of the corruption, not a configuration issue"
+            ],
+        ),
+        Rule(
+            "A4",
+            ARTEFACT,
+            POSSIBLE,
+            "some bad outputs carry only artefact reasons",
+            lambda f: f.artefact_only > 0,
+            lambda f: [
+                f"{f.artefact_only}/{f.artefact_of} bad outputs are artefact-only; if they persist "
+                "after other fixes, check the parser and template"
+            ],
+        ),
+        Rule(
+            "A5",
+            ARTEFACT,
+            RULED_OUT,
+            f"at least {min_samples} outputs graded and none is bad",
+            lambda f: f.graded >= min_samples and f.bad == 0,
+            lambda f: [f"0/{f.graded} graded outputs degenerate or suspect"],
+        ),
+        Rule(
+            "A6",
+            ARTEFACT,
+            UNKNOWN,
+            "too few outputs to say",
+            lambda f: True,
+            lambda f: [f"{f.graded} outputs graded"],
+        ),
+    )
+
+
+RULES: tuple[Rule, ...] = rules()  # at the alerts' default knobs (docs/oncall.md's table)
 
 
 def mitigations(cause: str, f: Facts) -> list[str]:
@@ -764,11 +783,14 @@ class Diagnosis:
         }
 
 
-def diagnose(ev: Evidence) -> Diagnosis:
+def diagnose(ev: Evidence, thresholds: AlertConfig = DEFAULTS) -> Diagnosis:
+    """Each cause's first rule that holds; ``thresholds`` are the alert knobs in force (a
+    site's overrides, so its triage and its alerts agree)."""
     facts = derive_facts(ev)
+    table = RULES if thresholds == DEFAULTS else rules(thresholds)
     findings = []
     for cause in CAUSES:
-        rule = next(r for r in RULES if r.cause == cause and r.when(facts))
+        rule = next(r for r in table if r.cause == cause and r.when(facts))
         findings.append(
             CauseFinding(
                 cause,
