@@ -1,13 +1,9 @@
-"""Sidecar configuration: one settings model, three ways in.
+"""The sidecar's settings schema: every key, its type, bounds, default and how to fix it.
 
-Every key can be set in a YAML config file (``--config``), as an environment variable
-(``DSV4_SIDECAR_<KEY>``), or as a command-line flag (``--key-with-dashes``); flags win over
-the environment, which wins over the file. A bad value is reported naming the key, where it
-came from, and how to fix it (``ConfigError``; the CLI exits 2 with it): malformed values,
-files named by a key that cannot be read (canary prompts, the samples token), empty tokens
-(an empty token would silently leave an endpoint open or off), unknown presets and fault
-scripts. Unknown ``DSV4_SIDECAR_*`` variables (a typo would otherwise be ignored) are warned
-about with the closest known name.
+What a value may be lives here (:class:`SidecarSettings`, its validators, :data:`FIXES`); how
+values arrive (file < environment < flags) and how a bad one is reported lives in
+:mod:`exporter.config_loader`, so the schema can be read, documented (docs/configuration.md)
+and tested apart from the loader, and the loader serves the simulator's schemas too.
 
 Deployment facts SGLang does not report (the index-K dtype under the production fork's
 ``SGLANG_DSV4_BF16_INDEX_K``, the compress-state dtype, online compress) are also read from
@@ -16,26 +12,18 @@ the same environment variables SGLang uses, since in a pod the sidecar gets SGLa
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import json
-import logging
-import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin, overload
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    SettingsError,
 )
-
-log = logging.getLogger(__name__)
 
 ENV_PREFIX = "DSV4_SIDECAR_"
 # Variables with the prefix that are not settings (the test oracle's download cache).
@@ -58,10 +46,6 @@ FIXES: dict[str, str] = {
     "samples_token_file": "mount the Secret holding the token at that path, or unset the key "
     "(GET /api/v1/samples is then off)",
 }
-
-
-class ConfigError(ValueError):
-    """A configuration problem, phrased for the person who has to fix it."""
 
 
 # RFC 6750 §2.1 b64token: what a bearer token can be and still arrive intact.
@@ -397,167 +381,3 @@ def _pattern_list(text: str) -> list[str]:
         if isinstance(data, list):
             return data
     return [line for line in text.split("\n") if line.strip()]
-
-
-def unknown_env(cls: type[BaseSettings], environ: Any = None) -> list[str]:
-    """``DSV4_SIDECAR_*`` variables that name no setting, each with the closest known name."""
-    prefix = cls.model_config.get("env_prefix", ENV_PREFIX)
-    known = {env_name(k, cls) for k in cls.model_fields}
-    out = []
-    for name in sorted(os.environ if environ is None else environ):
-        if name.startswith(prefix) and name not in known and name not in NOT_SETTINGS:
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            out.append(f"unknown environment variable {name} ignored{hint}")
-    return out
-
-
-def env_name(key: str, cls: type[BaseSettings] | None = None) -> str:
-    prefix = (cls or SidecarSettings).model_config.get("env_prefix", ENV_PREFIX)
-    return prefix + key.upper()
-
-
-def flag_name(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of keys to values")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
-
-
-S = TypeVar("S", bound=BaseSettings)
-
-
-@overload
-def load_settings(
-    flags: dict[str, Any] | None = None,
-    config_file: Path | None = None,
-    cls: None = None,
-    check_files: bool = False,
-) -> SidecarSettings: ...
-
-
-@overload
-def load_settings(
-    flags: dict[str, Any] | None,
-    config_file: Path | None,
-    cls: type[S],
-    check_files: bool = False,
-) -> S: ...
-
-
-def load_settings(
-    flags: dict[str, Any] | None = None,
-    config_file: Path | None = None,
-    cls: type[BaseSettings] | None = None,
-    check_files: bool = False,
-) -> BaseSettings:
-    """Merge file < env < flags and validate, turning pydantic errors into actionable ones;
-    with ``check_files``, also require the files keys name to be usable (``file_problems``).
-    ``cls`` defaults to :class:`SidecarSettings` (the simulator passes its own)."""
-    cls = cls or SidecarSettings
-    file_values = _read_file(config_file) if config_file else {}
-    flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    env_keys = {k for k in cls.model_fields if env_name(k, cls) in os.environ}
-    for warning in unknown_env(cls):
-        log.warning("config: %s", warning)
-    # File values sit below the environment: drop those the environment sets.
-    merged = {k: v for k, v in file_values.items() if k not in env_keys}
-    merged.update(flags)
-    try:
-        settings = cls(**merged)
-    except ValidationError as exc:
-        raise ConfigError(_explain(cls, exc, flags, env_keys, config_file)) from None
-    except SettingsError as exc:  # the env source could not decode a value
-        m = re.search(r'field "(\w+)"', str(exc))
-        key = m.group(1) if m else "?"
-        raise ConfigError(
-            f"config error: {key}: cannot parse the value (from environment "
-            f"{env_name(key, cls)}); fix: {FIXES.get(key, 'set a valid value')}"
-        ) from None
-    problems = (
-        settings.file_problems() if check_files and hasattr(settings, "file_problems") else []
-    )
-    if problems:
-        lines = [
-            f"{key}: {msg} (from {_origin(cls, key, flags, env_keys, config_file)}); "
-            f"fix: {FIXES.get(key, 'set a valid value')}"
-            for key, msg in problems
-        ]
-        raise ConfigError("config error: " + "; ".join(lines))
-    return settings
-
-
-def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:
-    """One ``--key-with-dashes`` flag per settings field (values validated by pydantic), plus
-    ``--config FILE``. Flags default to None so that unset ones fall through to env / file."""
-    parser.add_argument("--config", type=Path, default=None, help="YAML config file")
-    for key, info in cls.model_fields.items():
-        choices = None
-        ann = info.annotation
-        if get_origin(ann) is Literal:
-            choices = list(get_args(ann))
-        value = info.get_default(call_default_factory=True)
-        default = "unset" if value is None else ("none" if value == [] else value)
-        parser.add_argument(
-            flag_name(key),
-            dest=key,
-            default=None,
-            choices=choices,
-            metavar=None if choices else "V",
-            help=f"{info.description or ''} [env {env_name(key, cls)}; default {default}]",
-        )
-
-
-def settings_from_args(args: argparse.Namespace, cls: type[S], check_files: bool = False) -> S:
-    flags = {k: getattr(args, k, None) for k in cls.model_fields}
-    return load_settings(flags, getattr(args, "config", None), cls, check_files)
-
-
-def _origin(
-    cls: type[BaseSettings],
-    key: str,
-    flags: dict[str, Any],
-    env_keys: set[str],
-    config_file: Path | None,
-) -> str:
-    if key in flags:
-        return f"flag {flag_name(key)}"
-    if key in env_keys:
-        return f"environment {env_name(key, cls)}"
-    return f"{config_file} key {key!r}"
-
-
-def _explain(
-    cls: type[BaseSettings],
-    exc: ValidationError,
-    flags: dict[str, Any],
-    env_keys: set[str],
-    config_file: Path | None,
-) -> str:
-    lines = []
-    for err in exc.errors():
-        key = str(err["loc"][0]) if err["loc"] else "?"
-        if err["type"] == "extra_forbidden":
-            known = ", ".join(sorted(cls.model_fields))
-            lines.append(f"unknown key {key!r} in {config_file}; known keys: {known}")
-            continue
-        origin = _origin(cls, key, flags, env_keys, config_file)
-        field = cls.model_fields.get(key)
-        fix = FIXES.get(key)
-        if fix is None:
-            hint = f" ({field.description})" if field and field.description else ""
-            fix = f"set a valid value{hint}"
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        lines.append(f"{key}: {msg} (from {origin}); fix: {fix}")
-    return "config error: " + "; ".join(lines)

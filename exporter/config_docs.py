@@ -10,7 +10,8 @@ from __future__ import annotations
 from pydantic_settings import BaseSettings
 
 from exporter import generated
-from exporter.config import SidecarSettings, env_name, flag_name
+from exporter.config import SidecarSettings
+from exporter.config_loader import env_name, flag_name
 
 
 def _default(info) -> str:

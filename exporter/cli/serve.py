@@ -7,7 +7,8 @@ import logging
 from pathlib import Path
 
 from exporter.cli._common import LOG_LEVELS, log_level
-from exporter.config import ConfigError, SidecarSettings, add_settings_arguments, settings_from_args
+from exporter.config import SidecarSettings
+from exporter.config_loader import ConfigError, add_settings_arguments, settings_from_args
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

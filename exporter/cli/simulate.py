@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from exporter.cli._common import log_level
-from exporter.config import ConfigError, add_settings_arguments, settings_from_args
+from exporter.config_loader import ConfigError, add_settings_arguments, settings_from_args
 from exporter.sim.settings import SimSettings
 
 

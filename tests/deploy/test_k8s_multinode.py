@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.topology import Topology
 from tests.deploy.conftest import DOCKER, METRICS_PORT, SGLANG_PORT, load_yaml_all, run
 

@@ -10,7 +10,8 @@ import re
 import pytest
 
 from exporter.cli import build_parser
-from exporter.config import ENV_PREFIX, SidecarSettings, load_settings, settings_from_args
+from exporter.config import ENV_PREFIX, SidecarSettings
+from exporter.config_loader import load_settings, settings_from_args
 from exporter.sim.settings import SimSettings
 from tests.deploy.conftest import COMPOSE_FILES, DOCKER, compose, k8s_objects
 

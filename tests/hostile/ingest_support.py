@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.sim.generation import dsml_block
 from tests.support import ServerThread, free_port, sample_value, scrape
 

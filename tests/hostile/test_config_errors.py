@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from exporter.cli import main
-from exporter.config import ConfigError, load_settings, unknown_env
+from exporter.config_loader import ConfigError, load_settings, unknown_env
 
 SERVE = ["serve", "--gpu-backend", "fake", "--canary", "false", "--port", "0"]
 
@@ -125,7 +125,7 @@ def test_bad_redact_pattern_from_env_names_the_variable(monkeypatch):
 def test_unknown_prefixed_variables_are_warned_with_the_closest_name(monkeypatch, caplog):
     monkeypatch.setenv("DSV4_SIDECAR_INGEST_TOKN", "x")
     monkeypatch.setenv("DSV4_SIDECAR_CACHE", "/tmp")  # not a setting, known not to be one
-    with caplog.at_level(logging.WARNING, logger="exporter.config"):
+    with caplog.at_level(logging.WARNING, logger="exporter.config_loader"):
         load_settings()
     warned = [r.getMessage() for r in caplog.records]
     assert any("DSV4_SIDECAR_INGEST_TOKN" in w and "DSV4_SIDECAR_INGEST_TOKEN" in w for w in warned)

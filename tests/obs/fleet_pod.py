@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from tests.support import ServerThread, free_port, scrape, wait_for

@@ -19,7 +19,7 @@ import pytest
 
 from dashboards.queries import panel_queries
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.loadgen import LoadGenerator
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings

@@ -89,7 +89,7 @@ def test_serving_with_real_nvml_loads_neither_simulator_nor_torch():
     code = (
         "import sys, json\n"
         "from exporter.app import create_app\n"
-        "from exporter.config import load_settings\n"
+        "from exporter.config_loader import load_settings\n"
         "import exporter.cli.serve\n"
         "create_app(load_settings({'canary': False}), env={})\n"
         "print(json.dumps(sorted(m for m in sys.modules "

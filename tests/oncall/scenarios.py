@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.loadgen import Exchange, LoadGenerator
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings

@@ -194,7 +194,7 @@ def test_split_fp4_layout_as_rocm_allocates_it():
 
 
 def test_no_drift_exported_while_the_model_has_no_numbers(tmp_path):
-    from exporter.config import load_settings
+    from exporter.config_loader import load_settings
     from exporter.sources.footprint import FootprintView
     from exporter.sources.probe_drift import ModelDrift
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.footprint.pricing import POOLS
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.sim.generation import dsml_block
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings

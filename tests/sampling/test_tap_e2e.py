@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.samplers.prompts import load_prompts
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings

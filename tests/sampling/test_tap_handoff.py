@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.samplers.decode import (
     ExchangeOutput,
     GradingRequest,

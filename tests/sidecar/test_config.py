@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.cli import main
-from exporter.config import ConfigError, SidecarSettings, load_settings
+from exporter.config import SidecarSettings
+from exporter.config_loader import ConfigError, load_settings
 from exporter.sim.settings import SimSettings
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.footprint import (
     NOT_MODELLED_SWITCHES,
     PRESETS,

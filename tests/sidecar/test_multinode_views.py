@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ConfigError, load_settings
+from exporter.config_loader import ConfigError, load_settings
 from exporter.footprint import resolve_model, stage_slice
 from exporter.sim.fake_nvml import FakeNvml
 from exporter.sim.settings import SimSettings

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.loadgen import LoadGenerator
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from exporter.app import create_app
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.sim.fake_nvml import FakeNvml
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings

@@ -9,7 +9,7 @@ import httpx
 import pynvml
 import pytest
 
-from exporter.config import load_settings
+from exporter.config_loader import load_settings
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.gpus import SimulatedNvml, SimulatorGpus, backend
 from exporter.sim.server import create_sim_app
