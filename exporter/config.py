@@ -25,6 +25,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from exporter.sources.gpu_backends import ENTRY_POINT_GROUP
+
 ENV_PREFIX = "DSV4_SIDECAR_"
 # Variables with the prefix that are not settings (the test oracle's download cache).
 NOT_SETTINGS = frozenset({"DSV4_SIDECAR_CACHE"})
@@ -35,8 +37,8 @@ FIXES: dict[str, str] = {
     "regexes, e.g. 'secret[0-9]+' or '[\"secret[0-9]+\", \"tok_[a-z]+\"]'",
     "canary_prompts_file": "point it at a readable JSON list or JSON Lines file of "
     "{messages, tools} objects, or unset it to use the built-in prompts",
-    "fake_faults": "use comma-separated faults: init=ERROR[:TIMES], lost=GPU@FROM[-TO], "
-    "hang=SECONDS[@AT], zero; e.g. 'init=driver_not_loaded:2,lost=1@10'",
+    "gpu_backend": "use nvml, or install the package that provides the backend (an entry "
+    f"point in group {ENTRY_POINT_GROUP!r}) into the sidecar's environment",
     "model_preset": "use deepseek-v4-flash or deepseek-v4-pro, or set model_config_path "
     "to the model's config.json instead",
     "ingest_token": "set a token of letters, digits and -._~+/ (e.g. `openssl rand -hex 32`, "
@@ -84,10 +86,12 @@ class SidecarSettings(BaseSettings):
     sglang_timeout: float = Field(2.0, gt=0, description="Timeout of one SGLang request (s).")
     sglang_metrics: bool = Field(True, description="Also poll SGLang's /metrics.")
     # GPUs
-    gpu_backend: Literal["nvml", "fake"] = Field(
+    gpu_backend: str = Field(
         "nvml",
-        description="nvml, or fake: the simulated SGLang's GPUs, read from the simulator at "
-        "sglang_url (a plugin of the simulator, exporter.sim.gpus).",
+        description="nvml (built in), or the name of an installed GPU backend plugin (entry "
+        f"point group {ENTRY_POINT_GROUP}); this repository's simulator installs fake, the "
+        "simulated SGLang's GPUs read from sglang_url, configured by its own DSV4_FAKE_GPU_* "
+        "variables (docs/simulator.md).",
     )
     nvml_poll_interval: float = Field(2.0, gt=0, description="Seconds between NVML polls.")
     nvml_timeout: float = Field(1.5, gt=0, description="Abandon an NVML poll after this (s).")
@@ -109,9 +113,6 @@ class SidecarSettings(BaseSettings):
         le=1024,
         description="SGLang's --nnodes; default: the nnodes SGLang reports in /server_info, "
         "else 1.",
-    )
-    fake_faults: str = Field(
-        "", description="Fake backend fault script, e.g. 'init=driver_not_loaded:2,lost=1@10'."
     )
     # Deployment facts
     model_config_path: Path | None = Field(
@@ -284,24 +285,19 @@ class SidecarSettings(BaseSettings):
     @field_validator("gpu_backend")
     @classmethod
     def _backend_installed(cls, v: str) -> str:
-        if v != "nvml":
-            from exporter.sources import gpu_backends
+        """One of the installed backends: the entry points, not a fixed list, so a plugin is
+        selectable as soon as its package is installed. (Its own settings are checked by the
+        loader at start: ``config_loader.check_backend_settings``.)"""
+        from exporter.sources import gpu_backends
 
-            gpu_backends.load(v)  # GpuBackendError (a ValueError) names what is installed
-        return v
-
-    @field_validator("fake_faults")
-    @classmethod
-    def _faults_parse(cls, v: str) -> str:
-        """Checked by the fake GPU backend (a plugin: exporter.sources.gpu_backends), whose
-        fault script it is."""
-        if v.strip():
-            from exporter.sources import gpu_backends
-
-            try:
-                gpu_backends.load("fake").check_faults(v)
-            except (ValueError, KeyError) as exc:
-                raise ValueError(f"fault script {v!r} does not parse: {exc}") from None
+        v = v.strip()
+        if v == gpu_backends.BUILTIN:
+            return v
+        if v not in gpu_backends.installed():
+            raise ValueError(
+                f"GPU backend {v!r} is not installed (installed: "
+                f"{', '.join(gpu_backends.installed())})"
+            )
         return v
 
     @field_validator("model_preset")

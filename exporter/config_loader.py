@@ -132,6 +132,8 @@ def load_settings(
     problems = (
         settings.file_problems() if check_files and hasattr(settings, "file_problems") else []
     )
+    if isinstance(settings, SidecarSettings):
+        check_backend_settings(settings.gpu_backend)
     if problems:
         lines = [
             f"{key}: {msg} (from {_origin(cls, key, flags, env_keys, config_file)}); "
@@ -140,6 +142,28 @@ def load_settings(
         ]
         raise ConfigError("config error: " + "; ".join(lines))
     return settings
+
+
+def check_backend_settings(name: str) -> None:
+    """A GPU backend plugin's own settings (its optional ``check_settings()``; the fake
+    backend's DSV4_FAKE_GPU_*), checked when the sidecar's settings load, so a bad one stops
+    the start naming its variable rather than failing the first NVML poll."""
+    from exporter.sources import gpu_backends
+
+    if name == gpu_backends.BUILTIN:
+        return
+    check = getattr(gpu_backends.load(name), "check_settings", None)
+    if not callable(check):
+        return
+    try:
+        check()
+    except ConfigError:
+        raise
+    except ValueError as exc:  # a plugin that raises its own errors
+        raise ConfigError(
+            f"config error: gpu_backend {name!r}: its settings are invalid: {exc}; fix: see "
+            "the backend's documentation"
+        ) from None
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettings]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from exporter import generated
 from exporter.config_docs import settings_table
-from exporter.sim.settings import SimSettings
+from exporter.sim.settings import FakeGpuSettings, SimSettings
 
 INTRO = """\
 # The simulated SGLang
@@ -30,8 +30,9 @@ imports it. Its GPUs reach the sidecar through the `fake` GPU backend, a plugin 
 pools really allocate and the running requests. So the sidecar's NVML view is the simulated
 deployment's ground truth, never its own prediction of it. Until the simulator has answered
 once the node reports zero GPUs (NVML source down, reason `no_gpus`); afterwards an
-unreachable simulator leaves the last answer in place. NVML faults are injected with
-`fake_faults` (docs/configuration.md).
+unreachable simulator leaves the last answer in place. The backend has settings of its own
+(below), read by the plugin from `DSV4_FAKE_GPU_*` variables, not from the sidecar's
+configuration: the sidecar only names the backend, and asks it to check them at start.
 
 {endpoints}
 ## `dsv4-sidecar simulate`
@@ -70,7 +71,17 @@ def render() -> str:
         "",
     ]
     intro = INTRO.replace("{endpoints}\n", "\n".join(endpoints) + "\n")
-    return intro + "\n".join(settings_table(SimSettings)) + "\n"
+    fake = [
+        "",
+        "## The `fake` GPU backend (`gpu_backend: fake`)",
+        "",
+        "Environment variables only (`DSV4_FAKE_GPU_*`), read by the plugin in the sidecar's",
+        "process; a bad value stops `dsv4-sidecar serve` with exit 2 naming the variable. The",
+        "flag and file-key columns do not apply.",
+        "",
+        *settings_table(FakeGpuSettings),
+    ]
+    return intro + "\n".join([*settings_table(SimSettings), *fake]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,24 +98,24 @@ class FakeNvml:
                 name, _, times = arg.partition(":")
                 if name not in ERROR_CODES:
                     raise ValueError(
-                        f"fake_faults: unknown init error {name!r}; one of {list(ERROR_CODES)}"
+                        f"faults: unknown init error {name!r}; one of {list(ERROR_CODES)}"
                     )
                 self.fail_init(name, int(times or 1))
             elif key == "lost":
                 m = re.fullmatch(r"(\d+)@([\d.]+)(?:-([\d.]+))?", arg)
                 if not m:
-                    raise ValueError(f"fake_faults: lost wants GPU@FROM[-TO] seconds, got {arg!r}")
+                    raise ValueError(f"faults: lost wants GPU@FROM[-TO] seconds, got {arg!r}")
                 to = float(m.group(3)) if m.group(3) else float("inf")
                 self.faults.lost_schedule.append((int(m.group(1)), float(m.group(2)), to))
             elif key == "hang":
                 m = re.fullmatch(r"([\d.]+)(?:@([\d.]+))?", arg)
                 if not m:
-                    raise ValueError(f"fake_faults: hang wants SECONDS[@AT], got {arg!r}")
+                    raise ValueError(f"faults: hang wants SECONDS[@AT], got {arg!r}")
                 self.hang_next(float(m.group(1)), at=float(m.group(2) or 0))
             elif key == "zero":
                 self.faults.zero_gpus = True
             else:
-                raise ValueError(f"fake_faults: unknown fault {key!r} (init, lost, hang, zero)")
+                raise ValueError(f"faults: unknown fault {key!r} (init, lost, hang, zero)")
 
     def fail_init(self, error: str, times: int = 1) -> None:
         self.faults.init_failures.extend([ERROR_CODES[error]] * times)

@@ -12,7 +12,8 @@ with itself.
 Until the simulator has answered once, the node reports zero GPUs (the NVML source says
 ``no_gpus``); after that an unreachable simulator leaves the last answer in place, as GPUs do
 not vanish when the server on them stops answering HTTP. NVML-level faults
-(``fake_faults``) are injected by :class:`~exporter.sim.fake_nvml.FakeNvml`.
+(the backend's own ``DSV4_FAKE_GPU_FAULTS``, :class:`~exporter.sim.settings.FakeGpuSettings`)
+are injected by :class:`~exporter.sim.fake_nvml.FakeNvml`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.sim.fake_nvml import FakeGpuSpec, FakeNvml
+from exporter.sim.settings import FakeGpuSettings
 from exporter.sources.gpu_backends import GpuBackend
 
 if TYPE_CHECKING:
@@ -108,7 +110,19 @@ class SimulatedNvml(FakeNvml):
 
 
 class FakeBackend:
-    """The ``fake`` entry point (see ``exporter.sources.gpu_backends.GpuBackend``)."""
+    """The ``fake`` entry point (see ``exporter.sources.gpu_backends.GpuBackend``). Its own
+    settings (:class:`~exporter.sim.settings.FakeGpuSettings`, DSV4_FAKE_GPU_*) are read here,
+    from the environment, not from the sidecar's: the sidecar only names the backend."""
+
+    def settings(self) -> FakeGpuSettings:
+        """The backend's settings; ``ConfigError`` naming the variable and the fix."""
+        from exporter.config_loader import load_settings
+
+        return load_settings(None, None, FakeGpuSettings)
+
+    def check_settings(self) -> None:
+        """Called by the sidecar's start-up validation (``gpu_backend: fake``)."""
+        self.settings()
 
     def check_faults(self, script: str) -> None:
         FakeNvml(count=1, faults=script)  # raises ValueError naming the bad fault
@@ -120,7 +134,7 @@ class FakeBackend:
             timeout=min(0.5, settings.nvml_timeout / 2),
             max_age=min(0.5, settings.nvml_poll_interval / 2),
         )
-        return SimulatedNvml(gpus, faults=settings.fake_faults)
+        return SimulatedNvml(gpus, faults=self.settings().faults)
 
 
 backend: GpuBackend = FakeBackend()  # mypy checks the plugin against the protocol here

@@ -94,3 +94,38 @@ class SimSettings(BaseSettings):
         except TopologyError as exc:
             raise ValueError(str(exc)) from None
         return self
+
+
+FAULTS_FIX = (
+    "use comma-separated faults: init=ERROR[:TIMES], lost=GPU@FROM[-TO], hang=SECONDS[@AT], "
+    "zero; e.g. 'init=driver_not_loaded:2,lost=1@10', or unset it"
+)
+
+
+class FakeGpuSettings(BaseSettings):
+    """The ``fake`` GPU backend's own settings (DSV4_FAKE_GPU_<KEY>), read by the plugin itself
+    (``exporter.sim.gpus``) when the sidecar selects ``gpu_backend: fake``: simulator knobs stay
+    out of the sidecar's production settings, and the sidecar's start-up validation asks the
+    plugin to check them (``check_settings``)."""
+
+    model_config = SettingsConfigDict(env_prefix="DSV4_FAKE_GPU_", extra="forbid", frozen=True)
+
+    faults: str = Field(
+        "",
+        description="NVML fault script of the simulated GPUs, e.g. "
+        "'init=driver_not_loaded:2,lost=1@10' (init=ERROR[:TIMES], lost=GPU@FROM[-TO] seconds, "
+        "hang=SECONDS[@AT], zero).",
+        json_schema_extra={"fix": FAULTS_FIX},
+    )
+
+    @field_validator("faults")
+    @classmethod
+    def _faults_parse(cls, v: str) -> str:
+        if v.strip():
+            from exporter.sim.fake_nvml import FakeNvml
+
+            try:
+                FakeNvml(count=1, faults=v)
+            except (ValueError, KeyError) as exc:
+                raise ValueError(f"fault script {v!r} does not parse: {exc}") from None
+        return v

@@ -51,10 +51,6 @@ def _assert_names(msg: str, *needles: str) -> None:
             ["canary_prompts_file", "flag --canary-prompts-file", "No such file", "fix:"],
         ),
         (
-            ["--fake-faults", "init=driver_not_loaded:x"],
-            ["fake_faults", "flag --fake-faults", "fix:", "init=ERROR[:TIMES]"],
-        ),
-        (
             ["--model-preset", "nonsense"],
             ["model_preset", "flag --model-preset", "deepseek-v4-flash", "fix:"],
         ),
@@ -67,6 +63,14 @@ def _assert_names(msg: str, *needles: str) -> None:
 )
 def test_bad_flags_exit_2_naming_key_origin_and_fix(capsys, argv, needles):
     _assert_names(_fails(capsys, argv), *needles)
+
+
+def test_bad_fake_gpu_fault_script_is_the_plugins_own_setting(capsys, monkeypatch):
+    """The fake backend's fault script is its own setting (DSV4_FAKE_GPU_FAULTS), not the
+    sidecar's; a bad one still stops `serve` at start, naming the variable and the fix."""
+    monkeypatch.setenv("DSV4_FAKE_GPU_FAULTS", "init=driver_not_loaded:x")
+    msg = _fails(capsys, [])
+    _assert_names(msg, "faults", "environment DSV4_FAKE_GPU_FAULTS", "fix:", "init=ERROR")
 
 
 def test_invalid_prompts_file_content(capsys, tmp_path):

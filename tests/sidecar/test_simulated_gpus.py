@@ -87,9 +87,11 @@ def test_one_fetch_per_poll(monkeypatch: pytest.MonkeyPatch):
         assert fetches == [sim.url + "/_sim/gpus?node_rank=0"]
 
 
-def test_fault_script_still_applies():
+def test_fault_script_still_applies(monkeypatch):
+    """The fault script is the backend's own setting, read from its environment."""
+    monkeypatch.setenv("DSV4_FAKE_GPU_FAULTS", "lost=2@0")
     with ServerThread(create_sim_app(_settings())) as sim:
-        s = load_settings({"sglang_url": sim.url, "gpu_backend": "fake", "fake_faults": "lost=2@0"})
+        s = load_settings({"sglang_url": sim.url, "gpu_backend": "fake"})
         nv = backend.create(s)
         nv.nvmlInit()
         with pytest.raises(pynvml.NVMLError_GpuIsLost):
