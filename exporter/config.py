@@ -28,6 +28,13 @@ from pydantic_settings import (
 from exporter.sources.gpu_backends import ENTRY_POINT_GROUP
 
 ENV_PREFIX = "DSV4_SIDECAR_"
+# Upper bounds of the keys that become sleeps, timeouts, buffers or token counts: far above any
+# sensible value, far below what overflows (asyncio's timer, a C size field, the event loop).
+HOUR, DAY = 3600.0, 86400.0
+TIMEOUT_MAX = 3600.0
+MAX_TOKENS = 1 << 20  # above every model's context length
+BYTES_MAX = 1 << 34  # 16 GiB: no in-memory budget of the sidecar is near this
+MAX_GPUS_PER_NODE = 1024
 # Variables with the prefix that are not settings (the test oracle's download cache).
 NOT_SETTINGS = frozenset({"DSV4_SIDECAR_CACHE"})
 
@@ -37,6 +44,11 @@ FIXES: dict[str, str] = {
     "regexes, e.g. 'secret[0-9]+' or '[\"secret[0-9]+\", \"tok_[a-z]+\"]'",
     "canary_prompts_file": "point it at a readable JSON list or JSON Lines file of "
     "{messages, tools} objects, or unset it to use the built-in prompts",
+    "tap_port": "give the tap a port of its own (not the sidecar's port) and point sglang_url "
+    "at SGLang's plain http:// port, or unset tap_port",
+    "node_rank": "set node_rank to this pod's node index, 0..nnodes-1 (e.g. from the "
+    "LeaderWorkerSet worker index), or correct nnodes",
+    "rank_map": "list one GPU index per rank, each GPU once, e.g. 0,1,2,3, or unset it",
     "gpu_backend": "use nvml, or install the package that provides the backend (an entry "
     f"point in group {ENTRY_POINT_GROUP!r}) into the sidecar's environment",
     "model_preset": "use deepseek-v4-flash or deepseek-v4-pro, or set model_config_path "
@@ -70,7 +82,11 @@ def _bearer_token(raw: str) -> str:
 class SidecarSettings(BaseSettings):
     """Everything `dsv4-sidecar serve` can be told. Field descriptions feed the docs."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+    # allow_inf_nan=False: inf passes gt=0 and becomes a sleep that never ends or an
+    # OverflowError in the event loop; every number a key takes is finite.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", frozen=True, allow_inf_nan=False
+    )
 
     # HTTP
     host: str = Field("0.0.0.0", description="Address the sidecar listens on.")
@@ -82,8 +98,12 @@ class SidecarSettings(BaseSettings):
     )
     # SGLang
     sglang_url: str = Field("http://127.0.0.1:30000", description="SGLang server base URL.")
-    sglang_poll_interval: float = Field(5.0, gt=0, description="Seconds between SGLang polls.")
-    sglang_timeout: float = Field(2.0, gt=0, description="Timeout of one SGLang request (s).")
+    sglang_poll_interval: float = Field(
+        5.0, gt=0, le=HOUR, description="Seconds between SGLang polls."
+    )
+    sglang_timeout: float = Field(
+        2.0, gt=0, le=TIMEOUT_MAX, description="Timeout of one SGLang request (s)."
+    )
     sglang_metrics: bool = Field(True, description="Also poll SGLang's /metrics.")
     # GPUs
     gpu_backend: str = Field(
@@ -93,8 +113,10 @@ class SidecarSettings(BaseSettings):
         "simulated SGLang's GPUs read from sglang_url, configured by its own DSV4_FAKE_GPU_* "
         "variables (docs/simulator.md).",
     )
-    nvml_poll_interval: float = Field(2.0, gt=0, description="Seconds between NVML polls.")
-    nvml_timeout: float = Field(1.5, gt=0, description="Abandon an NVML poll after this (s).")
+    nvml_poll_interval: float = Field(2.0, gt=0, le=HOUR, description="Seconds between NVML polls.")
+    nvml_timeout: float = Field(
+        1.5, gt=0, le=TIMEOUT_MAX, description="Abandon an NVML poll after this (s)."
+    )
     per_process_memory: bool = Field(False, description="Export per-process GPU memory (pids).")
     rank_map: list[int] | None = Field(
         None, description="GPU index of each rank (rank i -> rank_map[i]); default visible order."
@@ -146,10 +168,14 @@ class SidecarSettings(BaseSettings):
         "tool_call_parser, else the model's config.json, else each block's own spelling.",
     )
     canary: bool = Field(True, description="Run the canary prober against sglang_url.")
-    canary_interval: float = Field(30.0, gt=0, description="Seconds per round of canaries.")
+    canary_interval: float = Field(30.0, gt=0, le=DAY, description="Seconds per round of canaries.")
     canary_concurrency: int = Field(2, ge=1, le=64, description="Canary requests in flight, max.")
-    canary_timeout: float = Field(60.0, gt=0, description="Timeout of one canary request (s).")
-    canary_max_tokens: int = Field(1024, ge=16, description="max_tokens of canary requests.")
+    canary_timeout: float = Field(
+        60.0, gt=0, le=TIMEOUT_MAX, description="Timeout of one canary request (s)."
+    )
+    canary_max_tokens: int = Field(
+        1024, ge=16, le=MAX_TOKENS, description="max_tokens of canary requests."
+    )
     canary_prompts_file: Path | None = Field(
         None, description="JSON list / JSON Lines of {messages, tools} replacing the built-ins."
     )
@@ -166,11 +192,15 @@ class SidecarSettings(BaseSettings):
         4096, ge=256, le=32768, description="max_tokens of long-generation canary requests."
     )
     canary_long_interval: float = Field(
-        600.0, gt=0, description="Seconds per round of long-generation canaries (at least)."
+        600.0,
+        gt=0,
+        le=DAY,
+        description="Seconds per round of long-generation canaries (at least).",
     )
     canary_long_tokens_per_hour: int = Field(
         50_000,
         ge=1000,
+        le=100_000_000,
         description="Output-token budget of the long-generation canary per hour: the interval "
         "is raised until concurrency x max_tokens x rounds per hour fits it.",
     )
@@ -190,22 +220,34 @@ class SidecarSettings(BaseSettings):
         "ingest only answers when the sidecar listens on loopback (docs/deploy.md).",
     )
     samples_capacity: int = Field(200, ge=1, le=100_000, description="Bad samples kept.")
-    sample_text_cap: int = Field(4096, ge=256, description="Characters kept per stored sample.")
+    sample_text_cap: int = Field(
+        4096, ge=256, le=1 << 20, description="Characters kept per stored sample."
+    )
     redact_patterns: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Extra regexes redacted from stored samples: one regex, several on "
         "separate lines, or a JSON list.",
     )
-    ingest_max_bytes: int = Field(8 << 20, ge=1024, description="Max body of POST /api/v1/samples.")
-    grading_queue: int = Field(1000, ge=1, description="Samples waiting for the grader, max.")
+    ingest_max_bytes: int = Field(
+        8 << 20, ge=1024, le=1 << 30, description="Max body of POST /api/v1/samples."
+    )
+    grading_queue: int = Field(
+        1000, ge=1, le=1_000_000, description="Samples waiting for the grader, max."
+    )
     grading_queue_bytes: int = Field(
-        32 << 20, ge=1 << 20, description="Bytes the samples waiting for the grader hold, max."
+        32 << 20,
+        ge=1 << 20,
+        le=BYTES_MAX,
+        description="Bytes the samples waiting for the grader hold, max.",
     )
     ingest_concurrency: int = Field(
         1, ge=1, le=64, description="POST /api/v1/samples bodies read at once; more get 429."
     )
     samples_max_bytes: int = Field(
-        8 << 20, ge=1 << 20, description="Bytes the stored bad samples hold, max (oldest go)."
+        8 << 20,
+        ge=1 << 20,
+        le=BYTES_MAX,
+        description="Bytes the stored bad samples hold, max (oldest go).",
     )
     # Pass-through tap
     tap_port: int | None = Field(
@@ -218,7 +260,9 @@ class SidecarSettings(BaseSettings):
     tap_sample_seed: int = Field(
         0, ge=-(1 << 63), le=(1 << 63) - 1, description="Key of the tap's sampling hash (64-bit)."
     )
-    tap_queue: int = Field(256, ge=1, description="Tap samples waiting for hand-off, max.")
+    tap_queue: int = Field(
+        256, ge=1, le=1_000_000, description="Tap samples waiting for hand-off, max."
+    )
     tap_max_connections: int = Field(
         512, ge=1, le=65536, description="Tap client connections at once; more get 503."
     )
@@ -236,7 +280,9 @@ class SidecarSettings(BaseSettings):
     )
     # Probe
     probe_dir: Path | None = Field(None, description="Directory of probe snapshot files.")
-    probe_stale_after: float = Field(5.0, gt=0, description="Probe file older than this is down.")
+    probe_stale_after: float = Field(
+        5.0, gt=0, le=DAY, description="Probe file older than this is down."
+    )
 
     @field_validator("sglang_url")
     @classmethod
@@ -350,8 +396,52 @@ class SidecarSettings(BaseSettings):
     @classmethod
     def _rank_map(cls, v: Any) -> Any:
         if isinstance(v, str):
-            return [int(x) for x in v.split(",") if x.strip()] if v.strip() else None
+            try:
+                return [int(x) for x in v.split(",") if x.strip()] if v.strip() else None
+            except ValueError:
+                raise ValueError(f"{v!r} is not a comma-separated list of GPU indices") from None
         return v
+
+    @field_validator("rank_map")
+    @classmethod
+    def _rank_map_usable(cls, v: list[int] | None) -> list[int] | None:
+        """GPU indices a node can have, each once: two ranks on one GPU, or a negative index,
+        would silently attribute one GPU's memory to the wrong rank."""
+        if v is None:
+            return None
+        if len(v) > MAX_GPUS_PER_NODE:
+            raise ValueError(f"lists {len(v)} ranks; a node has at most {MAX_GPUS_PER_NODE} GPUs")
+        bad = [i for i in v if not 0 <= i < MAX_GPUS_PER_NODE]
+        if bad:
+            raise ValueError(f"GPU indices must be in 0..{MAX_GPUS_PER_NODE - 1}, got {bad}")
+        dupes = sorted({i for i in v if v.count(i) > 1})
+        if dupes:
+            raise ValueError(f"GPU {dupes} is given to more than one rank")
+        return v
+
+    def contradictions(self) -> list[tuple[str, str]]:
+        """(key, problem) for values that are each valid but contradict another key; the
+        loader refuses them at start naming the key (``load_settings``)."""
+        out = []
+        hosts = {self.tap_host or self.host, self.host}
+        overlap = len(hosts) == 1 or bool(hosts & {"0.0.0.0", "::", ""})
+        if self.tap_port and self.tap_port == self.port and overlap:
+            out.append(
+                (
+                    "tap_port",
+                    f"is the sidecar's own port ({self.port} on {self.host}): the second "
+                    "listener could never bind",
+                )
+            )
+        if self.nnodes is not None and self.node_rank >= self.nnodes:
+            out.append(
+                (
+                    "node_rank",
+                    f"{self.node_rank} is not below nnodes {self.nnodes} (node ranks are "
+                    f"0..{self.nnodes - 1})",
+                )
+            )
+        return out
 
     @classmethod
     def settings_customise_sources(

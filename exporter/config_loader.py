@@ -107,7 +107,9 @@ def load_settings(
     check_files: bool = False,
 ) -> BaseSettings:
     """Merge file < env < flags and validate, turning pydantic errors into actionable ones;
-    with ``check_files``, also require the files keys name to be usable (``file_problems``).
+    refuse keys that contradict each other (``contradictions``) and a selected GPU backend
+    plugin's bad settings; with ``check_files``, also require the files keys name to be usable
+    (``file_problems``).
     ``cls`` defaults to :class:`SidecarSettings` (the simulator passes its own)."""
     cls = cls or SidecarSettings
     file_values = _read_file(config_file) if config_file else {}
@@ -129,9 +131,9 @@ def load_settings(
             f"config error: {key}: cannot parse the value (from environment "
             f"{env_name(key, cls)}); fix: {fix_for(cls, key) or 'set a valid value'}"
         ) from None
-    problems = (
-        settings.file_problems() if check_files and hasattr(settings, "file_problems") else []
-    )
+    problems = list(settings.contradictions()) if hasattr(settings, "contradictions") else []
+    if check_files and hasattr(settings, "file_problems"):
+        problems += settings.file_problems()
     if isinstance(settings, SidecarSettings):
         check_backend_settings(settings.gpu_backend)
     if problems:
