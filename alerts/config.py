@@ -11,24 +11,11 @@ the same defaults to draw threshold lines where the alerts fire.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-import yaml
-
-from exporter.thresholds import DEFAULT_RUNBOOK_BASE_URL, AlertConfig, from_mapping
+from exporter.thresholds import DEFAULT_RUNBOOK_BASE_URL, AlertConfig, from_mapping, load
 from exporter.units import GIB, MIB
 
 __all__ = ["DEFAULT_RUNBOOK_BASE_URL", "AlertConfig", "from_mapping", "knob_table", "load"]
-
-
-def load(path: Path | None) -> AlertConfig:
-    """The config from a YAML file of overrides, or the defaults when ``path`` is None."""
-    if path is None:
-        return AlertConfig()
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(data, dict):
-        raise TypeError(f"{path}: expected a mapping of knob: value")
-    return from_mapping(data)
 
 
 def knob_table(config: AlertConfig | None = None) -> str:

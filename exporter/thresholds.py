@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from exporter.units import GIB, MIB
@@ -286,3 +287,20 @@ def from_mapping(overrides: dict[str, Any]) -> AlertConfig:
     resolved = {"int": int, "float": float, "str": str}
     kwargs = {k: _coerce(k, resolved[str(types[k])], v) for k, v in overrides.items()}
     return AlertConfig(**kwargs)
+
+
+def load(path: Path | None) -> AlertConfig:
+    """The config from a YAML file of overrides (the file ``alerts.generate --config`` and
+    ``triage --alert-config`` take), or the defaults when ``path`` is None. ``OSError``,
+    ``KeyError`` (unknown knob), ``TypeError`` and ``ValueError`` name what is wrong."""
+    if path is None:
+        return AlertConfig()
+    import yaml  # only the loader needs it; the diagnosis reads the dataclass
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise TypeError(f"{path}: expected a mapping of knob: value")
+    return from_mapping(data)

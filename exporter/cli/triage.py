@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from exporter.oncall.triage.collect import CollectOptions
+    from exporter.thresholds import AlertConfig
 
 
 class UsageError(Exception):
@@ -62,6 +63,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scan", type=Path, action="append", default=[], help="JSONL samples file")
     p.add_argument("--out", type=Path, help="report directory (default: ./triage-<time>)")
     p.add_argument("--no-plots", action="store_true", help="write the HTML without plots")
+    p.add_argument(
+        "--alert-config",
+        type=Path,
+        metavar="FILE",
+        help="the site's alert knob overrides (the YAML of `alerts.generate --config`): "
+        "triage's over-commit and sample-count thresholds are then the alerts' own",
+    )
     p.add_argument("--timeout", type=float, default=10.0, help="timeout of one HTTP request (s)")
     p.add_argument("--json", action="store_true", help="print the diagnosis and evidence as JSON")
     p.set_defaults(run=run)
@@ -137,9 +145,24 @@ def options(args: argparse.Namespace) -> CollectOptions:
     )
 
 
+def alert_thresholds(path: Path | None) -> AlertConfig:
+    """The site's alert knobs (the YAML given to ``alerts.generate --config``), so triage's
+    thresholds are the ones its alerts fire at; the defaults without one."""
+    from exporter.thresholds import load
+
+    try:
+        return load(path)
+    except OSError as exc:
+        raise UsageError(f"--alert-config: cannot read {path}: {exc.strerror or exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise UsageError(f"--alert-config {path}: {msg}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         opts = options(args)
+        thresholds = alert_thresholds(args.alert_config)
     except UsageError as exc:
         print(f"dsv4-sidecar triage: error: {exc}", file=sys.stderr)
         return 2
@@ -147,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = args.out or Path(f"triage-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
-        result = write_report(opts, out, plots=not args.no_plots)
+        result = write_report(opts, out, plots=not args.no_plots, thresholds=thresholds)
     except OSError as exc:
         print(f"dsv4-sidecar triage: error: cannot write {out}: {exc}", file=sys.stderr)
         return 2

@@ -285,3 +285,40 @@ def test_report_shows_corruption_by_length_finish_reasons_and_length_drift():
     md = render_markdown(ev, diagnose(ev))
     assert "| output tokens |" in md and "<= 16384" in md
     assert "finish reason" in md and "p50 output tokens" in md
+
+
+def test_triage_takes_the_sites_alert_thresholds(capsys, tmp_path):
+    """--alert-config (the alerts' own YAML overrides) moves triage's thresholds with the
+    alerts': 5 clean outputs are too few at the default corruption_min_samples, enough at 5."""
+    scan = tmp_path / "clean.jsonl"
+    scan.write_text(
+        "".join(json.dumps({"text": f"Plain answer number {i}."}) + "\n" for i in range(5))
+    )
+    site = tmp_path / "site.yaml"
+    site.write_text("corruption_min_samples: 5\n")
+    base = ["triage", "--scan", str(scan), "--no-plots", "--json"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    default = json.loads(capsys.readouterr().out)["diagnosis"]["causes"]
+    assert main([*base, "--out", str(tmp_path / "b"), "--alert-config", str(site)]) == 0
+    moved = json.loads(capsys.readouterr().out)["diagnosis"]["causes"]
+    rule = {c["cause"]: c["rule"] for c in default}, {c["cause"]: c["rule"] for c in moved}
+    assert rule[0]["unrelated_degeneration"] == "U8"
+    assert rule[1]["unrelated_degeneration"] == "U2"
+    assert any("at least 5 outputs graded" in c["rule_text"] for c in moved)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("corruption_min_sample: 5\n", "unknown alert config keys: corruption_min_sample"),
+        ("corruption_min_samples: many\n", "corruption_min_samples: expected int"),
+        ("- a list\n", "expected a mapping"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
+def test_triage_refuses_a_bad_alert_config(capsys, tmp_path, text, message):
+    site = tmp_path / "site.yaml"
+    site.write_text(text)
+    assert main(["triage", "--scan", str(site), "--alert-config", str(site)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsv4-sidecar triage: error: --alert-config") and message in err, err

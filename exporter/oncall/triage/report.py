@@ -13,6 +13,7 @@ from exporter.oncall.triage.diagnosis import POSSIBLE, SUPPORTED, Diagnosis, dia
 from exporter.oncall.triage.evidence import Evidence
 from exporter.oncall.triage.report_html import NO_PLOTS, render_html
 from exporter.oncall.triage.report_md import render_markdown
+from exporter.thresholds import DEFAULTS, AlertConfig
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,10 +43,12 @@ class TriageResult:
         }
 
 
-def render(ev: Evidence, *, plots: bool = True) -> tuple[Diagnosis, str, str, list[str], str]:
-    """Diagnose and render both reports in memory: (diagnosis, html, markdown, plot keys,
-    note about missing plots)."""
-    diag = diagnose(ev)
+def render(
+    ev: Evidence, *, plots: bool = True, thresholds: AlertConfig = DEFAULTS
+) -> tuple[Diagnosis, str, str, list[str], str]:
+    """Diagnose (with the alert knobs in force, ``thresholds``) and render both reports in
+    memory: (diagnosis, html, markdown, plot keys, note about missing plots)."""
+    diag = diagnose(ev, thresholds)
     note = ""
     svgs: dict[str, str] = {}
     if not plots:
@@ -63,9 +66,11 @@ def render(ev: Evidence, *, plots: bool = True) -> tuple[Diagnosis, str, str, li
     )
 
 
-def write_report(opts: CollectOptions, out: Path, *, plots: bool = True) -> TriageResult:
+def write_report(
+    opts: CollectOptions, out: Path, *, plots: bool = True, thresholds: AlertConfig = DEFAULTS
+) -> TriageResult:
     ev = collect(opts)
-    diag, html, md, keys, note = render(ev, plots=plots)
+    diag, html, md, keys, note = render(ev, plots=plots, thresholds=thresholds)
     out.mkdir(parents=True, exist_ok=True)
     paths = (out / "triage.html", out / "triage.md", out / "evidence.json")
     paths[0].write_text(html, encoding="utf-8")
