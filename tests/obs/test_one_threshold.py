@@ -95,6 +95,7 @@ MOVES: list[dict[str, Any]] = [
     {"corruption_warning_ratio": 0.03, "corruption_critical_ratio": 0.12},
     {"deployment_overcommit_for": "12m"},
     {"length_inflation_factor": 2.0},
+    {"model_drift_bytes": 32 << 20},
 ]
 
 
