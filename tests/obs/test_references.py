@@ -26,7 +26,7 @@ OUTSIDE = re.compile(
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 REPO_PATH = re.compile(
     r"(?<![\w/.-])((?:docs|exporter|tests|alerts|dashboards|docker|bench|scripts)/"
-    r"[\w./-]+\.(?:md|py|yaml|yml|json|toml|sh))\b"
+    r"[\w./-]+\.(?:md|py|yaml|yml|json|toml|sh)(?:\.in)?)\b"  # .in: a generator's template
 )
 GENERATED = ("docker/k8s/generated/",)
 
