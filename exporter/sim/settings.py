@@ -11,11 +11,19 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from exporter.footprint.releases import NEWEST_RELEASE, VersionError, rules_for_version
 from exporter.topology import Topology, TopologyError
 
+GIB_MAX = 1 << 20  # GiB per GPU: far above any GPU, far below float trouble
+COUNT_MAX = 1_000_000
+DELAY_MS_MAX = 600_000.0  # ten minutes per token is already no answer at all
+
 
 class SimSettings(BaseSettings):
     """`dsv4-sidecar simulate` flags; also DSV4_SIM_<KEY> env vars and --config keys."""
 
-    model_config = SettingsConfigDict(env_prefix="DSV4_SIM_", extra="forbid", frozen=True)
+    # Finite numbers with upper bounds: an inf budget or delay would start the simulator and
+    # then hang or overflow at the first request instead of stopping at start with exit 2.
+    model_config = SettingsConfigDict(
+        env_prefix="DSV4_SIM_", extra="forbid", frozen=True, allow_inf_nan=False
+    )
 
     host: str = Field("127.0.0.1", description="Listen address.")
     port: int = Field(30000, ge=0, le=65535, description="Listen port (SGLang's default).")
@@ -33,7 +41,9 @@ class SimSettings(BaseSettings):
         f"fork, built on 0.5.20; upstream's newest supported release is {NEWEST_RELEASE}.",
     )
     hicache: Literal["on", "off"] = Field("on", description="Hierarchical cache (HiCache).")
-    available_gib: float = Field(50.0, gt=0, description="Budget handed to the configurator.")
+    available_gib: float = Field(
+        50.0, gt=0, le=GIB_MAX, description="Budget handed to the configurator."
+    )
     tp_size: int = Field(8, ge=1, le=64, description="Tensor-parallel ranks (GPUs).")
     pp_size: int = Field(1, ge=1, le=16, description="Pipeline stages.")
     nnodes: int = Field(
@@ -50,19 +60,32 @@ class SimSettings(BaseSettings):
         description="Reported mem_fraction_static; default: the one that gives available_gib "
         "on this GPU (SGLang's budget = (GPU - context) x fraction - weights).",
     )
-    gpu_memory_gib: float = Field(140.0, gt=0, description="Memory of each simulated GPU.")
-    context_gib: float = Field(0.5, ge=0, description="CUDA context and buffers per GPU.")
-    graph_gib: float = Field(2.0, ge=0, description="Decode CUDA graphs per GPU.")
-    max_running_requests: int = Field(256, ge=1, description="Max running requests per DP.")
-    speculative: bool = Field(False, description="Report MTP speculative decoding on.")
-    weights_gib: float = Field(70.0, ge=0, description="Reported weights per GPU.")
-    background_running: int = Field(
-        0, ge=0, description="Requests reported running besides real ones."
+    gpu_memory_gib: float = Field(
+        140.0, gt=0, le=GIB_MAX, description="Memory of each simulated GPU."
     )
-    ttft_ms: float = Field(20.0, ge=0, description="Time to first token of a streamed answer.")
-    itl_ms: float = Field(10.0, ge=0, description="Time between streamed tokens.")
-    chars_per_token: int = Field(4, ge=1, description="Characters per simulated token.")
-    seed: int = Field(0, description="Seed of the corruption model (reproducible runs).")
+    context_gib: float = Field(
+        0.5, ge=0, le=GIB_MAX, description="CUDA context and buffers per GPU."
+    )
+    graph_gib: float = Field(2.0, ge=0, le=GIB_MAX, description="Decode CUDA graphs per GPU.")
+    max_running_requests: int = Field(
+        256, ge=1, le=COUNT_MAX, description="Max running requests per DP."
+    )
+    speculative: bool = Field(False, description="Report MTP speculative decoding on.")
+    weights_gib: float = Field(70.0, ge=0, le=GIB_MAX, description="Reported weights per GPU.")
+    background_running: int = Field(
+        0, ge=0, le=COUNT_MAX, description="Requests reported running besides real ones."
+    )
+    ttft_ms: float = Field(
+        20.0, ge=0, le=DELAY_MS_MAX, description="Time to first token of a streamed answer."
+    )
+    itl_ms: float = Field(10.0, ge=0, le=DELAY_MS_MAX, description="Time between streamed tokens.")
+    chars_per_token: int = Field(4, ge=1, le=64, description="Characters per simulated token.")
+    seed: int = Field(
+        0,
+        ge=-(1 << 63),
+        le=(1 << 63) - 1,
+        description="Seed of the corruption model (reproducible runs).",
+    )
     probe_dir: Path | None = Field(
         None,
         description="Write simulated probe snapshots (one file per rank) here; with "

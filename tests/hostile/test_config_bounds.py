@@ -112,3 +112,27 @@ def test_the_process_exits_2_without_a_traceback() -> None:
     )
     assert run.returncode == 2, run.stderr
     assert "sglang_poll_interval" in run.stderr and "Traceback" not in run.stderr
+
+
+SIM_CASES: list[tuple[list[str], str, str]] = [
+    (["--available-gib", "inf"], "available_gib", "finite number"),
+    (["--gpu-memory-gib", "1e308"], "gpu_memory_gib", "less than or equal to"),
+    (["--itl-ms", "1e300"], "itl_ms", "less than or equal to"),
+    (["--ttft-ms", "nan"], "ttft_ms", "finite number"),
+    (["--seed", str(10**30)], "seed", "less than or equal to"),
+    (["--max-running-requests", str(10**13)], "max_running_requests", "less than or equal to"),
+    (["--port", "65536"], "port", "less than or equal to 65535"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "key", "reason"), SIM_CASES, ids=[" ".join(c[0]) for c in SIM_CASES]
+)
+def test_simulator_refuses_at_start(
+    capsys: pytest.CaptureFixture[str], argv: list[str], key: str, reason: str
+) -> None:
+    """The simulator's settings (`dsv4-sidecar simulate`, what `make demo` runs) too."""
+    assert main(["simulate", "--port", "0", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{key}:" in err and reason in err and "fix:" in err, err
+    assert "Traceback" not in err
