@@ -8,11 +8,11 @@ import pytest
 
 from exporter.sources.sglang import (
     MAX_LOAD_BACK_POOLS,
-    MAX_MODEL_PATH,
     ShapeError,
     parse_server_info,
     parse_sglang_metrics,
 )
+from exporter.sources.sglang.server_info import MAX_MODEL_PATH
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
 
