@@ -19,7 +19,8 @@ from exporter.footprint import (
     plan_for_budget,
     rules_for_version,
 )
-from exporter.sources.footprint import FootprintView, resolve_facts
+from exporter.footprint.facts import resolve_facts
+from exporter.sources.footprint import FootprintView
 from exporter.sources.sglang import parse_server_info
 from exporter.units import GIB
 

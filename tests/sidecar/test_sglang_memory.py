@@ -8,7 +8,6 @@ import math
 import pytest
 
 from exporter.sources.reconcile import (
-    GIB,
     RankReconciliation,
     infer_index_k_dtype,
     infer_pricing,
@@ -22,6 +21,7 @@ from exporter.sources.sglang import (
     parse_sglang_metrics,
 )
 from exporter.sources.sglang.memory import memory_usage_of
+from exporter.units import GIB
 
 LABELS = 'model_name="m",engine_type="unified",tp_rank="{tp}",pp_rank="{pp}",moe_ep_rank="0"'
 
