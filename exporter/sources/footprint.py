@@ -178,6 +178,16 @@ class FootprintView:
             self.topology, self.topology_error = None, str(exc)
             self._down("bad_config", f"{exc}: check the node_rank / nnodes settings")
             return
+        if gpu_total and topo.gpus_per_node > len(gpu_total):
+            # /server_info is not believed past what this node can hold: a rank is a series
+            # and a pricing per refresh, and more ranks than GPUs is a wrong nnodes or a lie.
+            self._down(
+                "bad_config",
+                f"SGLang reports {topo.gpus_per_node} ranks per node (tp_size {facts.tp_size} "
+                f"x pp_size {facts.pp_size} / nnodes {facts.nnodes}) but NVML sees "
+                f"{len(gpu_total)} GPUs here: check SGLang's --nnodes and the pod's GPUs",
+            )
+            return
         geom = self._geometry(facts)
         if geom is None:
             self._down(
