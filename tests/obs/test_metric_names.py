@@ -231,6 +231,7 @@ def test_health_is_one_family_per_source() -> None:
         "dsv4_source_errors_total",
         "dsv4_source_last_success_timestamp_seconds",
         "dsv4_source_poll_duration_seconds",
+        "dsv4_source_samples_dropped_total",
     }
     assert all(s.labels[0] == "source" for s in health)
 

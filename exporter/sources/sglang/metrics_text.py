@@ -10,6 +10,7 @@ load-back pools, graph phases) are short names from bounded sets; anything else 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,10 @@ from exporter.sources.sglang.memory import MAX_GRAPH_PHASES, PHASE, RankMemory, 
 
 PREFIXES = ("sglang:", "sglang_")
 MAX_LOAD_BACK_POOLS = 8  # HiCache load-back pools re-exported by name (kv, index_k, ...)
+# Samples read per family: a TP 16 x DP 16 deployment with every scheduler reporting has 256;
+# past the cap a family's lines are dropped unparsed (and counted), so 100,000 hostile pool
+# series cost a regex scan, not a parse.
+MAX_SAMPLES_PER_FAMILY = 1024
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,7 @@ class LiveMetrics:
     # (pp_rank, tp_rank) -> SGLang's memory constants as that scheduler reported them
     memory: dict[tuple[int, int], RankMemory] = field(default_factory=dict)
     prefix: str = "sglang:"  # the name prefix this SGLang exports under
+    dropped_samples: int = 0  # lines past MAX_SAMPLES_PER_FAMILY, not parsed
 
 
 # <name> constant gauge -> RankMemory field and unit converter
@@ -54,6 +60,52 @@ _SUMMED = (
     "hicache_host_used_tokens",
     "hicache_host_total_tokens",
 )
+
+
+def _wanted_lines() -> re.Pattern[str]:
+    """Lines of the families this parser reads (TYPE/HELP included), under either prefix."""
+    names = "|".join(
+        sorted(
+            {
+                *_SUMMED,
+                "token_usage",
+                "load_back_tokens",
+                "load_back_duration_seconds",
+                _GRAPH,
+                *_MEMORY_GAUGES,
+            }
+        )
+    )
+    return re.compile(
+        rf"^(?:# (?:TYPE|HELP) )?(sglang[:_])({names})(?:_total|_sum|_count|_bucket|_created)?"
+        r"(?=[ {\t]).*$",
+        re.M,
+    )
+
+
+_WANTED = _wanted_lines()
+
+
+def wanted_text(text: str) -> tuple[str, int]:
+    """Only the lines of wanted families, at most MAX_SAMPLES_PER_FAMILY samples each (a C
+    regex scan: the rest of SGLang's exposition, histograms included, is never parsed), and
+    how many sample lines were dropped past the cap."""
+    kept: list[str] = []
+    seen: dict[tuple[str, str], int] = {}
+    dropped = 0
+    for m in _WANTED.finditer(text):
+        line = m.group(0)
+        if line.startswith("#"):
+            kept.append(line)
+            continue
+        key = (m.group(1), m.group(2))
+        n = seen.get(key, 0)
+        if n >= MAX_SAMPLES_PER_FAMILY:
+            dropped += 1
+            continue
+        seen[key] = n + 1
+        kept.append(line)
+    return "\n".join(kept) + "\n", dropped
 
 
 def sglang_families(text: str) -> tuple[str, list[tuple[str, Any]]]:
@@ -110,8 +162,10 @@ def _memory_gauges(fams: list[tuple[str, Any]]) -> dict[tuple[int, int], RankMem
 
 def parse_sglang_metrics(text: str) -> LiveMetrics:
     """Sum per-DP-rank gauges (tp_rank 0 reports for its DP group), take max of usage.
-    Non-finite sample values (NaN, +Inf) are skipped: they are never a count."""
-    prefix, fams = sglang_families(text)
+    Non-finite sample values (NaN, +Inf) are skipped: they are never a count. Only the
+    families read are parsed, each capped at MAX_SAMPLES_PER_FAMILY samples."""
+    wanted, dropped = wanted_text(text)
+    prefix, fams = sglang_families(wanted)
     sums: dict[str, float] = {}
     usage: float | None = None
     lb_tokens: dict[str, float] = {}
@@ -148,4 +202,5 @@ def parse_sglang_metrics(text: str) -> LiveMetrics:
         load_backs=lb_count,
         memory=_memory_gauges(fams),
         prefix=prefix,
+        dropped_samples=dropped,
     )
