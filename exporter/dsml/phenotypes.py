@@ -18,11 +18,10 @@ import re
 from collections.abc import Iterable, Sequence
 
 from exporter.dsml import thresholds as t
+from exporter.dsml.catalog import STOPS
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import FindingSink, ToolCall
 from exporter.dsml.schema import ToolSet
-
-STOPS = ("stop", "tool_calls", "eos")
 
 # --- prose_loop --------------------------------------------------------------------------------
 
