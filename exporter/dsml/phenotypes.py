@@ -39,8 +39,15 @@ def find_prose_loop(text: str) -> tuple[int, int, str] | None:
     if len(text) < need * 2:  # a word and a space at the very least
         return None
     words = text.split()
-    if len(words) < need + n:
+    if len(words) < need + n or not _may_repeat(" ".join(words), need):
         return None
+    return _loop_in_words(text, words)
+
+
+def _loop_in_words(text: str, words: list[str]) -> tuple[int, int, str] | None:
+    """:func:`find_prose_loop`'s pass over the words, without its screens."""
+    n = t.PROSE_LOOP_NGRAM
+    need = t.PROSE_LOOP_MIN_WORDS
     last: dict[tuple[str, ...], int] = {}
     shingles = list(zip(*(words[k:] for k in range(n)), strict=False))
     # Two runs: the period that has held longest, and the nearest recurrence's once it is
@@ -82,6 +89,22 @@ def find_prose_loop(text: str) -> tuple[int, int, str] | None:
             start, end = _word_span(text, first, i + n)
             return start, end, f"{p}-word passage x{1 + repeated // p}"
     return None
+
+
+_PROBE = 32  # characters of each probe of the prose-loop screen
+
+
+def _may_repeat(joined: str, need: int) -> bool:
+    """Whether some probe of the words joined by single spaces occurs earlier too: a loop's
+    copies after the first are ``need`` words or more (at least ``2 * need - 1`` characters),
+    each equal to the text a fixed distance before it, so probes of ``_PROBE`` characters every
+    ``2 * need - _PROBE`` characters put at least one inside them. ``str.find`` only."""
+    stride = 2 * need - _PROBE
+    find = joined.find
+    for pos in range(stride, len(joined) - _PROBE + 1, stride):
+        if find(joined[pos : pos + _PROBE], 0, pos + _PROBE - 1) >= 0:
+            return True
+    return False
 
 
 _BACK = 64  # shingles looked back when a period starts: bounded, so the pass stays linear
@@ -170,12 +193,60 @@ def _glued_pattern() -> re.Pattern[str]:
 
 
 _GLUED = _glued_pattern()
-_NON_LATIN = re.compile(f"[{''.join(v for k, v in _ALPHA.items() if k != 'latin')}]")
+
+
+def _glue_table() -> bytes:
+    """A script class per UTF-8 lead byte: ``a`` Latin, ``g`` Greek, ``c`` Cyrillic, ``h``
+    Hebrew, ``r`` Arabic, ``i`` U+0800-U+0FFF (Indic and its neighbours), ``e`` kana, Han and
+    Hangul (U+3000-U+DFFF), space for anything else. Each class holds its ``_ALPHA`` range (and
+    some neighbours: a screen may let through, never hold back)."""
+    table = bytearray(b" " * 256)
+    for b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz":
+        table[b] = ord("a")
+    for lead, cls in (
+        (range(0xC3, 0xCA), "a"),  # U+00C0-U+027F
+        (range(0xCD, 0xD0), "g"),  # U+0340-U+03FF
+        (range(0xD0, 0xD4), "c"),  # U+0400-U+04FF
+        (range(0xD7, 0xD8), "h"),  # U+05C0-U+05FF
+        (range(0xD8, 0xDA), "r"),  # U+0600-U+067F
+        (range(0xE0, 0xE1), "i"),  # U+0800-U+0FFF
+        (range(0xE3, 0xEE), "e"),  # U+3000-U+DFFF
+    ):
+        for b in lead:
+            table[b] = ord(cls)
+    return bytes(table)
+
+
+_GLUE_TABLE = _glue_table()
+_CONTINUATION = bytes(range(0x80, 0xC0))  # deleted: one class byte per character remains
+_NON_LATIN_CLASSES = b"gchri"
+_CLASSES = b"agchrie"
+
+
+def _may_glue(text: str) -> bool:
+    """Whether two scripts can touch inside a word, with C primitives only: at the seam of
+    every :data:`_GLUED` match two adjacent characters have different classes, one of them a
+    non-Latin alphabet. The regex tests dozens of alternatives at every position (it was most
+    of a clean sample's grading time); this translates the UTF-8 bytes once, then looks for
+    the classes present (``memchr``) and the two-byte seams between them."""
+    classes = text.encode("utf-8", "surrogatepass").translate(_GLUE_TABLE, _CONTINUATION)
+    present = [c for c in _CLASSES if c in classes]
+    for x in present:
+        if x not in _NON_LATIN_CLASSES:
+            continue
+        for y in present:
+            if y == x:
+                continue
+            if bytes((x, y)) in classes or (
+                y not in _NON_LATIN_CLASSES and bytes((y, x)) in classes
+            ):
+                return True
+    return False
 
 
 def find_glued(text: str) -> Iterable[tuple[int, int, str]]:
     """Letters of two alphabetic scripts glued inside one word (``returnданных``)."""
-    if _NON_LATIN.search(text) is None:  # every glued pair involves a non-Latin alphabet
+    if text.isascii() or not _may_glue(text):
         return
     for mt in _GLUED.finditer(text):
         yield mt.start(), mt.end(), mt.group()

@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import dsml
 from exporter.dsml import accel, fastpath, textcheck
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
@@ -41,7 +40,8 @@ def test_the_accelerator_runs_where_a_compiler_is() -> None:
     if c_compiler() is None:
         pytest.skip("no C compiler on this machine: the reference runs")
     assert accel.available(), "exporter/dsml/_textscan.c was not built: run `make native`"
-    assert dsml.KERNEL == "c", accel.WHY
+    # and a plain import runs it: exporter.dsml.KERNEL == "c" (test_accel.py, in a subprocess,
+    # so a DSV4_DSML_KERNEL set for this run does not decide)
 
 
 def _same(text: str) -> None:
