@@ -12,7 +12,7 @@ help:
 	@echo "make test   - lint, docs freshness and the whole test suite"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
-	@echo "make native - (re)build the DSML grader's C accelerators in place (venv does it too)"
+	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
 	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules)"
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
@@ -29,10 +29,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The DSML grader's C accelerators (exporter/dsml/_textscan.c, _grammar.c). `pip install -e` builds
-# them once; this rebuilds them in place whenever a C source changes, so the tests never run a stale one.
+# The DSML grader's C accelerator (exporter/dsml/_textscan.c). `pip install -e` builds
+# it once; this rebuilds it in place whenever its C source changes, so the tests never run a stale one.
 NATIVE := $(VENV)/.native-dsml
-$(NATIVE): exporter/dsml/_textscan.c exporter/dsml/_grammar.c setup.py | $(STAMP)
+$(NATIVE): exporter/dsml/_textscan.c setup.py | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 	@touch $@
 
@@ -104,4 +104,4 @@ bench: venv native deb-bench
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so exporter/dsml/_grammar*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so
