@@ -84,7 +84,7 @@ def build() -> dm.Dashboard:
         "GPUs visible",
         "GPUs NVML sees per sidecar; a drop fires DSV4GPUCountDropped.",
         "short",
-        [target(sel("dsv4_gpu_count"), "{{instance}}", instant=True)],
+        [target(sel("dsv4_gpus_visible"), "{{instance}}", instant=True)],
     )
 
     b.row("KV pools: plan vs allocation")

@@ -183,7 +183,7 @@ GPU_INFO = _m(
     "gpu",
 )
 GPU_COUNT = _m(
-    "dsv4_gpu_count",
+    "dsv4_gpus_visible",
     "gauge",
     "GPUs read successfully in the last NVML poll (drops when a GPU is lost).",
     (),

@@ -75,7 +75,7 @@ def test_legacy_bf16_shows_about_4_gib_per_rank(legacy_sim):
         assert sample_value(text, "dsv4_sglang_max_total_num_tokens") == 6_614_784
         assert sample_value(text, "dsv4_kv_correct_full_tokens", rank="0") == 6_099_456
         assert sample_value(text, "dsv4_kv_bytes_per_full_token", pricing="fixed") == 8356.45
-        assert sample_value(text, "dsv4_gpu_count") == 8  # fake GPUs follow SGLang's tp_size
+        assert sample_value(text, "dsv4_gpus_visible") == 8  # fake GPUs follow SGLang's tp_size
         # fake NVML's used memory includes the allocated pools (from its next poll on)
         alloc = sum(
             sample_value(text, "dsv4_kv_pool_allocated_bytes", rank="0", pool=p)
