@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s lock image deb-image clean
+.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s lock image deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -37,6 +37,19 @@ $(NATIVE): exporter/dsml/_textscan.c exporter/dsml/_grammar.c setup.py | $(STAMP
 	@touch $@
 
 native: $(NATIVE)
+
+# kustomize for tests/deploy (the join Component in docker/k8s-join): neither Debian nor PyPI
+# packages a kustomize binary; PyPI's pykustomize wheel bundles kustomize's own Go API
+# (sigs.k8s.io/kustomize/api v0.21.3, krusty) as a shared library called through cffi. Its
+# metadata asks for Python >= 3.14, but the code is plain 3.11 (tests/deploy renders with it):
+# hence --ignore-requires-python, for this one pinned wheel only.
+KUSTOMIZE := $(VENV)/.kustomize-0.1.4
+$(KUSTOMIZE): | $(STAMP)
+	$(PY) -m pip install -q 'cffi>=1.16'
+	$(PY) -m pip install -q --no-deps --ignore-requires-python 'pykustomize==0.1.4'
+	@touch $@
+
+kustomize: $(KUSTOMIZE)
 
 # Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
@@ -92,7 +105,7 @@ lock: venv
 image: venv deb-image
 	$(PY) docker/image.py
 
-test: venv native deb-test deb-image lint
+test: venv native kustomize deb-test deb-image lint
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
