@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s lock image deb-image clean
+.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s mixin lock image deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -17,6 +17,7 @@ help:
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
+	@echo "make mixin  - regenerate docker/mixin/mixin.libsonnet (monitoring mixin)"
 	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py)"
 	@echo "make lock   - re-resolve docker/requirements.lock (the image's Python packages; needs PyPI)"
 
@@ -55,7 +56,7 @@ kustomize: $(KUSTOMIZE)
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
 # present, else Debian's docker-compose (pure Python, no daemon needed for `config`).
 deb-test:
-	@scripts/ensure-debian-packages.sh prometheus nginx
+	@scripts/ensure-debian-packages.sh prometheus nginx jsonnet
 	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
 # The image build and its test: Debian's podman/buildah, runc (crun refuses this machine's
 # hybrid cgroups: docker/podman/containers.conf) and mmdebstrap (the base when no registry).
@@ -97,6 +98,11 @@ dashboards: venv
 k8s: venv
 	$(PY) docker/k8s/generate.py
 
+# The monitoring mixin (docker/mixin/mixin.libsonnet) from alerts/ and dashboards/; run after
+# `make alerts` or `make dashboards`. tests/deploy evaluates it with Debian's jsonnet.
+mixin: venv
+	$(PY) docker/mixin/generate.py
+
 # The sidecar image's exact Python packages (pip-compile, hashed), from pyproject.toml's
 # runtime dependencies and build backend; `make test` checks it still fits them (offline).
 lock: venv
@@ -107,6 +113,7 @@ image: venv deb-image
 
 test: venv native kustomize deb-test deb-image lint
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
+	$(PY) docker/mixin/generate.py --check
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
 
