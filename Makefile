@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s mixin lock image deb-image clean
+.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -78,7 +78,7 @@ fmt: venv
 # --check writes nothing and exits 1 naming the stale ones (2: it could not render).
 GENERATORS := exporter.metrics.docgen exporter.config_docs exporter.sim.config_docs \
               exporter.oncall.triage.rules_doc \
-              alerts.generate dashboards.generate
+              alerts.generate dashboards.generate dashboards.readme
 
 docs: venv
 	$(PY) -m exporter.metrics.docgen
@@ -92,6 +92,11 @@ alerts: venv
 
 dashboards: venv
 	$(PY) -m dashboards.generate
+
+# README.md's demo paragraph from docs/img/demo-run.json, the record of the demo run that drew
+# docs/img/*.png (`python -m dashboards.render_png` re-runs the demo and rewrites all three).
+readme: venv
+	$(PY) -m dashboards.readme
 
 # Kubernetes objects wrapping alerts/*.yaml and dashboards/*.json; run after `make alerts` or
 # `make dashboards`. tests/deploy fails when the committed output is stale.
