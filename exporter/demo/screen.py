@@ -29,6 +29,7 @@ from exporter.units import GIB
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.table import Table
 
 
 @dataclass
@@ -118,37 +119,18 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> R
             share,
             style="red" if over > 1 * GIB else None,
         )
-    corr = Table(
-        title="Tool-call corruption by concurrency (tap, canary, ingest)", title_justify="left"
+    corr = _rate_table(
+        "Tool-call corruption by concurrency (tap, canary, ingest)",
+        "concurrency ≤",
+        snap.by_bucket,
+        ("1", "4", "8", "16", "32", "64", "128", "+Inf"),
     )
-    for col in ("concurrency ≤", "graded", "degenerate", "rate"):
-        corr.add_column(col, justify="right")
-    order = ["1", "4", "8", "16", "32", "64", "128", "+Inf"]
-    for le in order:
-        total, bad = snap.by_bucket.get(le, [0.0, 0.0])
-        if total:
-            rate = bad / total
-            corr.add_row(
-                le,
-                f"{total:.0f}",
-                f"{bad:.0f}",
-                f"{rate:.1%}",
-                style="red" if rate > 0.05 else None,
-            )
-    by_len = Table(title="Tool-call corruption by output length (tokens)", title_justify="left")
-    for col in ("output tokens ≤", "graded", "degenerate", "rate"):
-        by_len.add_column(col, justify="right")
-    for le in ("256", "1024", "4096", "16384", "+Inf"):
-        total, bad = snap.by_length.get(le, [0.0, 0.0])
-        if total:
-            rate = bad / total
-            by_len.add_row(
-                le,
-                f"{total:.0f}",
-                f"{bad:.0f}",
-                f"{rate:.1%}",
-                style="red" if rate > 0.05 else None,
-            )
+    by_len = _rate_table(
+        "Tool-call corruption by output length (tokens)",
+        "output tokens ≤",
+        snap.by_length,
+        ("256", "1024", "4096", "16384", "+Inf"),
+    )
     gap = (
         f", mean transfer gap {snap.gap_sum / snap.gap_count * 1e6:.0f} µs"
         if snap.gap_count
@@ -167,6 +149,29 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> R
         )
     )
     return Group(head, mem, corr, by_len, probe, alerts, Text(windows_note(stack), style="dim"))
+
+
+def _rate_table(
+    title: str, bucket: str, rows: dict[str, list[float]], order: tuple[str, ...]
+) -> Table:
+    """Graded, degenerate and their rate per bucket (in ``order``; empty buckets left out)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in (bucket, "graded", "degenerate", "rate"):
+        table.add_column(col, justify="right")
+    for le in order:
+        total, bad = rows.get(le, [0.0, 0.0])
+        if total:
+            rate = bad / total
+            table.add_row(
+                le,
+                f"{total:.0f}",
+                f"{bad:.0f}",
+                f"{rate:.1%}",
+                style="red" if rate > 0.05 else None,
+            )
+    return table
 
 
 def alert_summary(alerts: list[tuple[str, str, str]]) -> str:
