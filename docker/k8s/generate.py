@@ -301,7 +301,7 @@ def render_pod_monitor(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
     the sidecar's /metrics as job dsv4-sidecar, and SGLang's own /metrics on the same pod as
     job sglang, with every SGLang label (tp_rank, ...) kept. Relabelings: the ServiceMonitor's."""
     sm = _load_one(k8s_dir / "servicemonitor.yaml", "ServiceMonitor")
-    (endpoint,) = sm["spec"]["endpoints"]
+    (endpoint,) = [e for e in sm["spec"]["endpoints"] if e["port"] == "metrics"]
     relabel = [r for r in endpoint["relabelings"] if r.get("targetLabel") != "job"]
 
     def job(name: str) -> dict[str, Any]:

@@ -199,8 +199,14 @@ def test_service_monitor_has_what_the_operator_needs():
     selector = sm["spec"]["selector"]["matchLabels"]
     assert selector.items() <= svc["metadata"]["labels"].items(), "selects the Service"
     ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
-    (endpoint,) = sm["spec"]["endpoints"]
+    endpoint, sglang = sm["spec"]["endpoints"]
     assert ports[endpoint["port"]] == METRICS_PORT
+    # SGLang's own /metrics on its API port, as its own job, no metric relabeling (tp_rank kept).
+    assert ports[sglang["port"]] == SGLANG_PORT and sglang["path"] == "/metrics"
+    assert sglang["relabelings"] == [
+        {"action": "replace", "targetLabel": "job", "replacement": "sglang"}
+    ]
+    assert "metricRelabelings" not in sglang
     seconds = {"s": 1, "m": 60}
     interval, timeout = (
         int(v[:-1]) * seconds[v[-1]] for v in (endpoint["interval"], endpoint["scrapeTimeout"])
