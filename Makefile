@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s lock image deb-image clean
+.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -17,6 +17,7 @@ help:
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
+	@echo "make mixin  - regenerate docker/mixin/mixin.libsonnet (monitoring mixin)"
 	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py)"
 	@echo "make lock   - re-resolve docker/requirements.lock (the image's Python packages; needs PyPI)"
 
@@ -38,11 +39,24 @@ $(NATIVE): exporter/dsml/_textscan.c setup.py | $(STAMP)
 
 native: $(NATIVE)
 
+# kustomize for tests/deploy (the join Component in docker/k8s-join): neither Debian nor PyPI
+# packages a kustomize binary; PyPI's pykustomize wheel bundles kustomize's own Go API
+# (sigs.k8s.io/kustomize/api v0.21.3, krusty) as a shared library called through cffi. Its
+# metadata asks for Python >= 3.14, but the code is plain 3.11 (tests/deploy renders with it):
+# hence --ignore-requires-python, for this one pinned wheel only.
+KUSTOMIZE := $(VENV)/.kustomize-0.1.4
+$(KUSTOMIZE): | $(STAMP)
+	$(PY) -m pip install -q 'cffi>=1.16'
+	$(PY) -m pip install -q --no-deps --ignore-requires-python 'pykustomize==0.1.4'
+	@touch $@
+
+kustomize: $(KUSTOMIZE)
+
 # Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
 # present, else Debian's docker-compose (pure Python, no daemon needed for `config`).
 deb-test:
-	@scripts/ensure-debian-packages.sh prometheus nginx
+	@scripts/ensure-debian-packages.sh prometheus nginx jsonnet
 	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
 # The image build and its test: Debian's podman/buildah, runc (crun refuses this machine's
 # hybrid cgroups: docker/podman/containers.conf) and mmdebstrap (the base when no registry).
@@ -64,7 +78,7 @@ fmt: venv
 # --check writes nothing and exits 1 naming the stale ones (2: it could not render).
 GENERATORS := exporter.metrics.docgen exporter.config_docs exporter.sim.config_docs \
               exporter.oncall.triage.rules_doc \
-              alerts.generate dashboards.generate
+              alerts.generate dashboards.generate dashboards.readme
 
 docs: venv
 	$(PY) -m exporter.metrics.docgen
@@ -79,10 +93,20 @@ alerts: venv
 dashboards: venv
 	$(PY) -m dashboards.generate
 
+# README.md's demo paragraph from docs/img/demo-run.json, the record of the demo run that drew
+# docs/img/*.png (`python -m dashboards.render_png` re-runs the demo and rewrites all three).
+readme: venv
+	$(PY) -m dashboards.readme
+
 # Kubernetes objects wrapping alerts/*.yaml and dashboards/*.json; run after `make alerts` or
 # `make dashboards`. tests/deploy fails when the committed output is stale.
 k8s: venv
 	$(PY) docker/k8s/generate.py
+
+# The monitoring mixin (docker/mixin/mixin.libsonnet) from alerts/ and dashboards/; run after
+# `make alerts` or `make dashboards`. tests/deploy evaluates it with Debian's jsonnet.
+mixin: venv
+	$(PY) docker/mixin/generate.py
 
 # The sidecar image's exact Python packages (pip-compile, hashed), from pyproject.toml's
 # runtime dependencies and build backend; `make test` checks it still fits them (offline).
@@ -92,8 +116,9 @@ lock: venv
 image: venv deb-image
 	$(PY) docker/image.py
 
-test: venv native deb-test deb-image lint
+test: venv native kustomize deb-test deb-image lint
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
+	$(PY) docker/mixin/generate.py --check
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
 

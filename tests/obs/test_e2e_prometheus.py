@@ -159,7 +159,18 @@ def _run(tmp: Path, sim_settings: SimSettings, sidecar_over: dict) -> Iterator[t
         )
         with (
             ServerThread(app) as sc,
-            prometheus([sc.url.removeprefix("http://")], rule_files=[rules]) as prom,
+            prometheus(
+                [],
+                rule_files=[rules],
+                # The sidecar, and SGLang's own /metrics (the dashboards read its series).
+                scrape_configs=[
+                    {
+                        "job_name": job,
+                        "static_configs": [{"targets": [url.removeprefix("http://")]}],
+                    }
+                    for job, url in (("dsv4-sidecar", sc.url), ("sglang", sim.url))
+                ],
+            ) as prom,
         ):
             yield sim, sc, prom
 
