@@ -116,9 +116,10 @@ BUILD_INFO = _m(
     "dsv4_sidecar_build_info",
     "info",
     "Sidecar version, Python version and the DSML grader's implementation (value 1): "
-    "dsml_kernel c is the compiled accelerators (text checks and grammar), python the "
-    "reference that runs when the sidecar was installed without a C compiler (same results, "
-    "about 2x slower).",
+    "dsml_kernel c is the compiled accelerator of the text passes (exporter/dsml/_textscan.c; "
+    "the grammar is Python only), python its pure-Python twin, which runs when the sidecar was "
+    "installed without a C compiler or DSV4_DSML_KERNEL=python (same results, slower on clean "
+    "text: bench/RESULTS.md).",
     ("version", "python", "dsml_kernel"),
     "sidecar",
 )
