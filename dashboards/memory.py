@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards.common import ALERTS, Board, sel, target
+from dashboards.common import ALERTS, Board, sel, sglang_rate, sglang_sel, target
 
 A = ALERTS
 FORECAST = (
@@ -19,6 +19,7 @@ def build() -> dm.Dashboard:
         "Per-rank GPU memory and the DeepSeek-V4 KV-pool over-commit: what SGLang's "
         "configurator planned against what the pools really allocate, and the reserve it eats.",
         rank_metric="dsv4_gpu_memory_total_bytes",
+        sglang=True,
     )
 
     b.row("GPU memory (NVML, polled)")
@@ -84,7 +85,7 @@ def build() -> dm.Dashboard:
         "GPUs visible",
         "GPUs NVML sees per sidecar; a drop fires DSV4GPUCountDropped.",
         "short",
-        [target(sel("dsv4_gpu_count"), "{{instance}}", instant=True)],
+        [target(sel("dsv4_gpus_visible"), "{{instance}}", instant=True)],
     )
 
     b.row("KV pools: plan vs allocation")
@@ -176,10 +177,11 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Running requests",
-        "Requests SGLang is running: memory pressure beyond the pools grows with them "
-        "(lower --max-running-requests to buy headroom).",
+        "Requests SGLang is running, from SGLang's own /metrics (sglang:num_running_reqs, "
+        "summed over DP ranks): memory pressure beyond the pools grows with them (lower "
+        "--max-running-requests to buy headroom).",
         "short",
-        [target(sel("dsv4_sglang_running_requests"), "{{instance}}")],
+        [target(f"sum by (instance) ({sglang_sel('num_running_reqs')})", "{{instance}}")],
         min_val=0,
     )
     b.timeseries(
@@ -333,10 +335,14 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "KV token usage and queue",
-        "sglang:token_usage (0-1, max over ranks) and queued requests: a full pool queues.",
+        "SGLang's own sglang:token_usage (0-1) per TP rank, against the mem_fraction_static "
+        "it runs with: a full pool queues.",
         "percentunit",
         [
-            target(sel("dsv4_sglang_token_usage_ratio"), "usage · {{instance}}"),
+            target(
+                f"max by (instance, tp_rank) ({sglang_sel('token_usage')})",
+                "usage · {{instance}} · tp {{tp_rank}}",
+            ),
             target(
                 sel("dsv4_sglang_mem_fraction_static_ratio"), "mem_fraction_static · {{instance}}"
             ),
@@ -346,9 +352,25 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Queued requests",
-        "Requests waiting in SGLang's queue (sglang:num_queue_reqs, summed over DP ranks).",
+        "Requests waiting in SGLang's queue, from SGLang's own /metrics (sglang:num_queue_reqs, "
+        "summed over DP ranks).",
         "short",
-        [target(sel("dsv4_sglang_queued_requests"), "{{instance}}")],
+        [target(f"sum by (instance) ({sglang_sel('num_queue_reqs')})", "{{instance}}")],
+        min_val=0,
+    )
+    b.timeseries(
+        "Time to first token",
+        "SGLang's own TTFT histogram (sglang:time_to_first_token_seconds): p50 and p99 per "
+        "engine. Rising with the over-commit and the queue: the reserve is gone.",
+        "s",
+        [
+            target(
+                f"histogram_quantile({q}, sum by (instance, le) "
+                f"({sglang_rate('time_to_first_token_seconds_bucket')}))",
+                f"p{int(q * 100)} · {{{{instance}}}}",
+            )
+            for q in (0.5, 0.99)
+        ],
         min_val=0,
     )
     b.timeseries(

@@ -114,13 +114,18 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Source errors",
-        "Poll failures per second by source and reason.",
+        "Poll failures per second by source and reason, and samples dropped past a family's cap.",
         "ops",
         [
             target(
                 f"sum by (instance, source, reason) (rate({sel('dsv4_source_errors_total')}"
                 "[$__rate_interval]))",
                 "{{source}} {{reason}} · {{instance}}",
+            ),
+            target(
+                f"sum by (instance, source) (rate({sel('dsv4_source_samples_dropped_total')}"
+                "[$__rate_interval]))",
+                "{{source}} samples over the family cap · {{instance}}",
             ),
         ],
     )

@@ -16,8 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
+from exporter import outbound
 from exporter.samplers.prompts import load_prompts
 from exporter.sources import bounded
 
@@ -58,7 +57,7 @@ def _parse_sse(raw: bytes) -> list[dict[str, Any]]:
                 data = line[5:].strip()
                 if data and data != b"[DONE]":
                     try:
-                        chunks.append(json.loads(data))
+                        chunks.append(bounded.loads_bounded(data, len(data)))
                     except ValueError:
                         chunks.append({"_unparseable": data.decode("utf-8", "replace")})
     return chunks
@@ -101,9 +100,8 @@ class LoadGenerator:
         deadline = time.monotonic() + duration if duration is not None else float("inf")
         stop = stop or asyncio.Event()
         budget = [requests if requests is not None else 1 << 62]
-        connector = aiohttp.TCPConnector(limit=concurrency + 8)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout)
+        async with outbound.Outbound(
+            timeout=self.timeout, limit=bounded.ANSWER_MAX_BYTES, connections=concurrency + 8
         ) as session:
 
             async def session_loop(idx: int) -> None:
@@ -159,14 +157,11 @@ class LoadGenerator:
         stats.sent += 1
         t0 = time.perf_counter()
         try:
-            async with session.post(self.url, json=body, headers=self.headers) as resp:
-                status = resp.status
-                raw = await bounded.read_capped(resp, bounded.ANSWER_MAX_BYTES)
-        except (aiohttp.ClientError, asyncio.TimeoutError, bounded.BodyRejected) as exc:
+            reply = await session.post_json(self.url, body, headers=self.headers)
+            status, raw = reply.status, reply.body
+        except outbound.OutboundError as exc:
             stats.errors += 1
-            return Exchange(
-                concurrency, body, 0, None, time.perf_counter() - t0, type(exc).__name__
-            )
+            return Exchange(concurrency, body, 0, None, time.perf_counter() - t0, exc.reason)
         finally:
             self.inflight -= 1
         latency = time.perf_counter() - t0
@@ -174,8 +169,8 @@ class LoadGenerator:
             stats.errors += 1
             return Exchange(concurrency, body, status, None, latency, f"HTTP {status}")
         try:
-            response: Any = _parse_sse(raw) if self.stream else json.loads(raw)
-        except ValueError:
+            response: Any = _parse_sse(raw) if self.stream else bounded.loads_bounded(raw, len(raw))
+        except ValueError:  # not JSON, or bounded.BodyRejected (nested too deep)
             stats.errors += 1
             return Exchange(concurrency, body, status, None, latency, "non-JSON body")
         stats.ok += 1

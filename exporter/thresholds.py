@@ -248,11 +248,6 @@ class AlertConfig:
             )
         if not 1 <= self.length_baseline_periods <= MAX_BASELINE_PERIODS:
             raise ValueError(f"length_baseline_periods must be in 1..{MAX_BASELINE_PERIODS}")
-        if seconds(self.length_window) > seconds(self.length_baseline_period):
-            raise ValueError(
-                "length_window must not exceed length_baseline_period (the baseline's earlier "
-                "windows would overlap the one it is compared with)"
-            )
         if self.runbook_base_url.endswith("/"):
             raise ValueError("runbook_base_url: no trailing slash")
 

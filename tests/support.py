@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -71,6 +72,18 @@ def wait_for(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0
                 return last
         time.sleep(interval)
     pytest.fail(f"condition not met within {timeout}s; last value: {last!r}")
+
+
+async def settle(pred: Callable[[], bool], timeout: float = 2.0) -> bool:
+    """Wait on the running loop until ``pred()`` holds (for counters updated by callbacks),
+    up to ``timeout``: the async twin of :func:`wait_for`, for tests that await a condition."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
 
 
 def scrape(url: str, **headers: str) -> str:

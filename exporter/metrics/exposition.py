@@ -23,6 +23,7 @@ import gzip
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -33,9 +34,15 @@ log = logging.getLogger(__name__)
 
 
 class Exposition:
-    def __init__(self, registry: CollectorRegistry, max_stale: float = 1.0) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        max_stale: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry
         self.max_stale = max_stale
+        self._clock = clock  # how old a cached render is (a test steps it)
         self._generation = 0
         self._gen_lock = threading.Lock()
         self._cache: dict[tuple[bool, bool], tuple[int, bytes, float]] = {}
@@ -104,7 +111,7 @@ class Exposition:
         if hit is not None and hit[0] == gen:
             return hit[1]
         prerendering = self._task is not None and not self._task.done()
-        if hit is not None and prerendering and time.monotonic() - hit[2] < self.max_stale:
+        if hit is not None and prerendering and self._clock() - hit[2] < self.max_stale:
             return hit[1]  # the background render is on its way; no scrape waits for it
         return await self._refresh(key)
 
@@ -115,5 +122,5 @@ class Exposition:
             if hit is not None and hit[0] == gen:
                 return hit[1]
             body = await asyncio.to_thread(self._render, *key)
-            self._cache[key] = (gen, body, time.monotonic())
+            self._cache[key] = (gen, body, self._clock())
             return body

@@ -9,20 +9,18 @@ simultaneously (not one after the other) so that whatever else changes during th
 both alike.
 
 The report types and statistics live in :mod:`exporter.oncall.repro_report` (pure); this
-module is the aiohttp runner. Everything the runner learns is kept on the runner as it
-happens, so an interrupted run (Ctrl-C) still yields a report of what completed.
+module is the HTTP runner (exporter.outbound). Everything the runner learns is kept on the
+runner as it happens, so an interrupted run (Ctrl-C) still yields a report of what completed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
-
+from exporter import outbound
 from exporter.dsml import DEGENERATE, ERROR, grade_openai_response
 from exporter.loadgen import Exchange, LoadGenerator
 from exporter.oncall.repro_report import (
@@ -40,17 +38,14 @@ from exporter.sources import bounded
 
 async def discover_model(url: str, timeout: float = 5.0) -> str | None:
     """The first model id the endpoint lists at /v1/models (None when it lists none)."""
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-            session.get(url.rstrip("/") + "/v1/models") as resp,
-        ):
-            if resp.status != 200:
+    async with outbound.Outbound(timeout=timeout, limit=bounded.SERVER_INFO_MAX_BYTES) as http:
+        try:
+            reply = await http.get(url.rstrip("/") + "/v1/models")
+            if reply.status != 200:
                 return None
-            data = json.loads(await bounded.read_capped(resp, bounded.SERVER_INFO_MAX_BYTES))
-        return str(data["data"][0]["id"])
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError, TypeError):
-        return None
+            return str(reply.json()["data"][0]["id"])
+        except (outbound.OutboundError, ValueError, KeyError, IndexError, TypeError):
+            return None
 
 
 ExchangeCallback = Callable[[int, LevelResult], None]

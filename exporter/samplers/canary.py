@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from prometheus_client.core import Metric
 
+from exporter import outbound
 from exporter.metrics import catalog as m
 from exporter.samplers.decode import GradingRequest, ResponseOutput
 from exporter.samplers.grading import GradingPipeline
@@ -97,13 +97,16 @@ class CanaryProber:
         self._rng = random.Random(seed)
         self._n = 0
         self._on_change = on_change or (lambda: None)
-        self._session: aiohttp.ClientSession | None = None
+        self.http = outbound.Outbound(
+            timeout=timeout,
+            limit=max_answer_bytes,
+            connections=self.concurrency + (long.concurrency if long else 0),
+        )
         self.long = long
         self._long_sem = asyncio.Semaphore(long.concurrency if long else 1)
         self._long_n = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
         tasks: set[asyncio.Task] = set()
         try:
             loops = [self._loop(stop, tasks, self.interval / self.concurrency, self._sem, False)]
@@ -115,7 +118,7 @@ class CanaryProber:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self._session.close()
+            await self.http.close()
 
     async def _loop(
         self,
@@ -174,25 +177,14 @@ class CanaryProber:
                 body["tools"] = prompt["tools"]
             headers = {"X-Request-Id": rid, "X-DSV4-Canary": "1"}
             concurrency = self.concurrency_now()
-            session = self._session or aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout)
-            )
             t0 = time.perf_counter()
             try:
-                async with session.post(self.url, json=body, headers=headers) as resp:
-                    status = resp.status
-                    payload = b""
-                    if status == 200:
-                        payload = await bounded.read_capped(resp, self.max_answer_bytes)
-            except bounded.BodyRejected as exc:
-                return self._record(exc.reason, str(exc))
-            except asyncio.TimeoutError:
-                return self._record("timeout", f"no answer within {self.timeout}s")
-            except aiohttp.ClientError as exc:
-                return self._record("error", type(exc).__name__)
-            finally:
-                if session is not self._session:
-                    await session.close()
+                reply = await self.http.post_json(self.url, body, headers=headers)
+            except outbound.OutboundError as exc:
+                reason = exc.reason if exc.reason in RESULTS else "error"  # unreachable
+                detail = f"no answer within {self.timeout}s" if reason == "timeout" else str(exc)
+                return self._record(reason, detail)
+            status, payload = reply.status, reply.body
             elapsed = time.perf_counter() - t0
             if status != 200:
                 return self._record("http_error", f"HTTP {status}")

@@ -84,6 +84,7 @@ class FakeNvml:
         self._start = clock()
         self._initialized = 0
         self._lock = threading.Lock()
+        self._release: threading.Event | None = None
         self.faults = _Faults()
         self.calls = 0
         if faults:
@@ -126,10 +127,14 @@ class FakeNvml:
     def recover_gpu(self, index: int) -> None:
         self.faults.lost.discard(index)
 
-    def hang_next(self, seconds: float, at: float = 0.0) -> None:
-        """The next memory query at or after ``at`` s blocks for ``seconds`` (a wedged driver)."""
+    def hang_next(
+        self, seconds: float, at: float = 0.0, release: threading.Event | None = None
+    ) -> None:
+        """The next memory query at or after ``at`` s blocks for ``seconds`` (a wedged driver),
+        or until ``release`` is set if that comes first (tests release it instead of sleeping)."""
         self.faults.hang_seconds = seconds
         self.faults.hang_at = at
+        self._release = release
 
     # --- helpers -------------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -156,7 +161,11 @@ class FakeNvml:
         f = self.faults
         if f.hang_seconds and f.hang_at is not None and self._elapsed() >= f.hang_at:
             seconds, f.hang_seconds, f.hang_at = f.hang_seconds, 0.0, None
-            time.sleep(seconds)
+            release, self._release = self._release, None
+            if release is not None:
+                release.wait(seconds)
+            else:
+                time.sleep(seconds)
 
     # --- the pynvml API subset -----------------------------------------------------------------
     def nvmlInit(self) -> None:

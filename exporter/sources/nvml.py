@@ -25,6 +25,7 @@ from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
 from exporter.sources.base import SourceHealth
+from exporter.sources.poller import poll_forever
 
 log = logging.getLogger(__name__)
 
@@ -159,11 +160,10 @@ class NvmlSource:
 
     # --- polling -------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            delay = await self.poll_once()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
-        self.close()
+        try:
+            await poll_forever(stop, self.poll_once, self.poll_interval)
+        finally:
+            self.close()
 
     async def poll_once(self) -> float:
         """One poll; returns the delay until the next (backoff after failures)."""

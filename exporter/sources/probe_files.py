@@ -22,7 +22,6 @@ cannot be listed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import time
@@ -43,6 +42,7 @@ from exporter.probe.snapshot import (
     read_snapshot,
 )
 from exporter.sources.base import SourceHealth
+from exporter.sources.poller import poll_forever
 
 
 @dataclass(frozen=True)
@@ -108,11 +108,12 @@ class ProbeFileSource:
         return self._ranks
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await asyncio.to_thread(self.poll_once)
-            self._on_change()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
+        await poll_forever(stop, self._cycle, self.interval_s)
+
+    async def _cycle(self) -> None:
+        """A directory read is file I/O (a slow or hung mount): always in a worker thread."""
+        await asyncio.to_thread(self.poll_once)
+        self._on_change()
 
     def poll_once(self) -> None:
         """List and read the directory, then swap in the new view. Never raises."""

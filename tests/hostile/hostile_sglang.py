@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
+from exporter.probe.snapshot import ProbeCounters, snapshot_path, write_snapshot
 from tests.support import ServerThread
 
 MIB = 1 << 20
@@ -43,11 +48,54 @@ def chat_answer(text: str = "hello") -> dict[str, Any]:
     }
 
 
+def _info(**over: Any) -> bytes:
+    return json.dumps({**_FIXTURE_INFO, **over}).encode()
+
+
+def _pools(n: int, name_len: int = 8) -> bytes:
+    rows = [b"# TYPE sglang:load_back_tokens_total counter\n"]
+    for i in range(n):
+        pool = (f"p{i}" + "x" * name_len)[: max(name_len, len(str(i)) + 1)]
+        rows.append(f'sglang:load_back_tokens_total{{tp_rank="0",pool="{pool}"}} 1\n'.encode())
+    return b"".join(rows)
+
+
+# Valid bodies whose values are the attack (issue 24's list).
+SHAPES: dict[str, Callable[[], bytes]] = {
+    "wide": lambda: _info(tp_size=10**8),
+    "infinite": lambda: _info(tp_size=float("inf")),  # json.dumps writes Infinity
+    "long_version": lambda: _info(version="9" * 900_000),
+    "pools": lambda: _pools(100_000),
+    "long_pool": lambda: _pools(1, name_len=1 << 20),
+}
+
+
+def hostile_probe_dir(root: Path | None = None) -> Path:
+    """A probe directory as issue 24 found it: 2,000 rank files, rank 0 holding a number past
+    the float range (valid JSON), rank 1 a FIFO named like a snapshot (a plain open() of it
+    blocks forever)."""
+    root = Path(tempfile.mkdtemp(prefix="dsv4-hostile-probe-")) if root is None else root
+    now = time.time()
+    for rank in range(2000):
+        write_snapshot(root, str(rank), ProbeCounters(), written_at=now)
+    huge = snapshot_path(root, "0")
+    doc = json.loads(huge.read_text())
+    doc["seq"] = 10**400
+    huge.write_text(json.dumps(doc))
+    fifo = snapshot_path(root, "1")
+    fifo.unlink()
+    os.mkfifo(fifo)
+    return root
+
+
 @dataclass
 class HostileSglang:
     """Modes: ``ok``; ``huge`` (``size`` bytes streamed chunked, no length); ``huge_declared``
     (a Content-Length of ``size``, body streamed); ``deep`` (``depth`` levels of JSON);
-    ``slow`` (``delay`` seconds before a normal answer)."""
+    ``slow`` (``delay`` seconds before a normal answer). Shapes of issue 24 (valid bodies with
+    hostile values): ``/server_info`` ``wide`` (tp_size 10**8), ``infinite`` (tp_size Infinity),
+    ``long_version`` (a 900 KB version string); ``/metrics`` ``pools`` (100,000 load-back
+    pools), ``long_pool`` (a 1 MB pool name)."""
 
     mode: dict[str, str] = field(default_factory=dict)
     size: int = 1 << 30
@@ -92,6 +140,8 @@ class HostileSglang:
             )
         if mode == "deep":
             body = deep_json(self.depth)
+        elif mode in SHAPES:
+            body = SHAPES[mode]()
         else:
             if mode == "slow":
                 await asyncio.sleep(self.delay)

@@ -8,11 +8,12 @@ import pytest
 
 from exporter.sources.sglang import (
     MAX_LOAD_BACK_POOLS,
-    MAX_MODEL_PATH,
     ShapeError,
     parse_server_info,
     parse_sglang_metrics,
 )
+from exporter.sources.sglang.metrics_text import MAX_SAMPLES_PER_FAMILY
+from exporter.sources.sglang.server_info import MAX_MODEL_PATH
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
 
@@ -26,7 +27,9 @@ def _load_back(pools: list[str]) -> str:
 def test_load_back_pools_are_a_bounded_set_of_short_names() -> None:
     live = parse_sglang_metrics(_load_back([f"pool{i}" for i in range(100_000)]))
     assert len(live.load_back_tokens) == MAX_LOAD_BACK_POOLS + 1  # the first 8 and "other"
-    assert sum(live.load_back_tokens.values()) == 100_000  # nothing lost, only folded
+    # the family's first MAX_SAMPLES_PER_FAMILY samples are read and folded, the rest counted
+    assert sum(live.load_back_tokens.values()) == MAX_SAMPLES_PER_FAMILY
+    assert live.dropped_samples == 100_000 - MAX_SAMPLES_PER_FAMILY
 
 
 def test_a_huge_pool_name_is_folded_into_other() -> None:

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 
 import httpx
@@ -110,6 +111,29 @@ def _alerts(prom: str) -> dict[str, set[str]]:
     return out
 
 
+def _evaluated_since(prom: str, since: float, rounds: int) -> None:
+    """Wait until every rule group has been evaluated ``rounds`` times after ``since`` (the
+    groups' lastEvaluation, one evaluation interval apart), instead of sleeping."""
+    groups = httpx.get(prom + "/api/v1/rules", timeout=5).json()["data"]["groups"]
+    interval = max(float(g["interval"]) for g in groups)
+    deadline = since + rounds * interval
+
+    def evaluated() -> bool:
+        data = httpx.get(prom + "/api/v1/rules", timeout=5).json()["data"]["groups"]
+        return all(_rfc3339(g["lastEvaluation"]) >= deadline for g in data)
+
+    wait_for(evaluated, timeout=30 + rounds * interval, interval=0.5)
+
+
+def _rfc3339(stamp: str) -> float:
+    """Prometheus' lastEvaluation (RFC 3339, nanoseconds) as a Unix time."""
+    from datetime import datetime
+
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    base = datetime.fromisoformat(head.split("+")[0]).replace(tzinfo=UTC).timestamp()
+    return base + float("0." + (frac.split("+")[0] or "0"))
+
+
 @contextlib.contextmanager
 def _run(tmp: Path, sim_settings: SimSettings, sidecar_over: dict) -> Iterator[tuple]:
     rules = _rules(tmp)
@@ -135,7 +159,18 @@ def _run(tmp: Path, sim_settings: SimSettings, sidecar_over: dict) -> Iterator[t
         )
         with (
             ServerThread(app) as sc,
-            prometheus([sc.url.removeprefix("http://")], rule_files=[rules]) as prom,
+            prometheus(
+                [],
+                rule_files=[rules],
+                # The sidecar, and SGLang's own /metrics (the dashboards read its series).
+                scrape_configs=[
+                    {
+                        "job_name": job,
+                        "static_configs": [{"targets": [url.removeprefix("http://")]}],
+                    }
+                    for job, url in (("dsv4-sidecar", sc.url), ("sglang", sim.url))
+                ],
+            ) as prom,
         ):
             yield sim, sc, prom
 
@@ -167,15 +202,21 @@ def test_corrupting_deployment_fires_expected_alerts_and_every_panel_has_data(tm
         # alert may legitimately join; it is asserted silent in the steady clean run below.
         unexpected = set(states) - EXPECTED_CORRUPTING - {"DSV4GPUMemoryFillingUp"}
         assert not unexpected, f"alerts that should stay silent: {unexpected}"
-        time.sleep(3)  # let range-based panel queries see a few samples
-        missing = []
-        for dashboard, queries in panel_queries(
-            job="dsv4-sidecar", rate_interval="30s", range_="5m"
-        ).items():
-            for title, expr in queries:
-                if not promql(prom, expr):
-                    missing.append(f"{dashboard}: {title}: {expr}")
-        assert not missing, "panels without data:\n" + "\n".join(missing)
+
+        # range-based panel queries need a few samples: wait until every panel has data
+        def panels_have_data() -> bool:
+            missing = [
+                f"{dashboard}: {title}: {expr}"
+                for dashboard, queries in panel_queries(
+                    job="dsv4-sidecar", rate_interval="30s", range_="5m"
+                ).items()
+                for title, expr in queries
+                if not promql(prom, expr)
+            ]
+            assert not missing, "panels without data:\n" + "\n".join(missing)
+            return True
+
+        wait_for(panels_have_data, timeout=30, interval=1)
 
 
 def test_clean_deployment_stays_silent(tmp_path):
@@ -195,6 +236,7 @@ def test_clean_deployment_stays_silent(tmp_path):
             timeout=60,
             interval=1,
         )
-        time.sleep(5)  # several rule evaluations over the full data
+        # several rule evaluations over the full data: every group evaluated 3 times since
+        _evaluated_since(prom, time.time(), rounds=3)
         states = _alerts(prom)
         assert not states, f"a clean deployment raised alerts: {states}"

@@ -19,7 +19,8 @@ from exporter.footprint import (
     plan_for_budget,
     rules_for_version,
 )
-from exporter.sources.footprint import FootprintView, resolve_facts
+from exporter.footprint.facts import resolve_facts
+from exporter.sources.footprint import FootprintView
 from exporter.sources.sglang import parse_server_info
 from exporter.units import GIB
 
@@ -256,3 +257,15 @@ def test_dp_attention_divides_server_infos_global_max_running_requests():
             PRESETS["deepseek-v4-flash"], without_dp, "legacy", 50 * GIB
         ).c128_state_fixed_bytes
     )
+
+
+def test_more_ranks_than_gpus_nvml_sees_is_bad_config_not_believed():
+    """/server_info's rank count is cross-checked with NVML (issue 24): tp_size 8 on a node
+    whose NVML sees 2 GPUs is a wrong --nnodes or a hostile answer, never 8 ranks priced."""
+    view = FootprintView(load_settings({}), env={})
+    facts = replace(FLASH_FACTS, tp_size=8, pp_size=1, nnodes=1)
+    view.refresh(facts, {0: 80 * GIB, 1: 80 * GIB}, {})
+    assert view.status == "bad_config" and not view.ranks
+    assert "NVML sees 2 GPUs" in view.detail
+    view.refresh(facts, {r: 80 * GIB for r in range(8)}, {})
+    assert view.status == "ok" and len(view.ranks) == 8

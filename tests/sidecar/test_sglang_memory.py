@@ -8,7 +8,6 @@ import math
 import pytest
 
 from exporter.sources.reconcile import (
-    GIB,
     RankReconciliation,
     infer_index_k_dtype,
     infer_pricing,
@@ -18,10 +17,11 @@ from exporter.sources.reconcile import (
 from exporter.sources.sglang import (
     RankMemory,
     SglangSource,
-    memory_usage_of,
     parse_server_info,
     parse_sglang_metrics,
 )
+from exporter.sources.sglang.memory import memory_usage_of
+from exporter.units import GIB
 
 LABELS = 'model_name="m",engine_type="unified",tp_rank="{tp}",pp_rank="{pp}",moe_ep_rank="0"'
 

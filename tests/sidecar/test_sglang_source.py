@@ -4,7 +4,9 @@ server (plus faults) over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import urllib.request
 from pathlib import Path
 
 import httpx
@@ -76,6 +78,44 @@ def test_parse_metrics_sums_dp_and_skips_other_tp_ranks():
     )
     live = parse_sglang_metrics(text)
     assert live.running == 12 and live.token_usage == 0.4 and live.load_back_tokens == {"kv": 100}
+
+
+def _sim_metrics_text(sim) -> str:
+    with urllib.request.urlopen(sim.url + "/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def test_both_name_prefixes_parse_alike(sim):
+    """``sglang_`` (colons renamed, as llm-d's newer setups export) reads as ``sglang:``."""
+    text = _sim_metrics_text(sim)
+    colon = parse_sglang_metrics(text)
+    underscore = parse_sglang_metrics(text.replace("sglang:", "sglang_"))
+    assert colon.prefix == "sglang:" and underscore.prefix == "sglang_"
+    assert colon.running is not None and colon.memory
+    assert dataclasses.replace(underscore, prefix="sglang:") == colon
+
+
+def test_a_family_under_both_prefixes_is_read_once():
+    text = (
+        "# TYPE sglang:num_running_reqs gauge\n"
+        'sglang:num_running_reqs{tp_rank="0"} 5\n'
+        "# TYPE sglang_num_running_reqs gauge\n"
+        'sglang_num_running_reqs{tp_rank="0"} 5\n'
+    )
+    assert parse_sglang_metrics(text).running == 5
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+def test_non_finite_samples_are_skipped(value):
+    text = (
+        "# TYPE sglang:num_running_reqs gauge\n"
+        f'sglang:num_running_reqs{{tp_rank="0",dp_rank="0"}} {value}\n'
+        'sglang:num_running_reqs{tp_rank="0",dp_rank="1"} 3\n'
+        "# TYPE sglang:weight_memory_usage_gb gauge\n"
+        f'sglang:weight_memory_usage_gb{{tp_rank="0",pp_rank="0"}} {value}\n'
+    )
+    live = parse_sglang_metrics(text)
+    assert live.running == 3 and live.memory == {}
 
 
 @pytest.fixture(scope="module")

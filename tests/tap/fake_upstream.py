@@ -179,6 +179,7 @@ class FakeStats:
     requests: int = 0
     connections: int = 0
     disconnects: dict[str, float] = field(default_factory=dict)
+    idle_closes: int = 0  # keep-alive connections this upstream closed for idleness
     last_headers: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -356,6 +357,7 @@ class _FakeConnection(asyncio.Protocol):
 
     def _idle_close(self) -> None:
         if not self.busy and self.transport is not None:
+            self.stats.idle_closes += 1
             self.transport.close()
 
 

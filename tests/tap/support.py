@@ -16,6 +16,7 @@ from typing import Any
 from httptools import HttpResponseParser
 
 from exporter.samplers.tap import CapturedExchange, Tap, TapConfig
+from tests.support import settle  # noqa: F401 - the tap suites import it from here
 from tests.tap.fake_upstream import FakeUpstream
 
 
@@ -223,14 +224,3 @@ def metric_values(tap: Tap) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
 
 def counter(tap: Tap, name: str, **labels: str) -> float:
     return metric_values(tap).get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-async def settle(pred: Callable[[], bool], timeout: float = 2.0) -> bool:
-    """Wait until ``pred()`` holds (for counters updated by callbacks), up to ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(0.005)
-    return True

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
+import threading
 
 import httpx
 import pytest
@@ -39,9 +39,8 @@ def test_upstream_reset_mid_stream_gives_bytes_so_far_then_a_prompt_close() -> N
     async def scenario() -> None:
         async with tap_env(sample_rate=1.0) as (_, tap, samples):
             body = chat_body(1, stream=True, reset_after=5, first_ms=3, every_ms=2)
-            t0 = time.monotonic()
-            resp = await one_request(tap.port or 0, "POST", CHAT, body)
-            assert time.monotonic() - t0 < 1.0  # no hang
+            # a hang would fail here (the tap must close after the bytes so far)
+            resp = await asyncio.wait_for(one_request(tap.port or 0, "POST", CHAT, body), 30)
             assert resp.status == 200 and not resp.complete  # truncation stays visible
             full = expected_body(CHAT, body.replace(b', "reset_after": 5', b""))
             assert resp.body == b"".join(_events(full)[i] + b"\n\n" for i in range(5))
@@ -78,7 +77,7 @@ def test_upstream_reset_mid_stream_gives_bytes_so_far_then_a_prompt_close() -> N
     run(scenario())
 
 
-def test_client_disconnect_cancels_the_upstream_request_within_a_second() -> None:
+def test_client_disconnect_cancels_the_upstream_request() -> None:
     async def scenario() -> None:
         async with tap_env() as (fake, tap, _):
             conn = await RawConnection.open(tap.port or 0)
@@ -88,9 +87,8 @@ def test_client_disconnect_cancels_the_upstream_request_within_a_second() -> Non
             assert b"200 OK" in first
             assert await settle(lambda: tap.inflight == 1)
             conn.writer.transport.abort()
-            t_close = time.monotonic()
-            assert await settle(lambda: "gone" in fake.stats.disconnects, timeout=1.0)
-            assert fake.stats.disconnects["gone"] - t_close < 1.0
+            # the stream had 20 s left: SGLang sees the cancel long before it would end
+            assert await settle(lambda: "gone" in fake.stats.disconnects, timeout=10.0)
             assert await settle(lambda: tap.inflight == 0)
             assert counter(tap, "dsv4_tap_aborted_total", reason="client_disconnect") == 1
             assert counter(tap, "dsv4_tap_requests_total", code="2xx") == 1
@@ -135,33 +133,32 @@ def test_slow_consumers_only_fill_the_queue_and_drops_are_counted() -> None:
     async def stuck(sample: CapturedExchange) -> None:
         await release.wait()
 
-    def blocking(sample: CapturedExchange) -> None:
-        time.sleep(0.3)  # runs on the worker thread, not the loop
+    unblocked = threading.Event()
 
-    async def timed_burst(port: int, n: int) -> float:
+    def blocking(sample: CapturedExchange) -> None:
+        unblocked.wait(30)  # blocks its worker thread until the burst is over: not the loop
+
+    async def burst(port: int, n: int) -> None:
+        """``n`` requests, all forwarded while every consumer is stuck: a tap that waited on
+        its consumers would never finish this (the wait_for below fails instead)."""
         conn = await RawConnection.open(port)
-        worst = 0.0
         for i in range(n):
             body = chat_body(1000 + i, stream=True, **FAST)
-            t0 = time.monotonic()
-            resp = await conn.request("POST", CHAT, body)
-            worst = max(worst, time.monotonic() - t0)
+            resp = await asyncio.wait_for(conn.request("POST", CHAT, body), 30)
             assert resp.complete and resp.body == expected_body(CHAT, body)
         await conn.close()
-        return worst
 
     async def scenario() -> None:
         async with tap_env(on_sample=stuck, sample_rate=1.0, queue_size=2) as (_, tap, _):
-            worst = await timed_burst(tap.port or 0, 20)
-            assert worst < 0.5  # a 12-event stream takes ~15 ms; a stall would show
+            await burst(tap.port or 0, 20)
             # one sample held by the consumer, two queued, the rest dropped
             assert counter(tap, "dsv4_tap_samples_dropped_total", reason="queue_full") == 17
             assert counter(tap, "dsv4_tap_sampled_total") == 3
             release.set()
         async with tap_env(on_sample=blocking, sample_rate=1.0, queue_size=4) as (_, tap, _):
-            worst = await timed_burst(tap.port or 0, 10)
-            assert worst < 0.25  # the consumer sleeps 0.3 s per sample on its own thread
+            await burst(tap.port or 0, 10)
             assert counter(tap, "dsv4_tap_samples_dropped_total", reason="queue_full") >= 4
+            unblocked.set()
 
     run(scenario())
 
@@ -272,11 +269,11 @@ def test_pooled_connection_closed_while_idle_is_not_reused() -> None:
     async def scenario() -> None:
         # SGLang-like upstream closing idle keep-alive connections after 0.1 s, while the
         # tap would keep them for 30 s: the second request meets a closed connection.
-        async with tap_env(upstream_idle=0.1, upstream_idle_timeout=30.0) as (_, tap, _):
+        async with tap_env(upstream_idle=0.1, upstream_idle_timeout=30.0) as (fake, tap, _):
             conn = await RawConnection.open(tap.port or 0)
             body = chat_body(1, stream=False, first_ms=0)
             assert (await conn.request("POST", CHAT, body)).status == 200
-            await asyncio.sleep(0.3)
+            assert await settle(lambda: fake.stats.idle_closes == 1)
             resp = await conn.request("POST", CHAT, body)
             assert resp.status == 200 and resp.body == expected_body(CHAT, body)
             assert counter(tap, "dsv4_tap_upstream_connections_total") == 2

@@ -197,8 +197,9 @@ def test_slow_reader_back_pressure_pauses_upstream_and_keeps_bytes_exact(
             conn = await RawConnection.open(tap.port or 0)
             body = chat_body(7, stream=True, chunks=6000, first_ms=1, every_ms=0)
             await conn.send(build_request("POST", CHAT, body))
-            await asyncio.sleep(0.3)  # not reading: the tap must pause SGLang, not buffer
-            assert calls and set(calls) == {"paused"}, calls  # SGLang's socket stopped too
+            # not reading: the tap must pause SGLang, not buffer
+            assert await settle(lambda: bool(calls), timeout=10)
+            assert set(calls) == {"paused"}, calls  # SGLang's socket stopped too
             resp = await conn.read_response()
             assert resp.body == expected_body(CHAT, body)  # ~1 MB, in order, complete
             await conn.close()

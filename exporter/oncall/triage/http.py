@@ -2,7 +2,7 @@
 
 Synchronous stdlib HTTP on purpose: triage makes a few dozen requests once, each with a
 timeout, and a failure of one becomes a note in the report instead of an exception.
-Only the URLs the operator gave are contacted.
+Only the URLs the operator gave are contacted (exporter.outbound: no redirects, no proxy).
 """
 
 from __future__ import annotations
@@ -10,27 +10,14 @@ from __future__ import annotations
 import json
 import math
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import outbound
+
 MAX_BODY = 64 << 20  # a /metrics or query answer larger than this is refused, not parsed
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Redirects are answers, not instructions: urllib would follow one to any host with the
-    samples bearer token still attached. A 3xx comes back as its status, and the report says
-    which URL answered it."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-# No proxy from the environment and no redirects: triage talks to exactly the URLs it was given.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
 class FetchError(Exception):
@@ -44,29 +31,27 @@ def get(
     timeout: float = 10.0,
     token: str | None = None,
 ) -> tuple[int, bytes]:
+    """``GET url`` under the project's outbound policy (exporter.outbound): no proxy from the
+    environment, no redirects (a 3xx comes back as its status; urllib would follow one to any
+    host with the samples bearer token attached), the body capped at MAX_BODY."""
     if params:
         url = url + "?" + urllib.parse.urlencode(params)
-    req = urllib.request.Request(url, headers={"Accept": "application/json, text/plain"})
+    headers = {"Accept": "application/json, text/plain"}
     if token:
-        req.add_header("Authorization", f"Bearer {token}")
+        headers["Authorization"] = f"Bearer {token}"
     try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            return resp.status, resp.read(MAX_BODY + 1)
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(MAX_BODY + 1) if exc.fp else b""
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise FetchError(f"GET {url.split('?')[0]}: {reason}") from None
+        reply = outbound.get_sync(url, limit=MAX_BODY, timeout=timeout, headers=headers)
+    except outbound.OutboundError as exc:
+        raise FetchError(str(exc)) from None
+    return reply.status, reply.body
 
 
 def get_json(url: str, **kw: Any) -> tuple[int, Any]:
     status, body = get(url, **kw)
-    if len(body) > MAX_BODY:
-        raise FetchError(f"GET {url}: answer larger than {MAX_BODY} bytes")
     try:
         return status, json.loads(body)
-    except ValueError:
-        raise FetchError(f"GET {url}: HTTP {status}, not JSON") from None
+    except (ValueError, RecursionError):
+        raise FetchError(f"GET {url.split('?')[0]}: HTTP {status}, not JSON") from None
 
 
 def parse_exposition(text: str) -> list[tuple[str, dict[str, str], float]]:

@@ -1,0 +1,206 @@
+"""SGLang's own ``/metrics`` as :class:`LiveMetrics`: the live load and the memory constants.
+
+A pure parser: exposition text in, validated values out, no I/O. Both name prefixes are read:
+``sglang:`` (every release this project supports) and ``sglang_`` (what setups that rename
+colons get, e.g. llm-d's dashboards since its switch, or an OpenMetrics-only relabel); a
+family present under both is read once, from ``sglang:``. Label values that come through (HiCache
+load-back pools, graph phases) are short names from bounded sets; anything else is "other".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.sources.sglang.memory import MAX_GRAPH_PHASES, PHASE, RankMemory, count, gb
+
+PREFIXES = ("sglang:", "sglang_")
+MAX_LOAD_BACK_POOLS = 8  # HiCache load-back pools re-exported by name (kv, index_k, ...)
+# Samples read per family: a TP 16 x DP 16 deployment with every scheduler reporting has 256;
+# past the cap a family's lines are dropped unparsed (and counted), so 100,000 hostile pool
+# series cost a regex scan, not a parse.
+MAX_SAMPLES_PER_FAMILY = 1024
+
+
+@dataclass(frozen=True)
+class LiveMetrics:
+    """Values taken from SGLang's /metrics (absent ones stay None)."""
+
+    running: float | None = None
+    queued: float | None = None
+    token_usage: float | None = None
+    hicache_host_used: float | None = None
+    hicache_host_total: float | None = None
+    load_back_tokens: dict[str, float] = field(default_factory=dict)
+    load_back_seconds: float | None = None
+    load_backs: float | None = None
+    # (pp_rank, tp_rank) -> SGLang's memory constants as that scheduler reported them
+    memory: dict[tuple[int, int], RankMemory] = field(default_factory=dict)
+    prefix: str = "sglang:"  # the name prefix this SGLang exports under
+    dropped_samples: int = 0  # lines past MAX_SAMPLES_PER_FAMILY, not parsed
+
+
+# <name> constant gauge -> RankMemory field and unit converter
+_MEMORY_GAUGES: dict[str, tuple[str, Any]] = {
+    "weight_memory_usage_gb": ("weight_bytes", gb),
+    "kv_cache_memory_usage_gb": ("kv_cache_bytes", gb),
+    "startup_available_gpu_memory_gb": ("startup_available_bytes", gb),
+    "max_total_num_tokens_swa": ("swa_tokens", count),
+    "context_len": ("context_len", count),
+}
+_GRAPH = "graph_memory_usage_gb"
+_SUMMED = (
+    "num_running_reqs",
+    "num_queue_reqs",
+    "hicache_host_used_tokens",
+    "hicache_host_total_tokens",
+)
+
+
+def _wanted_lines() -> re.Pattern[str]:
+    """Lines of the families this parser reads (TYPE/HELP included), under either prefix."""
+    names = "|".join(
+        sorted(
+            {
+                *_SUMMED,
+                "token_usage",
+                "load_back_tokens",
+                "load_back_duration_seconds",
+                _GRAPH,
+                *_MEMORY_GAUGES,
+            }
+        )
+    )
+    return re.compile(
+        rf"^(?:# (?:TYPE|HELP) )?(sglang[:_])({names})(?:_total|_sum|_count|_bucket|_created)?"
+        r"(?=[ {\t]).*$",
+        re.M,
+    )
+
+
+_WANTED = _wanted_lines()
+
+
+def wanted_text(text: str) -> tuple[str, int]:
+    """Only the lines of wanted families, at most MAX_SAMPLES_PER_FAMILY samples each (a C
+    regex scan: the rest of SGLang's exposition, histograms included, is never parsed), and
+    how many sample lines were dropped past the cap."""
+    kept: list[str] = []
+    seen: dict[tuple[str, str], int] = {}
+    dropped = 0
+    for m in _WANTED.finditer(text):
+        line = m.group(0)
+        if line.startswith("#"):
+            kept.append(line)
+            continue
+        key = (m.group(1), m.group(2))
+        n = seen.get(key, 0)
+        if n >= MAX_SAMPLES_PER_FAMILY:
+            dropped += 1
+            continue
+        seen[key] = n + 1
+        kept.append(line)
+    return "\n".join(kept) + "\n", dropped
+
+
+def sglang_families(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """(prefix, [(short name, family)]) of SGLang's families in an exposition: ``sglang:``
+    ones, else ``sglang_`` ones (a family is never read twice under both)."""
+    by_prefix: dict[str, list[tuple[str, Any]]] = {p: [] for p in PREFIXES}
+    for fam in text_string_to_metric_families(text):
+        for prefix in PREFIXES:
+            if fam.name.startswith(prefix):
+                by_prefix[prefix].append((fam.name[len(prefix) :], fam))
+                break
+    for prefix in PREFIXES:
+        if by_prefix[prefix]:
+            return prefix, by_prefix[prefix]
+    return PREFIXES[0], []
+
+
+def _rank_key(labels: Mapping[str, str]) -> tuple[int, int] | None:
+    try:
+        return int(labels.get("pp_rank", "0") or 0), int(labels.get("tp_rank", "0") or 0)
+    except ValueError:
+        return None
+
+
+def _finite(samples: Iterable[Any]) -> Iterable[Any]:
+    return (s for s in samples if math.isfinite(s.value))
+
+
+def _memory_gauges(fams: list[tuple[str, Any]]) -> dict[tuple[int, int], RankMemory]:
+    """Per scheduler (pp_rank, tp_rank): the memory constants it emitted at start-up."""
+    fields: dict[tuple[int, int], dict[str, Any]] = {}
+    for short, fam in fams:
+        conv = _MEMORY_GAUGES.get(short)
+        if conv is None and short != _GRAPH:
+            continue
+        for s in _finite(fam.samples):
+            if s.name != fam.name or s.labels.get("dp_rank", "0") not in ("0", ""):
+                continue
+            key = _rank_key(s.labels)
+            if key is None:
+                continue
+            got = fields.setdefault(key, {})
+            if conv is not None:
+                value = conv[1](s.value)
+                if value is not None:
+                    got[conv[0]] = value
+                continue
+            phases = got.setdefault("graph_bytes", {})
+            phase, b = s.labels.get("phase", ""), gb(s.value)
+            if PHASE.fullmatch(phase) and b is not None and len(phases) < MAX_GRAPH_PHASES:
+                phases[phase] = b
+    return {k: RankMemory(**v) for k, v in fields.items()}
+
+
+def parse_sglang_metrics(text: str) -> LiveMetrics:
+    """Sum per-DP-rank gauges (tp_rank 0 reports for its DP group), take max of usage.
+    Non-finite sample values (NaN, +Inf) are skipped: they are never a count. Only the
+    families read are parsed, each capped at MAX_SAMPLES_PER_FAMILY samples."""
+    wanted, dropped = wanted_text(text)
+    prefix, fams = sglang_families(wanted)
+    sums: dict[str, float] = {}
+    usage: float | None = None
+    lb_tokens: dict[str, float] = {}
+    lb_sum = lb_count = None
+    for full, fam in fams:
+        short = full.removesuffix("_total")
+        for s in _finite(fam.samples):
+            if s.labels.get("tp_rank", "0") not in ("0", ""):
+                continue  # every TP rank repeats the scheduler's numbers
+            if short in _SUMMED and s.name == fam.name:
+                sums[short] = sums.get(short, 0.0) + s.value
+            elif short == "token_usage" and s.name == fam.name:
+                usage = s.value if usage is None else max(usage, s.value)
+            elif short == "load_back_tokens" and s.name.endswith("_total"):
+                pool = s.labels.get("pool", "kv")
+                if not PHASE.fullmatch(pool) or (
+                    pool not in lb_tokens and len(lb_tokens) >= MAX_LOAD_BACK_POOLS
+                ):
+                    pool = "other"  # a label value: a short name from a bounded set
+                lb_tokens[pool] = lb_tokens.get(pool, 0.0) + s.value
+            elif short == "load_back_duration_seconds":
+                if s.name.endswith("_sum"):
+                    lb_sum = (lb_sum or 0.0) + s.value
+                elif s.name.endswith("_count"):
+                    lb_count = (lb_count or 0.0) + s.value
+    return LiveMetrics(
+        running=sums.get("num_running_reqs"),
+        queued=sums.get("num_queue_reqs"),
+        token_usage=usage,
+        hicache_host_used=sums.get("hicache_host_used_tokens"),
+        hicache_host_total=sums.get("hicache_host_total_tokens"),
+        load_back_tokens=lb_tokens,
+        load_back_seconds=lb_sum,
+        load_backs=lb_count,
+        memory=_memory_gauges(fams),
+        prefix=prefix,
+        dropped_samples=dropped,
+    )
