@@ -1,0 +1,78 @@
+"""The grader against vLLM's own DeepSeek-V4 tool and reasoning parsers, per supported release.
+
+Each release runs in its own subprocess (:mod:`tests.dsml.vllm_differential`; the wheel is
+fetched once with ``pip download --no-deps vllm==X`` and its parsers imported with stand-in
+modules). The grader is given the vLLM dialect (``v4@vllm``, ``v3.2@vllm``). Holds, per release:
+
+- no output whose vLLM parse equals the intent (prose and calls) is flagged, raw or as the
+  client receives it (non-streaming and streaming);
+- every output whose parse differs from the intent is flagged, except the value-glued-dashes
+  cases the SGLang differential tolerates too (a run of dashes on its own line after a code
+  value, :data:`TOLERATED`);
+- vLLM drops V4's self-closing zero-argument invoke, so clean items carrying one harm the
+  client, and the grader flags each of them;
+- every damage op where the grader is stricter than vLLM is one already documented as stricter
+  than SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dsml.test_differential import STRICTER
+from tests.dsml.vllm_oracle import RELEASES
+
+ROOT = Path(__file__).resolve().parents[2]
+TOLERATED = {"value.glued_dashes"}
+pytestmark = pytest.mark.timeout(900)  # a wheel download on a fresh machine
+
+
+def _run(version: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.dsml.vllm_differential", version],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, f"vllm {version}:\n{proc.stderr[-3000:]}"
+    return dict(json.loads(proc.stdout))
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def summary(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return _run(request.param)
+
+
+def test_corpus_covers_vllms_dialects(summary: dict[str, Any]) -> None:
+    assert set(summary["clean_by_dialect"]) == {"v3.2", "v4"}
+    assert summary["items"] >= 2000 and summary["harmful"] >= 1500
+
+
+def test_no_faithful_output_is_flagged(summary: dict[str, Any]) -> None:
+    assert summary["clean_faithful"] >= 500
+    assert summary["clean_flagged"] == []
+    assert summary["client_view_clean_flagged"] == 0
+    assert summary["client_stream_view_clean_flagged"] == 0
+
+
+def test_every_harmful_output_is_flagged(summary: dict[str, Any]) -> None:
+    missed = [r for r in summary["missed"] if r["op"] not in TOLERATED]
+    assert missed == [], missed[:5]
+    assert len(summary["missed"]) <= 0.005 * summary["harmful"]
+
+
+def test_clean_self_closing_invokes_harm_and_are_flagged(summary: dict[str, Any]) -> None:
+    assert summary["clean_harmed_by_vllm"] >= 20
+    assert summary["by_op"]["clean"].get("harm/passed", 0) == 0
+
+
+def test_stricter_than_vllm_only_where_documented(summary: dict[str, Any]) -> None:
+    assert set(summary["stricter_by_op"]) <= set(STRICTER)
