@@ -233,6 +233,69 @@ GPU_PROCESS_MEMORY = _m(
     (*GPU_LABELS, "pid"),
     "gpu",
 )
+# --- engine ------------------------------------------------------------------------------
+ENGINE_INFO = _m(
+    "dsv4_engine_info",
+    "info",
+    "The serving engine beside the sidecar (value 1): engine sglang, vllm or unknown (auto, "
+    "not yet discovered); source configured (DSV4_SIDECAR_ENGINE), discovered (SGLang's "
+    "/server_info, or vLLM's /version with vllm: families on /metrics) or unknown; footprint: "
+    "modelled (the KV footprint model prices this engine's pools) or `not modelled: vllm`.",
+    ("engine", "source", "footprint"),
+    "engine",
+)
+
+# --- vllm ----------------------------------------------------------------------------------
+# Re-exported only where the sidecar adds something (docs/vllm.md): the load and the KV figures
+# the corruption-by-concurrency and memory boards put next to the grading and NVML's per-rank
+# memory on the sidecar's own job. vLLM's preemptions and token counters are read (triage) but
+# not re-exported: scrape vLLM's /metrics for them.
+VLLM_INFO = _m(
+    "dsv4_vllm_info",
+    "info",
+    "vLLM version (/version) and served model (/v1/models, first id) (value 1).",
+    ("version", "model"),
+    "vllm",
+)
+VLLM_RUNNING = _m(
+    "dsv4_vllm_running_requests",
+    "gauge",
+    "Running requests (vllm:num_requests_running, summed over engine cores).",
+    (),
+    "vllm",
+)
+VLLM_WAITING = _m(
+    "dsv4_vllm_waiting_requests",
+    "gauge",
+    "Waiting requests (vllm:num_requests_waiting, summed over engine cores).",
+    (),
+    "vllm",
+)
+VLLM_KV_USAGE = _m(
+    "dsv4_vllm_kv_cache_usage_ratio",
+    "gauge",
+    "KV cache usage 0-1 (vllm:kv_cache_usage_perc, the fullest engine core).",
+    (),
+    "vllm",
+)
+VLLM_KV_TOKENS = _m(
+    "dsv4_vllm_kv_cache_capacity_tokens",
+    "gauge",
+    "Tokens vLLM's KV cache holds (vllm:cache_config_info kv_cache_size_tokens, else "
+    "num_gpu_blocks x block_size): the figure vLLM sized, where SGLang's is priced by the "
+    "footprint model.",
+    (),
+    "vllm",
+)
+VLLM_CACHE_CONFIG = _m(
+    "dsv4_vllm_cache_config_info",
+    "info",
+    "vLLM's KV cache configuration (vllm:cache_config_info, engine 0): block size, GPU blocks, "
+    "cache dtype (value 1).",
+    ("block_size", "num_gpu_blocks", "cache_dtype"),
+    "vllm",
+)
+
 # --- sglang --------------------------------------------------------------------------------
 SGLANG_INFO = _m(
     "dsv4_sglang_info",

@@ -16,7 +16,9 @@ CATALOG_MODULES = ("exporter.metrics.catalog",)
 AREA_TITLES = {
     "sidecar": "Sidecar self-health",
     "gpu": "GPU memory (NVML)",
+    "engine": "Serving engine",
     "sglang": "SGLang server",
+    "vllm": "vLLM server",
     "footprint": "KV pools: plan, allocation, over-commit",
     "dsml": "Tool-call grading (DSML)",
     "canary": "Canary prober",
