@@ -47,6 +47,7 @@ def _coerce(value: str, schema: Any) -> Any:
     """vLLM's ``coerce_to_schema_type`` for the types the simulator's tools use."""
     kinds = schema.get("type") if isinstance(schema, dict) else None
     kinds = [kinds] if isinstance(kinds, str) else kinds if isinstance(kinds, list) else []
+    kinds = kinds or ["string"]  # extract_types_from_schema: no type information is a string
     for kind in ("null", "integer", "number", "boolean", *_TYPES_JSON, "string"):
         if kind not in kinds:
             continue
@@ -63,13 +64,20 @@ def _coerce(value: str, schema: Any) -> Any:
             if kind == "boolean" and value.lower().strip() in ("true", "false", "1", "0"):
                 return value.lower().strip() in ("true", "1")
             if kind in _TYPES_JSON:
-                return json.loads(value)
+                return _finite_json(value)
         except ValueError:
             continue
     try:
-        return json.loads(value)
+        return _finite_json(value)
     except ValueError:
         return value
+
+
+def _finite_json(value: str) -> Any:
+    """json.loads, refusing NaN and infinities as vLLM does (``_is_json_finite``)."""
+    parsed = json.loads(value)
+    json.dumps(parsed, allow_nan=False)  # ValueError on a non-finite number anywhere
+    return parsed
 
 
 def _properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any]:
@@ -109,8 +117,9 @@ def message(
     """(the chat.completion message vLLM sends for ``raw``, whether it carries calls)."""
     reasoning: str | None = None
     content = raw.removesuffix(mk.EOS)
-    if thinking:
-        reasoning, sep, rest = content.partition(mk.THINK_CLOSE)
+    if thinking:  # DeepSeekR1ReasoningParser.extract_reasoning: drop up to a <think> first
+        before, opened, after = content.partition(mk.THINK_OPEN)
+        reasoning, sep, rest = (after if opened else before).partition(mk.THINK_CLOSE)
         content = rest if sep else ""
     text, calls = parse_tool_calls(content, tools) if tools else (content, [])
     if calls and text is not None and not text.strip():

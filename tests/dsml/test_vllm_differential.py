@@ -12,7 +12,9 @@ modules). The grader is given the vLLM dialect (``v4@vllm``, ``v3.2@vllm``). Hol
 - vLLM drops V4's self-closing zero-argument invoke, so clean items carrying one harm the
   client, and the grader flags each of them;
 - every damage op where the grader is stricter than vLLM is one already documented as stricter
-  than SGLang.
+  than SGLang;
+- the simulator posing as vLLM (exporter/sim/vllm.py) sends what the released parser it
+  restates (0.24.0) sends, non-streaming, for every V4 item.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from exporter.sim.vllm import VERSION as SIM_VERSION
 from tests.dsml.test_differential import STRICTER
 from tests.dsml.vllm_oracle import RELEASES
 
@@ -76,3 +79,11 @@ def test_clean_self_closing_invokes_harm_and_are_flagged(summary: dict[str, Any]
 
 def test_stricter_than_vllm_only_where_documented(summary: dict[str, Any]) -> None:
     assert set(summary["stricter_by_op"]) <= set(STRICTER)
+
+
+def test_the_simulated_vllm_parses_as_the_release_does(summary: dict[str, Any]) -> None:
+    """Compared on the release the simulator restates (0.23.0 keeps a NaN value as JSON NaN,
+    0.24.0 as the string)."""
+    compared = summary["simulator_compared"]
+    assert compared >= 1000 if summary["version"] == SIM_VERSION else compared == 0
+    assert summary["simulator_mismatch"] == []

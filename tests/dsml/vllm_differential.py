@@ -24,6 +24,7 @@ from typing import Any
 from exporter.dsml import NO_TOOL_CALL, WELL_FORMED, ToolSet, grade_openai_response, grade_text
 from exporter.dsml import markers as m
 from exporter.dsml.engines import qualify
+from exporter.sim import vllm as sim_vllm
 from tests.dsml import vllm_oracle as oracle
 from tests.dsml.diff_corpus import TOOLS, Item, build
 from tests.dsml.differential import completion_of
@@ -44,6 +45,16 @@ def intent(item: Item) -> oracle.View:
     return oracle.View(prose.strip(), calls)
 
 
+def _simulated(item: Item) -> oracle.View:
+    """What the simulator posing as vLLM (exporter.sim.vllm) sends for the same raw text."""
+    msg, _ = sim_vllm.message(item.text, item.thinking, TOOLS, "call")
+    calls = tuple(
+        (c["function"]["name"], oracle.canonical_args(c["function"]["arguments"]))
+        for c in msg.get("tool_calls", [])
+    )
+    return oracle.View((msg.get("content") or "").strip(), calls)
+
+
 def run(items: list[Item]) -> dict[str, Any]:
     tools = oracle.tools_of(TOOLS)
     toolset = ToolSet.from_any(TOOLS)
@@ -56,6 +67,7 @@ def run(items: list[Item]) -> dict[str, Any]:
         ns = oracle.non_streaming(item.dialect, item.text, tools, item.thinking)
         st = oracle.streaming(item.dialect, item.text, tools, item.thinking, sizes)
         want = intent(item)
+        sim = _simulated(item)
         dialect = qualify(item.dialect, ENGINE)
         res = grade_text(
             item.text,
@@ -79,6 +91,9 @@ def run(items: list[Item]) -> dict[str, Any]:
                 "reasons": list(res.reasons),
                 "client_verdict": client.verdict,
                 "client_stream_verdict": streamed.verdict,
+                # the simulator is a V4 model restating one release's parser
+                "sim_compared": item.dialect == "v4" and oracle.load_version() == sim_vllm.VERSION,
+                "sim_matches": sim == ns,
                 "harm_ns": ns != want,
                 "harm_stream": st != want,
                 "vllm_ns": [ns.content[:80], [list(c) for c in ns.calls]],
@@ -116,6 +131,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             1 for r in clean if r["client_stream_verdict"] not in OK_VERDICTS
         ),
         "stricter_by_op": dict(Counter(r["op"] for r in stricter)),
+        "simulator_compared": sum(1 for r in rows if r["sim_compared"]),
+        "simulator_mismatch": [
+            r["key"] for r in rows if r["sim_compared"] and not r["sim_matches"]
+        ],
         "by_op": {k: dict(v) for k, v in sorted(by_op.items())},
     }
 
