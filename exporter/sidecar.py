@@ -185,7 +185,9 @@ class Sidecar:
         return self.sglang.facts.served_model_name if self.sglang.facts else None
 
     def _engine_found(self, engine: str) -> None:
-        """Discovery's answer: under vLLM, SGLang's source leaves and vLLM's takes its place."""
+        """Discovery's answer: its own health leaves the scrape (the fact stays in
+        dsv4_engine_info); under vLLM, SGLang's source leaves and vLLM's takes its place."""
+        self.sources.pop("engine", None)
         if engine != "vllm" or "vllm" in self.sources:
             return
         self.sources.pop("sglang", None)

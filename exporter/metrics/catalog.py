@@ -245,7 +245,7 @@ ENGINE_INFO = _m(
     "engine",
 )
 
-# --- vllm ----------------------------------------------------------------------------------
+# --- vllm (area "engine": one budget for the engine seam and the engine's own figures) -----
 # Re-exported only where the sidecar adds something (docs/vllm.md): the load and the KV figures
 # the corruption-by-concurrency and memory boards put next to the grading and NVML's per-rank
 # memory on the sidecar's own job. vLLM's preemptions and token counters are read (triage) but
@@ -255,28 +255,28 @@ VLLM_INFO = _m(
     "info",
     "vLLM version (/version) and served model (/v1/models, first id) (value 1).",
     ("version", "model"),
-    "vllm",
+    "engine",
 )
 VLLM_RUNNING = _m(
     "dsv4_vllm_running_requests",
     "gauge",
     "Running requests (vllm:num_requests_running, summed over engine cores).",
     (),
-    "vllm",
+    "engine",
 )
 VLLM_WAITING = _m(
     "dsv4_vllm_waiting_requests",
     "gauge",
     "Waiting requests (vllm:num_requests_waiting, summed over engine cores).",
     (),
-    "vllm",
+    "engine",
 )
 VLLM_KV_USAGE = _m(
     "dsv4_vllm_kv_cache_usage_ratio",
     "gauge",
     "KV cache usage 0-1 (vllm:kv_cache_usage_perc, the fullest engine core).",
     (),
-    "vllm",
+    "engine",
 )
 VLLM_KV_TOKENS = _m(
     "dsv4_vllm_kv_cache_capacity_tokens",
@@ -285,7 +285,7 @@ VLLM_KV_TOKENS = _m(
     "num_gpu_blocks x block_size): the figure vLLM sized, where SGLang's is priced by the "
     "footprint model.",
     (),
-    "vllm",
+    "engine",
 )
 VLLM_CACHE_CONFIG = _m(
     "dsv4_vllm_cache_config_info",
@@ -293,7 +293,7 @@ VLLM_CACHE_CONFIG = _m(
     "vLLM's KV cache configuration (vllm:cache_config_info, engine 0): block size, GPU blocks, "
     "cache dtype (value 1).",
     ("block_size", "num_gpu_blocks", "cache_dtype"),
-    "vllm",
+    "engine",
 )
 
 # --- sglang --------------------------------------------------------------------------------
