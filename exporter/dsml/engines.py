@@ -58,9 +58,14 @@ def split(grammar: str) -> tuple[str, str | None]:
 
 def qualify(dialect: str | None, engine: str | None) -> str | None:
     """``v4`` + ``vllm`` -> ``v4@vllm``; SGLang (the grammar's own reading) stays ``v4``."""
-    if dialect is None or engine in (None, "sglang"):
-        return dialect
+    if dialect is None or engine in (None, "sglang") or SEPARATOR in dialect:
+        return dialect  # SGLang's reading, or already qualified
     return f"{dialect}{SEPARATOR}{engine}"
+
+
+# The engine-qualified dialects there are rules for: vLLM's DeepSeek parsers (deepseek_v32,
+# deepseek_v4; vLLM has no V4.1 parser in the supported releases).
+QUALIFIED: tuple[str, ...] = ("v4@vllm", "v3.2@vllm")
 
 
 def engine_of(grammar: str | None) -> str | None:

@@ -197,6 +197,8 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
 
     async def version() -> Response:
         faulted = await _faulted()
+        if faulted is None and state.fault == "bad_shape":
+            return JSONResponse({"simulator": True})
         return faulted or JSONResponse({"version": VLLM_VERSION})
 
     if as_vllm:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter.dsml import grade_text, render_completion
@@ -111,3 +113,22 @@ def test_vllm_parser_table_matches_the_released_registry() -> None:
 def test_unknown_engine_or_dialect_is_a_clear_error(bad: str) -> None:
     with pytest.raises(ValueError, match="unknown"):
         grade_text(V4_CALL, grammar=bad)
+
+
+def test_scan_grades_saved_vllm_outputs_as_vllm_delivers_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from exporter.cli import main
+
+    zero_arg = render_completion("", [("list_tasks", {})], grammar="v4", self_closing=True)
+    path = tmp_path / "vllm.jsonl"
+    path.write_text(json.dumps({"text": zero_arg}) + "\n" + json.dumps({"text": V4_CALL}) + "\n")
+    assert main(["scan", str(path), "--json", "--grammar", "v4@vllm"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["verdict"] for r in rows][1] == "well_formed"
+    assert rows[0]["verdict"] != "well_formed" and "dialect_mismatch" in rows[0]["reasons"]
+    assert main(["scan", str(path), "--json", "--grammar", "v4"]) == 0
+    plain = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["verdict"] for r in plain] == ["well_formed", "well_formed"]
