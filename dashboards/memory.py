@@ -176,10 +176,16 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Running requests",
-        "Requests SGLang is running: memory pressure beyond the pools grows with them "
-        "(lower --max-running-requests to buy headroom).",
+        "Requests the engine is running (SGLang's, or vLLM's beside a vLLM server): memory "
+        "pressure beyond the pools grows with them (lower --max-running-requests, vLLM "
+        "--max-num-seqs, to buy headroom).",
         "short",
-        [target(sel("dsv4_sglang_running_requests"), "{{instance}}")],
+        [
+            target(
+                f"{sel('dsv4_sglang_running_requests')} or {sel('dsv4_vllm_running_requests')}",
+                "{{instance}}",
+            )
+        ],
         min_val=0,
     )
     b.timeseries(
@@ -301,6 +307,60 @@ def build() -> dm.Dashboard:
         "GPUs",
         "GPU inventory from NVML: name, PCI bus id, driver version per rank.",
         [target(sel("dsv4_gpu_info", rank=True), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+
+    b.row("Engine: KV figures as the engine reports them (SGLang's or vLLM's)")
+    b.timeseries(
+        "Engine KV usage",
+        "KV usage 0-1 as the engine reports it: sglang:token_usage (max over ranks), or beside "
+        "vLLM vllm:kv_cache_usage_perc (the fullest engine core). Next to NVML's memory above; "
+        "beside vLLM the footprint is not modelled (dsv4_engine_info footprint label).",
+        "percentunit",
+        [
+            target(
+                f"{sel('dsv4_sglang_token_usage_ratio')} or "
+                f"{sel('dsv4_vllm_kv_cache_usage_ratio')}",
+                "usage · {{instance}}",
+            )
+        ],
+        min_val=0,
+        max_val=1,
+    )
+    b.timeseries(
+        "Engine KV capacity and waiting requests",
+        "Tokens the engine's KV cache holds (SGLang's max_total_num_tokens, or vLLM's "
+        "cache_config_info kv_cache_size_tokens, else num_gpu_blocks x block_size) and the "
+        "requests waiting for it (SGLang's queue, vLLM's waiting).",
+        "short",
+        [
+            target(
+                f"{sel('dsv4_sglang_max_total_num_tokens')} or "
+                f"{sel('dsv4_vllm_kv_cache_capacity_tokens')}",
+                "capacity tokens · {{instance}}",
+            ),
+            target(
+                f"{sel('dsv4_sglang_queued_requests')} or {sel('dsv4_vllm_waiting_requests')}",
+                "waiting · {{instance}}",
+            ),
+        ],
+        min_val=0,
+    )
+    b.table(
+        "Engine",
+        "Which engine the sidecar sits beside and how it knows (configured or discovered), "
+        "whether its KV footprint is modelled; the server's release and model; beside vLLM its "
+        "cache configuration (block size, GPU blocks, cache dtype).",
+        [
+            target(
+                f"{sel('dsv4_vllm_cache_config_info')} or {sel('dsv4_engine_info')}",
+                instant=True,
+                fmt="table",
+            ),
+            target(
+                f"{sel('dsv4_sglang_info')} or {sel('dsv4_vllm_info')}", instant=True, fmt="table"
+            ),
+        ],
         hidden_columns=("Time", "__name__", "Value"),
     )
 

@@ -30,6 +30,16 @@ from exporter.sources.vllm import (
 from tests.support import ServerThread, sample_value, scrape, wait_for
 
 FLASH = Path(__file__).parent.parent / "fixtures" / "deepseek-v4-flash.config.json"
+# A simulated vLLM serving the corrupting model (bf16 index-K, HiCache) at 60 in flight.
+RACY_VLLM = SimSettings(
+    engine="vllm",
+    index_k_dtype="bf16",
+    hicache="on",
+    ttft_ms=1,
+    itl_ms=0,
+    background_running=60,
+    seed=7,
+)
 
 # vLLM 0.24's exposition shape (two engine cores, data parallel 2), with hostile values mixed in.
 TWO_ENGINES = """\
@@ -211,17 +221,7 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency() 
     """engine auto: the sidecar finds vLLM, swaps SGLang's source for vLLM's and exports
     corruption by concurrency (the canary through vLLM's parser), NVML's GPU memory and vLLM's
     KV figures; the footprint is the fact `not modelled: vllm`."""
-    sim_app = create_sim_app(
-        SimSettings(
-            engine="vllm",
-            index_k_dtype="bf16",
-            hicache="on",
-            ttft_ms=1,
-            itl_ms=0,
-            background_running=60,
-            seed=7,
-        )
-    )
+    sim_app = create_sim_app(RACY_VLLM)
     settings = {
         "gpu_backend": "fake",
         "sglang_poll_interval": 0.1,
