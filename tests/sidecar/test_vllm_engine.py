@@ -275,3 +275,18 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency() 
     )
     assert bad > 0  # the simulated model corrupts at 60 in flight, vLLM hands it on
     assert ready.status_code == 200
+
+
+def test_streamed_vllm_reasoning_deltas_count_as_output_tokens() -> None:
+    """vLLM streams reasoning under ``reasoning`` (SGLang: ``reasoning_content``): each such
+    delta is a decode step of the output, as each content delta is."""
+    from exporter.dsml import grade_openai_response
+    from exporter.samplers.decode import GradingRequest, ResponseOutput, output_tokens
+
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"reasoning": "Think"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning": "ing."}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Done."}, "finish_reason": "stop"}]},
+    ]
+    request = GradingRequest(source="tap", output=ResponseOutput(list(chunks)))
+    assert output_tokens(request, grade_openai_response(chunks)) == (3, "stream")
