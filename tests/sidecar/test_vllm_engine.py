@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import create_app
 from exporter.config import SidecarSettings, load_settings
+from exporter.oncall.triage.collect import CollectOptions
+from exporter.oncall.triage.report import write_report
 from exporter.sidecar import Sidecar
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
@@ -217,10 +219,12 @@ def test_configured_vllm_needs_no_discovery(sim_vllm: ServerThread) -> None:
     assert sc.footprint.detail == "not modelled: vllm"
 
 
-def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency() -> None:
+def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency(
+    tmp_path: Path,
+) -> None:
     """engine auto: the sidecar finds vLLM, swaps SGLang's source for vLLM's and exports
     corruption by concurrency (the canary through vLLM's parser), NVML's GPU memory and vLLM's
-    KV figures; the footprint is the fact `not modelled: vllm`."""
+    KV figures; the footprint is the fact `not modelled: vllm`; triage reads it back."""
     sim_app = create_sim_app(RACY_VLLM)
     settings = {
         "gpu_backend": "fake",
@@ -252,6 +256,7 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency() 
             wait_for(graded, timeout=90)
             text = scrape(sc.url)
             ready = httpx.get(sc.url + "/readyz", timeout=5)
+            triage = write_report(CollectOptions(sidecar_url=sc.url), tmp_path / "triage")
     engine = _labels(text, "dsv4_engine_info")
     assert engine == [{"engine": "vllm", "source": "discovered", "footprint": "not modelled: vllm"}]
     assert sample_value(text, "dsv4_source_up", source="vllm") == 1
@@ -275,6 +280,17 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency() 
     )
     assert bad > 0  # the simulated model corrupts at 60 in flight, vLLM hands it on
     assert ready.status_code == 200
+    # triage from the sidecar alone names the engine and the footprint fact
+    ev = triage.evidence
+    assert ev.engine == {
+        "engine": "vllm",
+        "source": "discovered",
+        "footprint": "not modelled: vllm",
+    }
+    assert ev.engine_version == "0.24.0" and ev.corruption is not None
+    assert ev.corruption.degenerate > 0
+    report = triage.md_path.read_text()
+    assert "vllm 0.24.0 (discovered)" in report and "not modelled: vllm" in report
 
 
 def test_streamed_vllm_reasoning_deltas_count_as_output_tokens() -> None:
