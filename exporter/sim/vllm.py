@@ -7,7 +7,9 @@ and ``deepseek_v4`` reasoning parser make of the model's raw text (:func:`parse_
 restatement of ``DeepSeekV32ToolParser.extract_tool_calls``; tests/dsml holds it to the
 released parser): calls only from complete blocks and complete invokes, the content the text
 before the first block, the text after it dropped, a self-closing invoke lost, the whole text
-as content when no call parses; the reasoning as ``reasoning``.
+as content when no call parses; the reasoning as ``reasoning``. A streamed answer is that
+message in pieces: vLLM's streaming-only differences (its parse stopping at a self-closing
+invoke) are not simulated, and the simulated model never spells one.
 """
 
 from __future__ import annotations
