@@ -186,12 +186,16 @@ class Sidecar:
 
     def _engine_found(self, engine: str) -> None:
         """Discovery's answer: its own health leaves the scrape (the fact stays in
-        dsv4_engine_info); under vLLM, SGLang's source leaves and vLLM's takes its place."""
-        self.sources.pop("engine", None)
-        if engine != "vllm" or "vllm" in self.sources:
+        dsv4_engine_info); under vLLM, SGLang's source leaves and vLLM's takes its place.
+        ``sources`` is replaced, never changed in place: a scrape renders in a worker thread
+        and may be iterating the old one."""
+        swap = engine == "vllm" and "vllm" not in self.sources
+        keep = {
+            n: s for n, s in self.sources.items() if n != "engine" and (n != "sglang" or not swap)
+        }
+        self.sources = {**keep, "vllm": self.vllm} if swap else keep
+        if not swap:
             return
-        self.sources.pop("sglang", None)
-        self.sources["vllm"] = self.vllm
         self._engine_stop["sglang"].set()
         self.pollers = [p for p in self.pollers if p is not self.sglang] + [self.vllm]
         self.supervisor.spawn("vllm", self._loop_of(self.vllm), self._crash_hook(self.vllm))
@@ -304,11 +308,12 @@ class _Collector:
                 "dsml_kernel": DSML_KERNEL,
             }
         )
-        by_source = [(src, _guarded(src.collect, src.health.name)) for src in sc.sources.values()]
+        sources = sc.sources  # one snapshot per scrape: discovery may swap the engine's source
+        by_source = [(src, _guarded(src.collect, src.health.name)) for src in sources.values()]
         for src, fams in by_source:
             if fams is None:
                 src.health.failure("collect_error", "collect() raised; see the sidecar's log")
-        yield from health_families(src.health for src in sc.sources.values())
+        yield from health_families(src.health for src in sources.values())
         for _, fams in by_source:
             yield from fams or ()
         parts: list[tuple[str, Any]] = [
@@ -317,7 +322,7 @@ class _Collector:
             ("supervisor", sc.supervisor.collect),
             ("dialect", self._dialect),
         ]
-        if "engine" not in sc.sources:  # configured: the fact without a discovery source
+        if "engine" not in sources:  # configured or known: the fact without a discovery source
             parts.append(("engine", sc.engine.collect))
         if sc.drift is not None:
             parts.insert(0, ("drift", sc.drift.collect))
