@@ -165,7 +165,7 @@ SOURCE_DURATION = _m(
 SOURCE_SAMPLES_DROPPED = _m(
     "dsv4_source_samples_dropped_total",
     "counter",
-    "Samples the named source read but did not keep: a family of what it reads (SGLang's "
+    "Samples the named source read but did not keep: a family of what it reads (SGLang's or vLLM's "
     "/metrics) passed its per-family cap (MAX_SAMPLES_PER_FAMILY, 1,024), which bounds what a "
     "hostile or misconfigured server can make the sidecar parse and export.",
     SOURCE_LABELS,

@@ -234,7 +234,8 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         if faulted is not None:
             return faulted
         if state.fault == "metrics_garbage":
-            return PlainTextResponse("sglang:num_running_reqs{ this is not exposition\n")
+            prefix = "vllm:num_requests_running" if as_vllm else "sglang:num_running_reqs"
+            return PlainTextResponse(prefix + "{ this is not exposition\n")
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     def _answer(body: dict[str, Any]) -> tuple[Completion, int]:

@@ -6,17 +6,21 @@ gauges are summed over engines (running and waiting requests), the KV usage is t
 engine's, counters are summed. ``vllm:cache_config_info`` (value 1) carries the KV cache
 configuration as labels: ``block_size``, ``num_gpu_blocks``, ``cache_dtype`` and (0.24)
 ``kv_cache_size_tokens``; engine 0's is read. Non-finite values are skipped, numbers are
-bounded, ``cache_dtype`` becomes a label value only when it is a short name (else ``other``).
+bounded, ``cache_dtype`` becomes a label value only when it is a short name (else ``other``);
+only the families read are parsed, each capped at MAX_SAMPLES_PER_FAMILY samples.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.sources.sglang.metrics_text import MAX_SAMPLES_PER_FAMILY
 
 PREFIX = "vllm:"
 MAX_BLOCKS = 1 << 40  # GPU blocks one engine can hold: far past any GPU, bounds a hostile label
@@ -67,6 +71,38 @@ class VllmLive:
     generation_tokens: float | None = None
     cache: CacheConfig | None = None
     engines: int = 0  # engine cores seen (the `engine` label's values)
+    dropped_samples: int = 0  # lines past MAX_SAMPLES_PER_FAMILY, not parsed
+
+    @property
+    def empty(self) -> bool:
+        """No family this parser reads was there: not vLLM's /metrics (or not yet)."""
+        values = (self.running, self.waiting, self.kv_usage, self.preemptions)
+        return self.cache is None and all(v is None for v in values)
+
+
+_WANTED = re.compile(
+    r"^(?:# (?:TYPE|HELP) )?vllm:("
+    + "|".join(sorted({*_SUMMED, *_USAGE, "cache_config_info"}))
+    + r")(?:_total|_created)?(?=[ {\t]).*$",
+    re.M,
+)
+
+
+def wanted_text(text: str) -> tuple[str, int]:
+    """The lines of the families this parser reads, at most MAX_SAMPLES_PER_FAMILY samples
+    each (the SGLang parser's bound), and how many sample lines were dropped past it: the rest
+    of vLLM's exposition (its many histograms) is scanned by a C regex, never parsed."""
+    per_family: Counter[str] = Counter()
+    kept: list[str] = []
+    for hit in _WANTED.finditer(text):
+        line = hit.group(0)
+        if not line.startswith("#"):
+            per_family[hit.group(1)] += 1
+            if per_family[hit.group(1)] > MAX_SAMPLES_PER_FAMILY:
+                continue
+        kept.append(line)
+    dropped = sum(max(0, n - MAX_SAMPLES_PER_FAMILY) for n in per_family.values())
+    return "\n".join(kept) + "\n", dropped
 
 
 def has_vllm_families(text: str) -> bool:
@@ -94,6 +130,7 @@ def cache_config_of(labels: Mapping[str, str]) -> CacheConfig:
 
 def parse_vllm_metrics(text: str) -> VllmLive:
     """Sum the per-engine gauges and counters, take the fullest engine's KV usage."""
+    text, dropped = wanted_text(text)
     sums: dict[str, float] = {}
     usage: float | None = None
     cache: tuple[str, CacheConfig] | None = None
@@ -124,4 +161,5 @@ def parse_vllm_metrics(text: str) -> VllmLive:
         generation_tokens=sums.get("generation_tokens"),
         cache=cache[1] if cache is not None else None,
         engines=len(engines),
+        dropped_samples=dropped,
     )

@@ -52,6 +52,7 @@ class VllmSource(HttpPoller):
         self.scrape_metrics = scrape_metrics
         self.facts: VllmFacts | None = None
         self.live: VllmLive | None = None
+        self.samples_dropped = 0  # /metrics samples past a family's cap, over the process
 
     async def poll(self) -> None:
         data = await self.get_json("/version", bounded.SERVER_INFO_MAX_BYTES)
@@ -88,8 +89,12 @@ class VllmSource(HttpPoller):
         else:
             if reply.status == 200:
                 try:
-                    self.live = await self.offload(_parse_text, reply.body)
-                    return
+                    live = await self.offload(_parse_text, reply.body)
+                    self.samples_dropped += live.dropped_samples
+                    if not live.empty:
+                        self.live = live
+                        return
+                    failed = ("metrics_unavailable", "GET /metrics has no vllm: families")
                 except Exception as exc:  # the text parser raises ValueError and friends
                     failed = ("metrics_unavailable", f"unparseable: {type(exc).__name__}")
             else:
@@ -102,6 +107,9 @@ class VllmSource(HttpPoller):
         return int(live.running) if live is not None and live.running is not None else None
 
     def collect(self) -> Iterable[Metric]:
+        dropped = m.SOURCE_SAMPLES_DROPPED.family()
+        dropped.add_metric([self.health.name], float(self.samples_dropped))
+        yield dropped
         f = self.facts
         if f is None or not self.health.up:
             return
