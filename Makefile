@@ -5,18 +5,19 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native deb-test deb-bench test lint fmt demo bench docs alerts dashboards k8s lock image deb-image clean
+.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
 	@echo "make test   - lint, docs freshness and the whole test suite"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
-	@echo "make native - (re)build the DSML grader's C accelerators in place (venv does it too)"
+	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
 	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules)"
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml (+ knob table) from alerts/config.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
+	@echo "make mixin  - regenerate docker/mixin/mixin.libsonnet (monitoring mixin)"
 	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py)"
 	@echo "make lock   - re-resolve docker/requirements.lock (the image's Python packages; needs PyPI)"
 
@@ -29,20 +30,33 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The DSML grader's C accelerators (exporter/dsml/_textscan.c, _grammar.c). `pip install -e` builds
-# them once; this rebuilds them in place whenever a C source changes, so the tests never run a stale one.
+# The DSML grader's C accelerator (exporter/dsml/_textscan.c). `pip install -e` builds
+# it once; this rebuilds it in place whenever its C source changes, so the tests never run a stale one.
 NATIVE := $(VENV)/.native-dsml
-$(NATIVE): exporter/dsml/_textscan.c exporter/dsml/_grammar.c setup.py | $(STAMP)
+$(NATIVE): exporter/dsml/_textscan.c setup.py | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 	@touch $@
 
 native: $(NATIVE)
 
+# kustomize for tests/deploy (the join Component in docker/k8s-join): neither Debian nor PyPI
+# packages a kustomize binary; PyPI's pykustomize wheel bundles kustomize's own Go API
+# (sigs.k8s.io/kustomize/api v0.21.3, krusty) as a shared library called through cffi. Its
+# metadata asks for Python >= 3.14, but the code is plain 3.11 (tests/deploy renders with it):
+# hence --ignore-requires-python, for this one pinned wheel only.
+KUSTOMIZE := $(VENV)/.kustomize-0.1.4
+$(KUSTOMIZE): | $(STAMP)
+	$(PY) -m pip install -q 'cffi>=1.16'
+	$(PY) -m pip install -q --no-deps --ignore-requires-python 'pykustomize==0.1.4'
+	@touch $@
+
+kustomize: $(KUSTOMIZE)
+
 # Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
 # present, else Debian's docker-compose (pure Python, no daemon needed for `config`).
 deb-test:
-	@scripts/ensure-debian-packages.sh prometheus nginx
+	@scripts/ensure-debian-packages.sh prometheus nginx jsonnet
 	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
 # The image build and its test: Debian's podman/buildah, runc (crun refuses this machine's
 # hybrid cgroups: docker/podman/containers.conf) and mmdebstrap (the base when no registry).
@@ -64,7 +78,7 @@ fmt: venv
 # --check writes nothing and exits 1 naming the stale ones (2: it could not render).
 GENERATORS := exporter.metrics.docgen exporter.config_docs exporter.sim.config_docs \
               exporter.oncall.triage.rules_doc \
-              alerts.generate dashboards.generate
+              alerts.generate dashboards.generate dashboards.readme
 
 docs: venv
 	$(PY) -m exporter.metrics.docgen
@@ -79,10 +93,20 @@ alerts: venv
 dashboards: venv
 	$(PY) -m dashboards.generate
 
+# README.md's demo paragraph from docs/img/demo-run.json, the record of the demo run that drew
+# docs/img/*.png (`python -m dashboards.render_png` re-runs the demo and rewrites all three).
+readme: venv
+	$(PY) -m dashboards.readme
+
 # Kubernetes objects wrapping alerts/*.yaml and dashboards/*.json; run after `make alerts` or
 # `make dashboards`. tests/deploy fails when the committed output is stale.
 k8s: venv
 	$(PY) docker/k8s/generate.py
+
+# The monitoring mixin (docker/mixin/mixin.libsonnet) from alerts/ and dashboards/; run after
+# `make alerts` or `make dashboards`. tests/deploy evaluates it with Debian's jsonnet.
+mixin: venv
+	$(PY) docker/mixin/generate.py
 
 # The sidecar image's exact Python packages (pip-compile, hashed), from pyproject.toml's
 # runtime dependencies and build backend; `make test` checks it still fits them (offline).
@@ -92,8 +116,9 @@ lock: venv
 image: venv deb-image
 	$(PY) docker/image.py
 
-test: venv native deb-test deb-image lint
+test: venv native kustomize deb-test deb-image lint
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
+	$(PY) docker/mixin/generate.py --check
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
 
@@ -104,4 +129,4 @@ bench: venv native deb-bench
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so exporter/dsml/_grammar*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so

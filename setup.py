@@ -3,7 +3,7 @@
 - ship the probe's start-up hook at the top of site-packages (a ``.pth`` file works only
   there), so ``pip install dsv4-sidecar[probe]`` loads the probe in every SGLang process. The
   hook is inert unless DSV4_PROBE=1.
-- build the DSML grader's C accelerators (exporter/dsml/_textscan.c, _grammar.c). They are
+- build the DSML grader's C accelerator (exporter/dsml/_textscan.c). It is
   optional: without a C compiler the install still succeeds and the pure-Python reference
   runs (slower; the sidecar's build-info metric says which one a process uses).
   DSV4_SIDECAR_NO_NATIVE=1 leaves them out altogether, for a pure ``py3-none-any`` wheel:
@@ -35,13 +35,6 @@ TEXTSCAN = Extension(
     extra_compile_args=["-O2"] if os.name == "posix" else [],
 )
 
-GRAMMAR = Extension(
-    "exporter.dsml._grammar",
-    sources=["exporter/dsml/_grammar.c"],
-    optional=True,
-    extra_compile_args=["-O2"] if os.name == "posix" else [],
-)
-
 NATIVE = os.environ.get("DSV4_SIDECAR_NO_NATIVE", "") not in ("1", "true", "yes")
 
-setup(cmdclass={"build_py": BuildPyWithPth}, ext_modules=[TEXTSCAN, GRAMMAR] if NATIVE else [])
+setup(cmdclass={"build_py": BuildPyWithPth}, ext_modules=[TEXTSCAN] if NATIVE else [])

@@ -444,8 +444,8 @@ def _meta(b: Builder) -> None:
             ),
             b.alert(
                 "DSV4GPUCountDropped",
-                f"{b.sel('dsv4_gpu_count')}\n<\n"
-                f"max_over_time({b.sel('dsv4_gpu_count')}[{c.gpu_count_lookback}])",
+                f"{b.sel('dsv4_gpus_visible')}\n<\n"
+                f"max_over_time({b.sel('dsv4_gpus_visible')}[{c.gpu_count_lookback}])",
                 c.gpu_count_for,
                 "critical",
                 "A GPU disappeared from NVML.",

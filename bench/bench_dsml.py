@@ -23,12 +23,12 @@ from exporter.dsml import (
     StreamingGrader,
     StreamingResponseGrader,
     ToolSet,
+    accel,
     grade_openai_response,
     grade_text,
-    structure,
-    textcheck,
 )
 from exporter.dsml import markers as m
+from exporter.dsml.quoting import Quoting
 from tests.dsml.adversarial import SHAPES
 from tests.dsml.fp_corpus import PROSE, corpus
 from tests.dsml.fp_corpus import TOOLS as TOOL_OBJECTS
@@ -84,22 +84,23 @@ def sse_body(text: str) -> bytes:
 
 
 _KERNELS = {
-    "c": "the C accelerators (`exporter/dsml/_textscan.c`, `_grammar.c`)",
-    "python": "the pure-Python reference (the accelerators are not built here)",
+    "c": "the C accelerator of the text checks and the canonical-block pass "
+    "(`exporter/dsml/_textscan.c`); the grammar is Python",
+    "python": "the pure-Python twin (the accelerator is not built here)",
 }
 
 
 def _in_python(fn: Callable[[Any], object]) -> Callable[[Any], object]:
-    """``fn`` with the grader's hot passes (text checks, grammar) run by their pure-Python
-    references instead of the C ones: what a sidecar installed without a compiler does."""
+    """``fn`` with the accelerated passes (text checks, canonical block) run by their Python
+    twins (``exporter.dsml.accel``): what a sidecar installed without a compiler does."""
 
     def run(item: Any) -> object:
-        saved = textcheck._native_scan, structure._native_parse
-        textcheck._native_scan = structure._native_parse = None
+        saved = accel.kernel()
+        accel.select("python")
         try:
             return fn(item)
         finally:
-            textcheck._native_scan, structure._native_parse = saved
+            accel.select(saved)
 
     return run
 
@@ -197,8 +198,8 @@ def run(quick: bool) -> str:
         f"median of {repeats} interleaved repeats, one core. MB/s and latencies are CPU time of "
         "the grading thread (this 2-core machine is shared; wall-clock MB/s alongside); "
         "`gc.freeze()` after building the inputs, as the sidecar does after start-up. Hot "
-        f"passes: {_KERNELS[KERNEL]}, except in the row that runs the Python references they "
-        "replace (same results: `tests/dsml/test_textscan.py`, `test_grammar_native.py`).",
+        f'passes: {_KERNELS[KERNEL]}; the row "all in Python" runs the Python twins instead '
+        "(same results: `tests/dsml/test_textscan.py`, and the whole DSML suite runs on both).",
         "",
         "| method | MB/s (CPU) | MB/s (wall) | p50 µs / sample | p99 µs / sample "
         "| time vs str.count | vs regex pass |",
@@ -220,6 +221,8 @@ def run(quick: bool) -> str:
         _versus_detector(quick, texts, mb / results["grade_text (ToolSet with schemas)"][0]),
         "",
         _adversarial(quick),
+        "",
+        _linearity(quick),
     ]
     return "\n".join(lines)
 
@@ -303,7 +306,7 @@ def _versus_detector(quick: bool, texts: list[str], throughput: float) -> str:
             f"| {name} | {len(items)} | {size:.2f} | {size / d:,.1f} | {size / g:,.1f} | "
             f"{ratio:.2f}x ({per_repeat[0]:.2f}-{per_repeat[-1]:.2f}) |"
         )
-    # what the C grammar buys where it matters: the damaged set again, graded in Python
+    # what the accelerator buys where the state machine runs: the damaged set, all in Python
     damaged = sets["differential corpus, damaged (12 damage classes)"]
     ref_ratios = sorted(
         a / b for a, b in (_paired(detector, _in_python(grader), damaged) for _ in range(repeats))
@@ -331,7 +334,7 @@ def _versus_detector(quick: bool, texts: list[str], throughput: float) -> str:
         "parses it, and stops at the first thing its regex does not match; the grader also runs "
         "the text checks (loops, salads, scripts, leaks) over reasoning and content, the schema "
         "checks, and on damaged input the state machine, which reads the whole channel to say "
-        "what is wrong (in C with the accelerator; the last row runs it in Python).",
+        "what is wrong (in Python; the last row also runs the text checks in Python).",
     ]
     return "\n".join(lines)
 
@@ -383,4 +386,51 @@ def _adversarial(quick: bool) -> str:
 def _once(text: str) -> float:
     t0 = time.thread_time()
     grade_text(text, finish_reason="stop")
+    return time.thread_time() - t0
+
+
+def _linearity(quick: bool) -> str:
+    """How cost grows with input size, per shape (was a timing test; tests/dsml now counts
+    calls instead, tests/dsml/opcount.py): the grader at 4x the input, the accelerator's scan
+    and its Python twin at 4x, and Quoting queries on one long line."""
+    small = 100_000 if quick else 250_000
+    lines = [
+        f"Linearity: CPU time at {small / 1e6:g} MB and at 4x that, best of 3; linear is about "
+        "4x, quadratic 16x (tests/dsml/test_linear_time.py counts calls on the same shapes):",
+        "",
+        "| what | shape | ms (1x) | ms (4x) | ratio |",
+        "|---|---|---:|---:|---:|",
+    ]
+
+    def row(what: str, shape: str, run: Callable[[str], object], make: Callable[[int], str]):
+        a, b = make(small), make(4 * small)
+        t_a = min(_cpu(lambda: run(a)) for _ in range(3))
+        t_b = min(_cpu(lambda: run(b)) for _ in range(3))
+        lines.append(
+            f"| {what} | {shape} | {t_a * 1e3:,.1f} | {t_b * 1e3:,.1f} | "
+            f"{t_b / max(t_a, 1e-6):.1f}x |"
+        )
+
+    for name, build in SHAPES.items():
+        row("grade_text", name, lambda text: grade_text(text, finish_reason="stop"), build)
+    python_scan = _in_python(lambda text: grade_text(text, finish_reason="stop"))
+    for name in ("repeated invoke openers", "damaged markers", "angle soup", "random unicode"):
+        row("grade_text, all in Python", name, python_scan, SHAPES[name])
+
+    def quoting(line: str) -> object:
+        q = Quoting(line)
+        return sum(q.covers(i) for i in range(4, len(line), 8))
+
+    row(
+        "Quoting.covers every 8th offset",
+        "`x` <y> repeated",
+        quoting,
+        lambda n: "`x` <y> " * (n // 8),
+    )
+    return "\n".join(lines)
+
+
+def _cpu(fn: Callable[[], object]) -> float:
+    t0 = time.thread_time()
+    fn()
     return time.thread_time() - t0

@@ -83,6 +83,40 @@ def sel(metric: str, extra: str = "", rank: bool = False) -> str:
     return f"{metric}{{{', '.join(matchers)}}}"
 
 
+# SGLang's own series, read from SGLang's /metrics (its scrape job, variable $sglang_job), not
+# copied by the sidecar: tp_rank and SGLang's other labels intact. Both name prefixes match:
+# `sglang:` (SGLang's own exposition) and `sglang_` (setups that rename it, e.g. llm-d's).
+# The names panels may read; tests/obs checks the simulator serves every one.
+SGLANG_SERIES = frozenset(
+    {
+        "num_running_reqs",
+        "num_queue_reqs",
+        "token_usage",
+        "hicache_host_used_tokens",
+        "hicache_host_total_tokens",
+        "load_back_tokens_total",
+        "load_back_duration_seconds_sum",
+        "load_back_duration_seconds_count",
+        "time_to_first_token_seconds_bucket",
+    }
+)
+SGLANG_PREFIX = "sglang(:|_)"
+
+
+def sglang_sel(series: str, extra: str = "") -> str:
+    """``{__name__=~"sglang(:|_)<series>", job=~"$sglang_job"[, extra]}``."""
+    if series not in SGLANG_SERIES:
+        raise KeyError(f"{series!r} is not in SGLANG_SERIES (dashboards/common.py)")
+    matchers = [f'__name__=~"{SGLANG_PREFIX}{series}"', 'job=~"$sglang_job"']
+    if extra:
+        matchers.append(extra)
+    return "{" + ", ".join(matchers) + "}"
+
+
+def sglang_rate(series: str, extra: str = "") -> str:
+    return f"rate({sglang_sel(series, extra)}[$__rate_interval])"
+
+
 def rate(metric: str, extra: str = "", rank: bool = False) -> str:
     """``rate(<sel>[$__rate_interval])``: the rate window Grafana sizes to the scrape interval."""
     return f"rate({sel(metric, extra, rank)}[$__rate_interval])"
@@ -115,10 +149,10 @@ def _query_variable(name: str, label: str, query: str, description: str) -> Quer
 
 
 def variables(
-    rank_metric: str | None, kubernetes: bool = False
+    rank_metric: str | None, kubernetes: bool = False, sglang: bool = False
 ) -> list[cogbuilder.Builder[dm.VariableModel]]:
     """datasource, job, instance (and rank, from ``rank_metric``; namespace and deployment
-    when ``kubernetes``) variables, in that order."""
+    when ``kubernetes``; SGLang's own scrape job when ``sglang``) variables, in that order."""
     out: list[cogbuilder.Builder[dm.VariableModel]] = [
         DatasourceVariable("datasource")
         .label("Data source")
@@ -157,6 +191,16 @@ def variables(
                     name, label, f'label_values({_IDENTITY}{{job=~"$job"}}, {name})', what
                 ).all_value(".*")
             )
+    if sglang:
+        out.append(
+            _query_variable(
+                "sglang_job",
+                "SGLang job",
+                f'label_values({{__name__=~"{SGLANG_PREFIX}num_running_reqs"}}, job)',
+                "Scrape job(s) of SGLang's own /metrics (--enable-metrics), read for its queue, "
+                "running requests, token usage, TTFT and HiCache series.",
+            )
+        )
     return out
 
 
@@ -201,6 +245,7 @@ class Board:
     description: str
     rank_metric: str | None
     kubernetes: bool = False
+    sglang: bool = False  # reads SGLang's own series (the $sglang_job variable)
     _next_id: int = 1
     _dash: Dashboard = field(init=False)
 
@@ -216,7 +261,7 @@ class Board:
             .refresh("1m")
             .timezone("browser")
             .timepicker(TimePicker().refresh_intervals(["30s", "1m", "5m", "15m"]))
-            .variables(variables(self.rank_metric, self.kubernetes))
+            .variables(variables(self.rank_metric, self.kubernetes, self.sglang))
             .link(
                 DashboardLink("DSV4 dashboards")
                 .type(dm.DashboardLinkType.DASHBOARDS)

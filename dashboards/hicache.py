@@ -12,6 +12,8 @@ from dashboards.common import (
     increase_range,
     rate,
     sel,
+    sglang_rate,
+    sglang_sel,
     target,
     up_down_mappings,
 )
@@ -28,6 +30,7 @@ def build() -> dm.Dashboard:
         "The HiCache index-K transfer race, as the in-process probe sees it: index-K reads that "
         "were (not) ordered after their layer's host-to-device load, and the gap between them.",
         rank_metric="dsv4_probe_up",
+        sglang=True,
     )
 
     b.row("Index-K reads")
@@ -134,13 +137,14 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "HiCache host pool usage",
-        "Host (CPU) cache tokens used / total, from SGLang's own HiCache metrics.",
+        "Host (CPU) cache tokens used / total, from SGLang's own /metrics "
+        "(sglang:hicache_host_used_tokens / hicache_host_total_tokens, per TP rank).",
         "percentunit",
         [
             target(
-                f"{sel('dsv4_sglang_hicache_host_used_tokens')}\n/\n"
-                f"{sel('dsv4_sglang_hicache_host_total_tokens')}",
-                "{{instance}}",
+                f"max by (instance, tp_rank) ({sglang_sel('hicache_host_used_tokens')})\n/\n"
+                f"max by (instance, tp_rank) ({sglang_sel('hicache_host_total_tokens')})",
+                "{{instance}} · tp {{tp_rank}}",
             )
         ],
         min_val=0,
@@ -247,11 +251,12 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Load-back tokens by pool",
-        "Tokens SGLang loaded back from host to device per second (sglang:load_back_tokens_total).",
+        "Tokens SGLang loaded back from host to device per second, from SGLang's own /metrics "
+        "(sglang:load_back_tokens_total).",
         "short",
         [
             target(
-                f"sum by (instance, pool) ({rate('dsv4_sglang_hicache_load_back_tokens_total')})",
+                f"sum by (instance, pool) ({sglang_rate('load_back_tokens_total')})",
                 "{{pool}} · {{instance}}",
             )
         ],
@@ -259,12 +264,13 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Mean load-back duration",
-        "Seconds per load-back operation: duration total over load-backs, per rate window.",
+        "Seconds per load-back operation, from SGLang's own histogram "
+        "(sglang:load_back_duration_seconds sum over count, per rate window).",
         "s",
         [
             target(
-                f"{rate('dsv4_sglang_hicache_load_back_duration_seconds_total')}\n/\n"
-                f"{rate('dsv4_sglang_hicache_load_backs_total')}",
+                f"sum by (instance) ({sglang_rate('load_back_duration_seconds_sum')})\n/\n"
+                f"sum by (instance) ({sglang_rate('load_back_duration_seconds_count')})",
                 "{{instance}}",
             )
         ],

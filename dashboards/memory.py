@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards.common import ALERTS, Board, sel, target
+from dashboards.common import ALERTS, Board, sel, sglang_rate, sglang_sel, target
 
 A = ALERTS
+# Panels only a sidecar beside vLLM fills (tests/obs: empty beside SGLang, filled beside vLLM).
+VLLM_PANELS = ("vLLM KV cache usage, capacity and waiting", "vLLM")
 FORECAST = (
     f"predict_linear({sel('dsv4_gpu_memory_free_bytes', rank=True)}"
     f"[{A.gpu_fill_lookback}], {A.gpu_fill_horizon_seconds})"
@@ -19,6 +21,7 @@ def build() -> dm.Dashboard:
         "Per-rank GPU memory and the DeepSeek-V4 KV-pool over-commit: what SGLang's "
         "configurator planned against what the pools really allocate, and the reserve it eats.",
         rank_metric="dsv4_gpu_memory_total_bytes",
+        sglang=True,
     )
 
     b.row("GPU memory (NVML, polled)")
@@ -84,7 +87,7 @@ def build() -> dm.Dashboard:
         "GPUs visible",
         "GPUs NVML sees per sidecar; a drop fires DSV4GPUCountDropped.",
         "short",
-        [target(sel("dsv4_gpu_count"), "{{instance}}", instant=True)],
+        [target(sel("dsv4_gpus_visible"), "{{instance}}", instant=True)],
     )
 
     b.row("KV pools: plan vs allocation")
@@ -176,13 +179,15 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Running requests",
-        "Requests the engine is running (SGLang's, or vLLM's beside a vLLM server): memory "
-        "pressure beyond the pools grows with them (lower --max-running-requests, vLLM "
-        "--max-num-seqs, to buy headroom).",
+        "Requests the engine is running: SGLang's own /metrics (sglang:num_running_reqs, "
+        "summed over DP ranks), or beside vLLM the sidecar's dsv4_vllm_running_requests: "
+        "memory pressure beyond the pools grows with them (lower --max-running-requests, "
+        "vLLM --max-num-seqs, to buy headroom).",
         "short",
         [
             target(
-                f"{sel('dsv4_sglang_running_requests')} or {sel('dsv4_vllm_running_requests')}",
+                f"sum by (instance) ({sglang_sel('num_running_reqs')}) or "
+                f"{sel('dsv4_vllm_running_requests')}",
                 "{{instance}}",
             )
         ],
@@ -310,56 +315,35 @@ def build() -> dm.Dashboard:
         hidden_columns=("Time", "__name__", "Value"),
     )
 
-    b.row("Engine: KV figures as the engine reports them (SGLang's or vLLM's)")
+    b.row("Engine: vLLM's KV cache beside a vLLM server (the footprint is not modelled there)")
     b.timeseries(
-        "Engine KV usage",
-        "KV usage 0-1 as the engine reports it: sglang:token_usage (max over ranks), or beside "
-        "vLLM vllm:kv_cache_usage_perc (the fullest engine core). Next to NVML's memory above; "
-        "beside vLLM the footprint is not modelled (dsv4_engine_info footprint label).",
-        "percentunit",
-        [
-            target(
-                f"{sel('dsv4_sglang_token_usage_ratio')} or "
-                f"{sel('dsv4_vllm_kv_cache_usage_ratio')}",
-                "usage · {{instance}}",
-            )
-        ],
-        min_val=0,
-        max_val=1,
-    )
-    b.timeseries(
-        "Engine KV capacity and waiting requests",
-        "Tokens the engine's KV cache holds (SGLang's max_total_num_tokens, or vLLM's "
-        "cache_config_info kv_cache_size_tokens, else num_gpu_blocks x block_size) and the "
-        "requests waiting for it (SGLang's queue, vLLM's waiting).",
+        "vLLM KV cache usage, capacity and waiting",
+        "Beside vLLM, its own figures next to NVML's memory above: KV usage "
+        "(vllm:kv_cache_usage_perc, the fullest engine core), the tokens its KV cache holds "
+        "(cache_config_info kv_cache_size_tokens, else num_gpu_blocks x block_size) and the "
+        "waiting requests. Empty beside SGLang, whose pools the footprint rows price.",
         "short",
         [
-            target(
-                f"{sel('dsv4_sglang_max_total_num_tokens')} or "
-                f"{sel('dsv4_vllm_kv_cache_capacity_tokens')}",
-                "capacity tokens · {{instance}}",
-            ),
-            target(
-                f"{sel('dsv4_sglang_queued_requests')} or {sel('dsv4_vllm_waiting_requests')}",
-                "waiting · {{instance}}",
-            ),
+            target(sel("dsv4_vllm_kv_cache_usage_ratio"), "usage 0-1 · {{instance}}"),
+            target(sel("dsv4_vllm_kv_cache_capacity_tokens"), "capacity tokens · {{instance}}"),
+            target(sel("dsv4_vllm_waiting_requests"), "waiting · {{instance}}"),
         ],
         min_val=0,
     )
     b.table(
         "Engine",
-        "Which engine the sidecar sits beside and how it knows (configured or discovered), "
-        "whether its KV footprint is modelled; the server's release and model; beside vLLM its "
-        "cache configuration (block size, GPU blocks, cache dtype).",
+        "Which engine the sidecar sits beside, how it knows (configured or discovered) and "
+        "whether its KV footprint is modelled (dsv4_engine_info).",
+        [target(sel("dsv4_engine_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+    b.table(
+        "vLLM",
+        "Beside vLLM: its release and served model (/version, /v1/models) and its cache "
+        "configuration (block size, GPU blocks, cache dtype: vllm:cache_config_info).",
         [
-            target(
-                f"{sel('dsv4_vllm_cache_config_info')} or {sel('dsv4_engine_info')}",
-                instant=True,
-                fmt="table",
-            ),
-            target(
-                f"{sel('dsv4_sglang_info')} or {sel('dsv4_vllm_info')}", instant=True, fmt="table"
-            ),
+            target(sel("dsv4_vllm_info"), instant=True, fmt="table"),
+            target(sel("dsv4_vllm_cache_config_info"), instant=True, fmt="table"),
         ],
         hidden_columns=("Time", "__name__", "Value"),
     )
@@ -393,10 +377,14 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "KV token usage and queue",
-        "sglang:token_usage (0-1, max over ranks) and queued requests: a full pool queues.",
+        "SGLang's own sglang:token_usage (0-1) per TP rank, against the mem_fraction_static "
+        "it runs with: a full pool queues.",
         "percentunit",
         [
-            target(sel("dsv4_sglang_token_usage_ratio"), "usage · {{instance}}"),
+            target(
+                f"max by (instance, tp_rank) ({sglang_sel('token_usage')})",
+                "usage · {{instance}} · tp {{tp_rank}}",
+            ),
             target(
                 sel("dsv4_sglang_mem_fraction_static_ratio"), "mem_fraction_static · {{instance}}"
             ),
@@ -406,9 +394,25 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Queued requests",
-        "Requests waiting in SGLang's queue (sglang:num_queue_reqs, summed over DP ranks).",
+        "Requests waiting in SGLang's queue, from SGLang's own /metrics (sglang:num_queue_reqs, "
+        "summed over DP ranks).",
         "short",
-        [target(sel("dsv4_sglang_queued_requests"), "{{instance}}")],
+        [target(f"sum by (instance) ({sglang_sel('num_queue_reqs')})", "{{instance}}")],
+        min_val=0,
+    )
+    b.timeseries(
+        "Time to first token",
+        "SGLang's own TTFT histogram (sglang:time_to_first_token_seconds): p50 and p99 per "
+        "engine. Rising with the over-commit and the queue: the reserve is gone.",
+        "s",
+        [
+            target(
+                f"histogram_quantile({q}, sum by (instance, le) "
+                f"({sglang_rate('time_to_first_token_seconds_bucket')}))",
+                f"p{int(q * 100)} · {{{{instance}}}}",
+            )
+            for q in (0.5, 0.99)
+        ],
         min_val=0,
     )
     b.timeseries(

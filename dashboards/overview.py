@@ -114,8 +114,7 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Source errors",
-        "Poll failures per second by source and reason, and samples dropped past a family's "
-        "cap.",
+        "Poll failures per second by source and reason, and samples dropped past a family's cap.",
         "ops",
         [
             target(

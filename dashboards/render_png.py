@@ -1,12 +1,15 @@
 """Render the dashboards' key panels as PNG pictures from a demo run (docs/img/).
 
 Runs the demo stack (simulated SGLang in the risky configuration, the sidecar with its tap,
-probe files and a real Prometheus), drives the same ramping load, then draws what on-call
-would see from Prometheus range queries with matplotlib: the queries are the dashboards' own
-(from ``dashboards.queries``), so a picture cannot drift from the panel it shows. The demo's
-terminal summary is drawn too. Needs the `prometheus` binary and matplotlib (dev extra).
+probe files and a real Prometheus), drives the demo's own load (``exporter.demo.drive``), then
+draws what on-call would see from Prometheus range queries with matplotlib: the queries are the
+dashboards' own (from ``dashboards.queries``), so a picture cannot drift from the panel it
+shows. The demo's terminal summary is drawn too. The same run's numbers and the pictures'
+digests go to docs/img/demo-run.json, and README.md's demo paragraph is rewritten from it
+(``dashboards.readme``, whose ``--check`` keeps the three in step). Needs the `prometheus`
+binary and matplotlib (dev extra).
 
-    python -m dashboards.render_png [--seconds 150] [--out docs/img]
+    python -m dashboards.render_png [--seconds 180] [--out docs/img]
 """
 
 from __future__ import annotations
@@ -15,15 +18,29 @@ import argparse
 import asyncio
 import http.client
 import json
-import threading
 import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from exporter.demo import DemoOptions, read_snapshot, render, start_stack
-from exporter.loadgen import LoadGenerator
+from dashboards import readme
+from exporter.demo import (
+    DemoOptions,
+    LoadState,
+    Snapshot,
+    drive,
+    read_snapshot,
+    render,
+    start_stack,
+)
 from exporter.units import GIB
+
+PICTURES = (
+    "demo-terminal.png",
+    "memory-overcommit.png",
+    "tool-call-corruption.png",
+    "hicache-transfer-gap.png",
+)
 
 BUCKETS = ("1", "4", "8", "16", "32", "64", "128")
 
@@ -58,13 +75,46 @@ def _series(
         ax.plot(xs, ys, label=f"{prefix}{name}" if (label_key or prefix) else None)
 
 
-def _drive(port: int, seconds: float, levels: tuple[int, ...], stop: threading.Event) -> None:
-    gen = LoadGenerator(f"http://127.0.0.1:{port}", stream=True, timeout=60)
-    per = seconds / len(levels)
-    for level in levels:
-        if stop.is_set():
+async def _load(stack: Any, opts: DemoOptions, seconds: float) -> None:
+    """The demo's load for ``seconds``, then let the in-flight answers finish."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(drive(stack, opts, LoadState(), stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    await asyncio.wait_for(task, timeout=120)
+
+
+def _settle(prom: int, after: float, timeout: float = 30) -> None:
+    """Until Prometheus has scraped the sidecar after ``after`` (the load's end)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = _query(prom, 'timestamp(up{job="dsv4-sidecar"})')
+        if rows and float(rows[0]["value"][1]) > after:
             return
-        asyncio.run(gen.run_level(level, duration=per))
+        time.sleep(0.5)
+
+
+def _first_firing(prom: int, t0: float, t1: float) -> dict[str, float]:
+    """Alert name -> seconds from the start of the load until it first fired."""
+    out: dict[str, float] = {}
+    for r in _query_range(prom, 'ALERTS{alertstate="firing"}', t0, t1):
+        first = min(float(t) for t, _ in r["values"]) - t0
+        name = r["metric"]["alertname"]
+        out[name] = round(min(out.get(name, first), first), 1)
+    return out
+
+
+def record(snap: Snapshot, seconds: float, fired: dict[str, float], out: Path) -> dict[str, Any]:
+    """What the README quotes from this run, with the digests of the pictures drawn from it."""
+    return {
+        "seconds": round(seconds),
+        "overcommit_bytes": snap.overcommit,
+        "reserve_bytes": snap.reserve,
+        "by_concurrency": snap.by_bucket,
+        "by_length": snap.by_length,
+        "first_firing_s": dict(sorted(fired.items())),
+        "pictures": {name: readme.digest(out / name) for name in PICTURES},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,38 +126,41 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--seconds", type=float, default=150.0, help="load duration")
+    ap.add_argument("--seconds", type=float, default=180.0, help="load duration")
     ap.add_argument("--out", type=Path, default=Path("docs/img"))
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    levels = (1, 4, 8, 16, 32, 64, 96)
-    stack = start_stack(DemoOptions(levels=levels))
+    opts = DemoOptions()
+    stack = start_stack(opts)
     if "prometheus" not in stack.ports:
         stack.stop()
         raise SystemExit("prometheus is not installed: apt-get install prometheus")
     prom = stack.ports["prometheus"]
-    stop = threading.Event()
     t0 = time.time()
     try:
-        _drive(stack.ports["tap"], args.seconds, levels, stop)
-        time.sleep(6)  # last scrapes and rule evaluations
+        asyncio.run(_load(stack, opts, args.seconds))
         t1 = time.time()
-        _render_terminal(plt, stack, args.out, t1 - t0)
+        _settle(prom, t1)
+        snap = read_snapshot(stack)
+        _render_terminal(plt, stack, snap, args.out, t1 - t0)
         _render_memory(plt, prom, t0, t1, args.out)
         _render_corruption(plt, prom, t0, t1, args.out)
         _render_hicache(plt, prom, t0, t1, args.out)
+        run = record(snap, t1 - t0, _first_firing(prom, t0, t1), args.out)
     finally:
-        stop.set()
         stack.stop()
-    print(f"wrote pictures to {args.out}")
+    (args.out / readme.RECORD.name).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote pictures and {readme.RECORD.name} to {args.out}")
+    if args.out.resolve() == readme.IMG:
+        return readme.main([])
     return 0
 
 
-def _render_terminal(plt: Any, stack: Any, out: Path, elapsed: float) -> None:
+def _render_terminal(plt: Any, stack: Any, snap: Snapshot, out: Path, elapsed: float) -> None:
     from rich.console import Console
 
     console = Console(record=True, width=92, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(render(stack, read_snapshot(stack), 96, elapsed))
+    console.print(render(stack, snap, 96, elapsed))
     text = console.export_text()
     lines = text.splitlines()
     fig = plt.figure(figsize=(9.6, 0.19 * len(lines) + 0.4), facecolor="#1e1e1e")

@@ -25,6 +25,7 @@ from prometheus_client.core import Metric
 from exporter import __version__
 from exporter.config import SidecarSettings
 from exporter.dsml import KERNEL as DSML_KERNEL
+from exporter.dsml import accel as dsml_accel
 from exporter.dsml.dialect import resolve_dialect
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
@@ -245,9 +246,15 @@ class Sidecar:
         self.exposition.start()
         self.pipeline.start()
         if DSML_KERNEL != "c":
+            why = dsml_accel.WHY or (
+                "its C accelerator was not built (no C compiler at install time)"
+                if not dsml_accel.available()
+                else f"{dsml_accel.ENV} chose it"
+            )
             log.warning(
-                "the DSML grader runs in pure Python: its C accelerators were not built (no C "
-                "compiler at install time); grading is slower, results are the same"
+                "the DSML grader's text passes run in pure Python: %s; grading is slower on "
+                "clean text, results are the same",
+                why,
             )
         port = self.settings.tap_port
         if self.tap is not None and port is not None:  # the tap exists only with a port

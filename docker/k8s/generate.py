@@ -8,6 +8,11 @@
   file order. ``alerts/tests/`` (promtool unit tests) is not read.
 - ``generated/dashboards.yaml``: one ConfigMap per ``dashboards/*.json``, labelled
   ``grafana_dashboard: "1"`` so Grafana's dashboard sidecar (kube-prometheus-stack) loads it.
+- ``docker/k8s-join/generated/``: the kustomize Component's patches and PodMonitor, which add
+  the sidecar to a workload someone else deployed. The container, its volumes and the scrape
+  relabelings are read from ``deployment.yaml`` and ``servicemonitor.yaml`` here (one place):
+  only what joining changes is set below (port names that cannot clash with the workload's,
+  the model from a preset instead of a mounted config.json, the probe volume).
 
 With no rule files the PrometheusRule has no groups, and with no dashboards the file is an empty
 ``v1/List``: both still apply cleanly, and their headers say why they are empty.
@@ -30,7 +35,9 @@ import yaml
 from exporter import generated
 
 ROOT = Path(__file__).resolve().parents[2]
-OUT_DIR = Path(__file__).resolve().parent / "generated"
+K8S_DIR = Path(__file__).resolve().parent
+OUT_DIR = K8S_DIR / "generated"
+JOIN_OUT_DIR = K8S_DIR.parent / "k8s-join" / "generated"
 RULES_OUT = "prometheusrule.yaml"
 DASHBOARDS_OUT = "dashboards.yaml"
 
@@ -192,10 +199,185 @@ def stale(rendered: dict[str, str], out_dir: Path = OUT_DIR) -> list[str]:
     return generated.stale({out_dir / name: text for name, text in rendered.items()})
 
 
+# --- the join Component (docker/k8s-join) ------------------------------------------------------
+SIDECAR = "dsv4-sidecar"
+# Port names are unique per pod: the workload's own containers may already use `metrics`.
+JOIN_PORTS = {"metrics": "dsv4-metrics", "tap": "dsv4-tap"}
+# Volumes the sidecar brings along (the weights volume is the workload's: joining uses a preset).
+JOIN_VOLUMES = ("dsv4-probe", "samples-token", "sidecar-tmp")
+# The ConfigMap the Component generates (model preset and any DSV4_SIDECAR_* a user adds).
+JOIN_ENV_CONFIGMAP = "dsv4-sidecar-join"
+# SGLang's own /metrics, scraped beside the sidecar's (`--enable-metrics` on its HTTP port).
+SGLANG_METRICS_PORT = 30000
+# Where each kind keeps its pod templates. A LeaderWorkerSet's leaderTemplate is optional
+# (the leader then uses workerTemplate), so it is patched only when the workload says it has one.
+# leaderworkerset.sigs.k8s.io/worker-index as a Prometheus meta label.
+LWS_WORKER_INDEX_LABEL = "leaderworkerset_sigs_k8s_io_worker_index"
+LWS_TEMPLATES = {
+    "worker": "/spec/leaderWorkerTemplate/workerTemplate",
+    "leader": "/spec/leaderWorkerTemplate/leaderTemplate",
+}
+
+
+def _load_one(path: Path, kind: str) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    (obj,) = [d for d in docs if d.get("kind") == kind]
+    return obj
+
+
+def join_container(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
+    """The sidecar container of ``deployment.yaml``, adapted to a pod it does not own."""
+    pod = _load_one(k8s_dir / "deployment.yaml", "Deployment")["spec"]["template"]["spec"]
+    (c,) = [dict(c) for c in pod["containers"] if c["name"] == SIDECAR]
+    c["envFrom"] = [
+        *c.get("envFrom", []),
+        {"configMapRef": {"name": JOIN_ENV_CONFIGMAP}},
+    ]
+    # The workload's SGLANG_* switches: optional, since an existing workload sets them on its
+    # own container; create dsv4-deployment-env (docker/k8s/configmap.yaml) to share them.
+    for ref in c["envFrom"]:
+        if ref["configMapRef"]["name"] == "dsv4-deployment-env":
+            ref["configMapRef"] = {**ref["configMapRef"], "optional": True}
+    c["env"] = [e for e in c["env"] if e["name"] != "DSV4_SIDECAR_MODEL_CONFIG_PATH"]
+    c["ports"] = [{**p, "name": JOIN_PORTS[p["name"]]} for p in c["ports"]]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        c[probe] = {**c[probe], "httpGet": {**get, "port": JOIN_PORTS[get["port"]]}}
+    c["volumeMounts"] = [v for v in c["volumeMounts"] if v["name"] in JOIN_VOLUMES]
+    return c
+
+
+def join_volumes(k8s_dir: Path = K8S_DIR) -> list[dict[str, Any]]:
+    pod = _load_one(k8s_dir / "deployment.yaml", "Deployment")["spec"]["template"]["spec"]
+    return [v for v in pod["volumes"] if v["name"] in JOIN_VOLUMES]
+
+
+def join_worker_container(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
+    """On a LeaderWorkerSet every node's pod gets a sidecar for its own GPUs: its node rank is
+    the pod's worker index, and only the leader serves SGLang's HTTP API, at the address the
+    LeaderWorkerSet controller injects as LWS_LEADER_ADDRESS (expanded in args, which see
+    the container's whole environment)."""
+    c = join_container(k8s_dir)
+    c["args"] = [*c["args"], "--sglang-url", f"http://$(LWS_LEADER_ADDRESS):{SGLANG_METRICS_PORT}"]
+    c["env"] = [e for e in c["env"] if e["name"] != "DSV4_SIDECAR_SGLANG_URL"] + [
+        {
+            "name": "DSV4_SIDECAR_NODE_RANK",
+            "valueFrom": {
+                "fieldRef": {
+                    "fieldPath": "metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
+                }
+            },
+        }
+    ]
+    return c
+
+
+def _json_patch(template: str, container: dict[str, Any], volumes: list[dict[str, Any]]):
+    """JSON 6902 operations appending the sidecar after the workload's containers (so the
+    workload's stays the pod's first, `kubectl logs`' default) and, when given, its volumes:
+    kustomize has no schema for a CRD's pod templates, so a strategic merge would replace the
+    workload's lists instead of appending to them."""
+    ops: list[dict[str, Any]] = [
+        {"op": "add", "path": f"{template}/spec/containers/-", "value": container}
+    ]
+    ops += [{"op": "add", "path": f"{template}/spec/volumes/-", "value": v} for v in volumes]
+    return ops
+
+
+def _volumes_patch(kind: str, volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A strategic merge patch of the volumes (merged by name into the workload's, created when
+    it has none, which a JSON 6902 append cannot do)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": "selected-by-label"},
+        "spec": {"template": {"spec": {"volumes": volumes}}},
+    }
+
+
+def render_pod_monitor(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
+    """One PodMonitor for every pod that has the sidecar's port (the operator keeps only pods
+    with a container port of that name, so the empty selector finds exactly the joined pods):
+    the sidecar's /metrics as job dsv4-sidecar, and SGLang's own /metrics on the same pod as
+    job sglang, with every SGLang label (tp_rank, ...) kept. Relabelings: the ServiceMonitor's."""
+    sm = _load_one(k8s_dir / "servicemonitor.yaml", "ServiceMonitor")
+    (endpoint,) = [e for e in sm["spec"]["endpoints"] if e["port"] == "metrics"]
+    relabel = [r for r in endpoint["relabelings"] if r.get("targetLabel") != "job"]
+
+    def job(name: str) -> dict[str, Any]:
+        return {"action": "replace", "targetLabel": "job", "replacement": name}
+
+    timing = {k: endpoint[k] for k in ("interval", "scrapeTimeout")}
+    sglang = [
+        # Only the pod that serves HTTP: a LeaderWorkerSet's workers (index > 0) do not.
+        {
+            "action": "drop",
+            "sourceLabels": [
+                "__meta_kubernetes_pod_label_leaderworkerset_sigs_k8s_io_worker_index"
+            ],
+            "regex": "[1-9][0-9]*",
+        },
+        {
+            "action": "replace",
+            "sourceLabels": ["__meta_kubernetes_pod_ip"],
+            "regex": "(.+)",
+            "targetLabel": "__address__",
+            "replacement": f"$1:{SGLANG_METRICS_PORT}",
+        },
+    ]
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": "dsv4-sidecar-join", "labels": {"app.kubernetes.io/name": SIDECAR}},
+        "spec": {
+            "selector": {},
+            "podMetricsEndpoints": [
+                {
+                    "port": JOIN_PORTS["metrics"],
+                    "path": "/metrics",
+                    **timing,
+                    "relabelings": [job("dsv4-sidecar"), *relabel],
+                },
+                {
+                    "port": JOIN_PORTS["metrics"],
+                    "path": "/metrics",
+                    **timing,
+                    "relabelings": [*sglang, job("sglang"), *relabel],
+                },
+            ],
+        },
+    }
+
+
+def render_join(k8s_dir: Path = K8S_DIR) -> dict[str, str]:
+    """File name (under docker/k8s-join/generated/) -> text."""
+    header = (
+        "# Generated by docker/k8s/generate.py (`make k8s`) from docker/k8s/deployment.yaml and\n"
+        "# docker/k8s/servicemonitor.yaml; do not edit by hand.\n"
+    )
+    volumes = join_volumes(k8s_dir)
+    out = {
+        "deployment-volumes.yaml": _dump(_volumes_patch("Deployment", volumes)),
+        "statefulset-volumes.yaml": _dump(_volumes_patch("StatefulSet", volumes)),
+        "pod-template-container.yaml": _dump(
+            _json_patch("/spec/template", join_container(k8s_dir), [])
+        ),
+        "podmonitor.yaml": _dump(render_pod_monitor(k8s_dir)),
+    }
+    for role, template in LWS_TEMPLATES.items():
+        out[f"lws-{role}-patch.yaml"] = _dump(
+            _json_patch(template, join_worker_container(k8s_dir), volumes)
+        )
+    return {name: header + text for name, text in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = generated.parser(__doc__).parse_args(argv)
     return generated.main(
-        lambda: {OUT_DIR / name: text for name, text in render_all().items()},
+        lambda: {
+            **{OUT_DIR / name: text for name, text in render_all().items()},
+            **{JOIN_OUT_DIR / name: text for name, text in render_join().items()},
+        },
         "k8s",
         check=args.check,
         name="docker/k8s/generate.py",

@@ -8,13 +8,15 @@ A pure library (text in, verdict out; no I/O, no logging). Entry points:
 - :func:`grade_tool_calls` — parsed tool calls alone.
 - :class:`StreamingGrader` / :class:`StreamingResponseGrader` — the same, fed chunk by chunk.
 - :data:`VERDICTS` and :data:`REASONS` — the closed label sets for metrics (pre-create at 0).
-- :data:`KERNEL` — ``c`` when the grader's hot passes run compiled (the text checks,
-  exporter/dsml/_textscan.c, and the grammar, _grammar.c), ``python`` when the install had no C
-  compiler (same results, slower); :data:`TEXTCHECK_KERNEL` and :data:`GRAMMAR_KERNEL` each.
+- :data:`KERNEL` — ``c`` when the grader's character-level passes run compiled
+  (exporter/dsml/_textscan.c), ``python`` when the install had no C compiler or
+  ``DSV4_DSML_KERNEL=python`` (same results, slower); chosen at import by :mod:`accel`.
 
 See ``docs/dsml-grading.md`` for every verdict, reason code and threshold.
 """
 
+from exporter.dsml import accel
+from exporter.dsml.assemble import Assembled, Assembler, reassemble
 from exporter.dsml.catalog import (
     DEGENERATE,
     ERROR,
@@ -30,36 +32,24 @@ from exporter.dsml.catalog import (
 )
 from exporter.dsml.encode import render_block, render_completion, render_invoke
 from exporter.dsml.grader import grade_text
-from exporter.dsml.openai import (
-    Assembled,
-    Assembler,
-    StreamingResponseGrader,
-    grade_openai_response,
-    grade_tool_calls,
-    reassemble,
-)
+from exporter.dsml.openai import StreamingResponseGrader, grade_openai_response, grade_tool_calls
 from exporter.dsml.result import ChannelSpan, Finding, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet, ToolSpec
 from exporter.dsml.streaming import StreamingGrader
-from exporter.dsml.structure import KERNEL as GRAMMAR_KERNEL
-from exporter.dsml.textcheck import KERNEL as TEXTCHECK_KERNEL
 from exporter.dsml.thresholds import DEFAULT_MAX_CHARS
 
-# both compiled, or the reference somewhere (a build that lost one module is reported as such)
-KERNEL = "c" if TEXTCHECK_KERNEL == GRAMMAR_KERNEL == "c" else "python"
+KERNEL: str = accel.kernel()
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
     "DEGENERATE",
     "ERROR",
     "FAMILIES",
-    "GRAMMAR_KERNEL",
     "KERNEL",
     "NO_TOOL_CALL",
     "REASONS",
     "REASON_SPECS",
     "SUSPECT",
-    "TEXTCHECK_KERNEL",
     "TRUNCATED",
     "VERDICTS",
     "WELL_FORMED",

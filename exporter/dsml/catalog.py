@@ -100,6 +100,9 @@ _SPECS: tuple[ReasonSpec, ...] = (
 REASON_SPECS: dict[str, ReasonSpec] = {s.code: s for s in _SPECS}
 REASONS: tuple[str, ...] = tuple(s.code for s in _SPECS)
 FAMILIES: tuple[str, ...] = ("marker", "structure", "attribute", "channel", "text", "end", "input")
+# finish_reason values that say the model ended the answer itself (SGLang says ``stop`` or
+# ``tool_calls``; a raw /generate meta says ``eos``): what empty_stop and cut_under_stop judge
+STOPS: tuple[str, ...] = ("stop", "tool_calls", "eos")
 HARD: frozenset[str] = frozenset(s.code for s in _SPECS if s.severity == "hard")
 SOFT: frozenset[str] = frozenset(s.code for s in _SPECS if s.severity == "soft")
 # Soft reasons about how the generation ended: ``finish_reason == "length"`` does not excuse them

@@ -11,14 +11,13 @@ from dataclasses import dataclass
 
 from exporter.dsml import engines, phenotypes
 from exporter.dsml import markers as m
-from exporter.dsml.catalog import ERROR, SUSPECT, WELL_FORMED
+from exporter.dsml.catalog import ERROR, STOPS, SUSPECT, WELL_FORMED
 from exporter.dsml.fastpath import parse_canonical
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet
 from exporter.dsml.soup import find_soup
 from exporter.dsml.structure import Parsed, parse_channel
-from exporter.dsml.structure import compiled as grammar_compiled
 from exporter.dsml.textcheck import check_text
 from exporter.dsml.thresholds import SOUP_MIN_PIECES
 from exporter.dsml.tokens import MAX_EVENTS, Event, Special, Tag, Think, scan
@@ -36,7 +35,6 @@ _GRAMMAR_ALIASES = {
     "v41": "v4.1",
 }
 _ASCII_EOS = f"<|end{m.LOW}of{m.LOW}sentence|>"
-_STOPS = ("stop", "tool_calls", "eos")
 
 
 def normalize_grammar(grammar: str | None) -> str | None:
@@ -184,7 +182,14 @@ def grade_kept(
         channels.extend(
             ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
         )
-    _end_reasons(sink, part, finish_reason, len(kept), empty=part.visible_empty)
+    parsed = part.parsed
+    end_reasons(
+        sink,
+        finish_reason,
+        len(kept),
+        in_block=parsed.open_at_end or bool(parsed.blocks),
+        empty=part.visible_empty and not parsed.dsml_seen,
+    )
     if gap is not None:
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
     calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
@@ -356,10 +361,8 @@ def analyze_content(
     def machine_report(code: str, start: int, end: int, detail: str, inside: bool) -> None:
         sink.add(code, start + base, end + base, block_channel if inside else channel, detail)
 
-    # the fast path pays only where the grammar runs in Python: compiled, the grammar is as
-    # fast on a well-formed block, and trying the fast path first would cost damaged input twice
-    fast = gap is None and not grammar_compiled()
-    parsed = parse_canonical(text, body_end, grammar, tools) if fast else None
+    # most outputs are well formed: the canonical pass parses them without the state machine
+    parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
     if parsed is None:
         parsed, n_events, last = parse_channel(
             text,
@@ -415,14 +418,16 @@ def partial_marker_at(text: str, end: int) -> int:
     return lt
 
 
-def _end_reasons(
-    sink: FindingSink, part: ContentPart, finish_reason: str | None, n: int, *, empty: bool
+def end_reasons(
+    sink: FindingSink, finish_reason: str | None, n: int, *, in_block: bool, empty: bool
 ) -> None:
-    parsed = part.parsed
-    if finish_reason == "length":  # every truncated verdict carries one of these two
-        if parsed.open_at_end or parsed.blocks:
+    """The reasons that say how the generation ended, for both graders: under ``length`` one of
+    ``length_in_block`` (a block or call had started) and ``length_no_call`` (every truncated
+    verdict carries one); under a stop, ``empty_stop`` when nothing visible came back."""
+    if finish_reason == "length":
+        if in_block:
             sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
         else:
             sink.add("length_no_call", n, n, "content", "finish_reason length")
-    elif finish_reason in _STOPS and empty and not parsed.dsml_seen:
+    elif finish_reason in STOPS and empty:
         sink.add("empty_stop", n, n, "content", f"finish_reason {finish_reason}")

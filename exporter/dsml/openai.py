@@ -1,5 +1,7 @@
 """Grade OpenAI-shaped responses: a chat completion, its SSE chunk objects, or raw SSE bytes.
 
+:mod:`exporter.dsml.assemble` rebuilds the channels; this module grades them.
+
 The server has already split the text into channels (reasoning_content, content, tool_calls),
 and lenient parsers hide damage: a broken block can pass through as content, an unparseable
 invoke can become ``{}``. So each channel is graded for what it is: reasoning as reasoning,
@@ -12,14 +14,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.dsml import phenotypes
 from exporter.dsml import thresholds as t
+from exporter.dsml.assemble import Assembled, AssembledCall, Assembler, reassemble
 from exporter.dsml.grader import (
     analyze_content,
     analyze_reasoning,
+    end_reasons,
     error_result,
     finish,
     grade_kept,
@@ -28,279 +31,11 @@ from exporter.dsml.grader import (
     sample_checks,
 )
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall
-from exporter.dsml.schema import ToolSet
+from exporter.dsml.schema import ToolSet, call_problems
 from exporter.dsml.soup import find_soup
-from exporter.dsml.streaming import HeadTail, TextDecoder
 from exporter.dsml.structure import name_problem, strict_json
 from exporter.dsml.textcheck import check_text, control_in
 from exporter.dsml.tokens import Special, Tag, scan
-
-MAX_CALLS = 128  # tool calls kept per response (indices beyond are dropped)
-_STOPS = ("stop", "tool_calls", "eos")
-
-
-@dataclass
-class _CallParts:
-    name: list[str] = field(default_factory=list)
-    arguments: HeadTail | None = None
-    parsed: dict[str, Any] | None = None  # arguments given as an object, not a string
-
-
-@dataclass(frozen=True)
-class AssembledCall:
-    name: str
-    arguments: str
-    cut: tuple[int, int] | None  # (offset in arguments, characters dropped) when oversized
-    given_as_object: bool = False
-
-
-@dataclass(frozen=True)
-class Assembled:
-    """A response reassembled into its channels (each kept within the size cap)."""
-
-    reasoning: str
-    content: str
-    calls: tuple[AssembledCall, ...]
-    finish_reason: str | None
-    reasoning_cut: tuple[int, int] | None = None
-    content_cut: tuple[int, int] | None = None
-    error: str | None = None
-    raw: bool = False  # a text completion: content is the raw completion (no server parsing)
-
-
-class Assembler:
-    """Rebuilds channels from a completion object, chunk objects or raw SSE text, in pieces.
-
-    ``feed_sse`` takes bytes or str split anywhere (inside a line, a UTF-8 character or a JSON
-    object); ``feed_chunk`` takes one decoded chunk object; ``feed_completion`` a whole
-    (non-streamed) response. ``result()`` gives the :class:`Assembled` channels.
-    """
-
-    def __init__(self, *, max_chars: int = t.DEFAULT_MAX_CHARS, choice: int = 0) -> None:
-        self.max_chars = max_chars
-        self.choice = choice
-        self.reasoning = HeadTail(max_chars)
-        self.content = HeadTail(max_chars)
-        self.calls: dict[int, _CallParts] = {}
-        self.finish_reason: str | None = None
-        self.error: str | None = None
-        self.done = False
-        self._decoder = TextDecoder()
-        self._line = ""
-        self._data: list[str] = []
-        self.raw = False  # a completions-API response: choices[].text is the raw completion
-        self._sse_events = 0  # data events seen (SSE input only)
-        self._sse_input = False
-
-    # --- raw SSE -----------------------------------------------------------------------------
-    def feed_sse(self, data: str | bytes | bytearray) -> None:
-        self._sse_input = True
-        text = self._line + self._decoder.decode(data)
-        lines = text.split("\n")
-        self._line = lines.pop()
-        if len(self._line) > 4 * self.max_chars + 65536:
-            self._fail("an SSE line exceeds the size cap")
-            self._line = ""
-        for line in lines:
-            self._sse_line(line)
-
-    def end_sse(self) -> None:
-        """The byte stream ended: flush a last line or event without its blank line."""
-        rest = self._line + self._decoder.flush()
-        self._line = ""
-        if rest:
-            self._sse_line(rest)
-        self._sse_line("")
-
-    def _sse_line(self, line: str) -> None:
-        if line.endswith("\r"):
-            line = line[:-1]
-        if not line:
-            if self._data:
-                payload = "\n".join(self._data)
-                self._data = []
-                self._sse_event(payload)
-            return
-        if line.startswith("data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(" ") else value)
-        # comments (":..."), event:, id: and retry: carry no text
-
-    def _sse_event(self, payload: str) -> None:
-        self._sse_events += 1
-        if payload.strip() == "[DONE]":
-            self.done = True
-            return
-        try:
-            obj = json.loads(payload)
-        except (ValueError, RecursionError):
-            self._fail("an SSE data line is not JSON")
-            return
-        self.feed_chunk(obj)
-
-    # --- objects -----------------------------------------------------------------------------
-    def feed_chunk(self, obj: object) -> None:
-        """One ``chat.completion.chunk`` object (``choices[i].delta``)."""
-        choice = self._choice(obj)
-        if choice is None:
-            return
-        delta = choice.get("delta")
-        if not isinstance(delta, Mapping):
-            delta = choice.get("message")
-        if isinstance(delta, Mapping):
-            self._apply(delta, streamed=True)
-        elif isinstance(choice.get("text"), str):  # completions API
-            self.raw = True
-            self.content.append(choice["text"])
-        self._finish_reason(choice)
-
-    def feed_completion(self, obj: object) -> None:
-        """A whole ``chat.completion`` (``choices[i].message``) or completions response."""
-        choice = self._choice(obj)
-        if choice is None:
-            return
-        message = choice.get("message")
-        if isinstance(message, Mapping):
-            self._apply(message, streamed=False)
-        elif isinstance(choice.get("text"), str):
-            self.raw = True
-            self.content.append(choice["text"])
-        self._finish_reason(choice)
-
-    def _choice(self, obj: object) -> Mapping[str, Any] | None:
-        if not isinstance(obj, Mapping):
-            self._fail(f"expected a JSON object, got {type(obj).__name__}")
-            return None
-        if "error" in obj and "choices" not in obj:
-            self._fail("the response is an error object")
-            return None
-        choices = obj.get("choices")
-        if not isinstance(choices, list):
-            self._fail("no choices list")
-            return None
-        for pos, choice in enumerate(choices):
-            if isinstance(choice, Mapping) and choice.get("index", pos) == self.choice:
-                return choice
-        return None  # a chunk for another choice (or usage-only): nothing to add
-
-    def _finish_reason(self, choice: Mapping[str, Any]) -> None:
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str):
-            self.finish_reason = reason
-
-    def _apply(self, delta: Mapping[str, Any], *, streamed: bool) -> None:
-        for key in ("reasoning_content", "reasoning"):
-            value = delta.get(key)
-            if isinstance(value, str):
-                self.reasoning.append(value)
-                break
-        self.content.append(_text_of(delta.get("content")))
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list):
-            for pos, call in enumerate(calls):
-                if isinstance(call, Mapping):
-                    index = call.get("index", pos) if streamed else pos + len(self.calls)
-                    self._apply_call(index, call)
-
-    def _apply_call(self, index: object, call: Mapping[str, Any]) -> None:
-        if not isinstance(index, int) or isinstance(index, bool):
-            return
-        parts = self.calls.get(index)
-        if parts is None:
-            if len(self.calls) >= MAX_CALLS:
-                return
-            parts = self.calls[index] = _CallParts()
-        fn = call.get("function")
-        if not isinstance(fn, Mapping):
-            return
-        name = fn.get("name")
-        if isinstance(name, str):
-            parts.name.append(name)
-        args = fn.get("arguments")
-        if isinstance(args, Mapping):
-            parts.parsed = dict(args)
-        elif isinstance(args, str):
-            if parts.arguments is None:
-                parts.arguments = HeadTail(self.max_chars)
-            parts.arguments.append(args)
-
-    def _fail(self, message: str) -> None:
-        if self.error is None:
-            self.error = message
-
-    def result(self) -> Assembled:
-        if self._sse_input and not self._sse_events:
-            self._fail("no SSE data events")
-        reasoning, r_gap, r_drop = self.reasoning.kept()
-        content, c_gap, c_drop = self.content.kept()
-        calls = []
-        for index in sorted(self.calls):
-            parts = self.calls[index]
-            name = "".join(parts.name)
-            if parts.parsed is not None:
-                text = json.dumps(parts.parsed, ensure_ascii=False, default=str)
-                calls.append(AssembledCall(name, text, None, given_as_object=True))
-            elif parts.arguments is not None:
-                text, gap, drop = parts.arguments.kept()
-                calls.append(AssembledCall(name, text, (gap, drop) if gap is not None else None))
-            else:
-                calls.append(AssembledCall(name, "", None))
-        return Assembled(
-            reasoning,
-            content,
-            tuple(calls),
-            self.finish_reason,
-            (r_gap, r_drop) if r_gap is not None else None,
-            (c_gap, c_drop) if c_gap is not None else None,
-            self.error,
-            self.raw and not self.calls and not reasoning,
-        )
-
-
-def _text_of(content: object) -> str:
-    """``content`` is a string, or (some servers) a list of ``{"type": "text", "text": ...}``."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-        )
-    return ""
-
-
-def reassemble(
-    response: object, *, max_chars: int = t.DEFAULT_MAX_CHARS, choice: int = 0
-) -> Assembled:
-    """Channels of a chat completion object, a list of chunk objects, or raw SSE bytes/str."""
-    asm = Assembler(max_chars=max_chars, choice=choice)
-    if isinstance(response, bytes | bytearray | str):
-        raw = response.decode("utf-8", "replace") if not isinstance(response, str) else response
-        if not raw.lstrip().startswith(("{", "[")):
-            asm.feed_sse(raw)
-            asm.end_sse()
-            return asm.result()
-        try:
-            response = json.loads(raw)
-        except (ValueError, RecursionError):
-            asm._fail("not JSON and not SSE")
-            return asm.result()
-    if isinstance(response, list):
-        if not response:
-            asm._fail("an empty list of chunks")
-        for chunk in response:
-            asm.feed_chunk(chunk)
-    elif isinstance(response, Mapping) and _is_chunk(response):
-        asm.feed_chunk(response)
-    else:
-        asm.feed_completion(response)
-    return asm.result()
-
-
-def _is_chunk(obj: Mapping[str, Any]) -> bool:
-    choices = obj.get("choices")
-    return obj.get("object") == "chat.completion.chunk" or (
-        isinstance(choices, list) and any(isinstance(c, Mapping) and "delta" in c for c in choices)
-    )
 
 
 def grade_openai_response(
@@ -440,18 +175,13 @@ def grade_assembled(
         prose=prose,
         n=n,
     )
-    if length:  # every truncated verdict carries one of these two
-        if part.parsed.open_at_end or part.parsed.blocks or asm.calls:
-            sink.add("length_in_block", n, n, "tool_calls", "finish_reason length")
-        else:
-            sink.add("length_no_call", n, n, "content", "finish_reason length")
-    elif (
-        asm.finish_reason in _STOPS
-        and part.visible_empty
-        and not part.parsed.dsml_seen
-        and not asm.calls
-    ):
-        sink.add("empty_stop", n, n, "content", f"finish_reason {asm.finish_reason}")
+    end_reasons(
+        sink,
+        asm.finish_reason,
+        n,
+        in_block=part.parsed.open_at_end or bool(part.parsed.blocks or asm.calls),
+        empty=part.visible_empty and not part.parsed.dsml_seen and not asm.calls,
+    )
     transcript = asm.reasoning + asm.content + "".join(c.name + c.arguments for c in asm.calls)
     return finish(
         sink, calls, transcript, channels, part.parsed.grammar, asm.finish_reason, tuple(cuts)
@@ -490,13 +220,11 @@ def _check_call(
     def add(code: str, a: int, b: int, detail: str) -> None:
         sink.add(code, a, b, "tool_calls", detail)
 
+    spans = {"tool_unknown": (start, name_end), "args_empty_required": (start, end)}
     usable = True
     problem = name_problem(call.name)
     if problem:
         add("name_invalid", start, name_end, problem)
-        usable = False
-    elif tools is not None and call.name not in tools:
-        add("tool_unknown", start, name_end, call.name)
         usable = False
     for ev in scan(call.arguments):
         if isinstance(ev, Tag):
@@ -507,35 +235,44 @@ def _check_call(
             usable = False
     for code, a, b, detail in check_text(call.arguments):
         add(code, name_end + a, name_end + b, detail)
-    if call.cut is not None:
-        return None  # the middle of the arguments was dropped: nothing more to check
-    ok, args = strict_json(call.arguments)
-    if not ok or not isinstance(args, dict):
-        if cut_short and not ok:
-            return None  # cut by max_tokens: reported as length_in_block
-        add("json_invalid", name_end, end, "arguments are not a JSON object")
-        return None
+    args: dict[str, Any] | None = None
+    if call.cut is None:  # with the middle of the arguments dropped, only the name is checked
+        ok, decoded = strict_json(call.arguments)
+        if ok and isinstance(decoded, dict):
+            args = decoded
+        elif ok or not cut_short:  # JSON cut by max_tokens is reported as length_in_block
+            add("json_invalid", name_end, end, "arguments are not a JSON object")
+    if args is not None and not _leaves_ok(sink, args, name_end, end):
+        usable = False
+    if tools is not None and not problem:
+        found, fine = call_problems(tools, call.name, args)
+        for code, detail in found:
+            a, b = spans.get(code, (name_end, end))
+            add(code, a, b, detail)
+        usable = usable and fine
+    return args if usable else None
+
+
+def _leaves_ok(sink: FindingSink, args: dict[str, Any], start: int, end: int) -> bool:
+    """No control character and no word-piece soup in a decoded string value (the escaped
+    forms the text checks of the raw arguments cannot see); each reported once."""
+    ok = True
     for leaf in _strings(args):
         hit = control_in(leaf)
         if hit:
-            add("control_chars", name_end, end, f"{hit} in a decoded argument value")
-            usable = False
+            sink.add(
+                "control_chars", start, end, "tool_calls", f"{hit} in a decoded argument value"
+            )
+            ok = False
             break
     for leaf in _strings(args):
         soup = find_soup(leaf)
         if soup is not None:
-            add("token_soup", name_end, end, f"{soup[2]} pieces in a decoded argument value")
-            usable = False
+            detail = f"{soup[2]} pieces in a decoded argument value"
+            sink.add("token_soup", start, end, "tool_calls", detail)
+            ok = False
             break
-    spec = tools.get(call.name) if tools is not None else None
-    if spec is not None:
-        if not args and spec.required:
-            add("args_empty_required", start, end, ", ".join(spec.required[:5]))
-            usable = False
-        else:
-            for err in spec.validate(args):
-                add("schema_mismatch", name_end, end, err)
-    return args if usable else None
+    return ok
 
 
 def _strings(value: object, budget: int = 10_000) -> Iterator[str]:

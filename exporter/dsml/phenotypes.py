@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 from exporter.dsml import thresholds as t
+from exporter.dsml.catalog import STOPS
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import FindingSink, ToolCall
 from exporter.dsml.schema import ToolSet
-
-STOPS = ("stop", "tool_calls", "eos")
 
 # --- prose_loop --------------------------------------------------------------------------------
 
@@ -39,11 +39,22 @@ def find_prose_loop(text: str) -> tuple[int, int, str] | None:
     if len(text) < need * 2:  # a word and a space at the very least
         return None
     words = text.split()
-    if len(words) < need + n:
+    if len(words) < need + n or not _may_repeat(" ".join(words), need):
         return None
+    return _loop_in_words(text, words)
+
+
+def _loop_in_words(text: str, words: list[str]) -> tuple[int, int, str] | None:
+    """:func:`find_prose_loop`'s pass over the words, without its screens."""
+    n = t.PROSE_LOOP_NGRAM
+    need = t.PROSE_LOOP_MIN_WORDS
     last: dict[tuple[str, ...], int] = {}
     shingles = list(zip(*(words[k:] for k in range(n)), strict=False))
-    run_p = run_len = 0
+    # Two runs: the period that has held longest, and the nearest recurrence's once it is
+    # shorter. A passage that also occurs earlier in the text starts its first copy on the far
+    # period, which can hold into the second copy by chance (one word alike at the seam); the
+    # loop's own period is the nearer one.
+    run_p = run_len = near_p = near_len = 0
     for i, shingle in enumerate(shingles):
         j = last.get(shingle)
         last[shingle] = i
@@ -51,22 +62,76 @@ def find_prose_loop(text: str) -> tuple[int, int, str] | None:
             run_len += 1  # the current period holds (a nearer recurrence inside it is no break)
         elif j is None:
             run_p = run_len = 0
-            continue
         else:
-            run_p, run_len = i - j, 1
-        p = run_p
-        repeated = run_len + n - 1  # words equal to the words p before them
-        # the copies after the first (a shingle's worth of slack where one copy meets the next)
-        if repeated >= need and repeated >= (t.PROSE_LOOP_COPIES - 1) * p - n:
-            unit = words[i + n - p : i + n]
-            lettered = {w for w in unit if any(ch.isalpha() for ch in w)}
-            if len(lettered) < t.PROSE_LOOP_MIN_DISTINCT:
-                run_p = run_len = 0  # rows of data: never a prose loop
+            run_p = i - j
+            run_len = 1 + _held_before(shingles, i, run_p)
+        if near_p and shingles[i - near_p] == shingle:
+            near_len += 1
+        elif j is not None and i - j < run_p:
+            near_p = i - j
+            near_len = 1 + _held_before(shingles, i, near_p)
+        else:
+            near_p = near_len = 0
+        if max(run_len, near_len) + n - 1 < need:
+            continue  # neither run is long enough yet (most shingles)
+        for near, p, length in ((False, run_p, run_len), (True, near_p, near_len)):
+            repeated = length + n - 1  # words equal to the words p before them
+            # the copies after the first (a shingle's worth of slack where one copy meets the next)
+            if not p or repeated < need or repeated < (t.PROSE_LOOP_COPIES - 1) * p - n:
+                continue
+            if _data_rows(words, i, p):  # rows of data: never a prose loop
+                if near:
+                    near_p = near_len = 0
+                else:
+                    run_p = run_len = 0
                 continue
             first = i + n - repeated - p  # first word of the first copy
             start, end = _word_span(text, first, i + n)
             return start, end, f"{p}-word passage x{1 + repeated // p}"
     return None
+
+
+_PROBE = 32  # characters of each probe of the prose-loop screen
+# Longest text the screen is tried on: below it the probes cost less than the shingle pass
+# (about 75 µs against 250 on a 4 KiB sample), above it their searches would grow with the
+# square of the length while the pass stays linear.
+_SCREEN_MAX = 8192
+
+
+def _may_repeat(joined: str, need: int) -> bool:
+    """Whether some probe of the words joined by single spaces occurs earlier too: a loop's
+    copies after the first are ``need`` words or more (at least ``2 * need - 1`` characters),
+    each equal to the text a fixed distance before it, so probes of ``_PROBE`` characters every
+    ``2 * need - _PROBE`` characters put at least one inside them. ``str.find`` only."""
+    if len(joined) > _SCREEN_MAX:
+        return True  # each probe searches the text before it: quadratic, so short texts only
+    stride = 2 * need - _PROBE
+    find = joined.find
+    for pos in range(stride, len(joined) - _PROBE + 1, stride):
+        if find(joined[pos : pos + _PROBE], 0, pos + _PROBE - 1) >= 0:
+            return True
+    return False
+
+
+_BACK = 64  # shingles looked back when a period starts: bounded, so the pass stays linear
+
+
+def _held_before(shingles: list[tuple[str, ...]], i: int, p: int) -> int:
+    """How many shingles just before ``i`` also equal the ones ``p`` before them (up to
+    ``_BACK``): a period found late, after a nearer repeat inside the passage broke the run,
+    still counts the words it held from the start of its copy."""
+    k = i - 1
+    while k - p >= 0 and i - k <= _BACK and shingles[k] == shingles[k - p]:
+        k -= 1
+    return i - 1 - k
+
+
+def _data_rows(words: list[str], i: int, p: int) -> bool:
+    """Fewer than ``PROSE_LOOP_MIN_DISTINCT`` lettered words in the repeated unit."""
+    n = t.PROSE_LOOP_NGRAM
+    unit = words[i + n - p : i + n]
+    lettered = {w for w in unit if any(ch.isalpha() for ch in w)}
+    return len(lettered) < t.PROSE_LOOP_MIN_DISTINCT
 
 
 _WORD = re.compile(r"\S+")
@@ -134,12 +199,60 @@ def _glued_pattern() -> re.Pattern[str]:
 
 
 _GLUED = _glued_pattern()
-_NON_LATIN = re.compile(f"[{''.join(v for k, v in _ALPHA.items() if k != 'latin')}]")
+
+
+def _glue_table() -> bytes:
+    """A script class per UTF-8 lead byte: ``a`` Latin, ``g`` Greek, ``c`` Cyrillic, ``h``
+    Hebrew, ``r`` Arabic, ``i`` U+0800-U+0FFF (Indic and its neighbours), ``e`` kana, Han and
+    Hangul (U+3000-U+DFFF), space for anything else. Each class holds its ``_ALPHA`` range (and
+    some neighbours: a screen may let through, never hold back)."""
+    table = bytearray(b" " * 256)
+    for b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz":
+        table[b] = ord("a")
+    for lead, cls in (
+        (range(0xC3, 0xCA), "a"),  # U+00C0-U+027F
+        (range(0xCD, 0xD0), "g"),  # U+0340-U+03FF
+        (range(0xD0, 0xD4), "c"),  # U+0400-U+04FF
+        (range(0xD7, 0xD8), "h"),  # U+05C0-U+05FF
+        (range(0xD8, 0xDA), "r"),  # U+0600-U+067F
+        (range(0xE0, 0xE1), "i"),  # U+0800-U+0FFF
+        (range(0xE3, 0xEE), "e"),  # U+3000-U+DFFF
+    ):
+        for b in lead:
+            table[b] = ord(cls)
+    return bytes(table)
+
+
+_GLUE_TABLE = _glue_table()
+_CONTINUATION = bytes(range(0x80, 0xC0))  # deleted: one class byte per character remains
+_NON_LATIN_CLASSES = b"gchri"
+_CLASSES = b"agchrie"
+
+
+def _may_glue(text: str) -> bool:
+    """Whether two scripts can touch inside a word, with C primitives only: at the seam of
+    every :data:`_GLUED` match two adjacent characters have different classes, one of them a
+    non-Latin alphabet. The regex tests dozens of alternatives at every position (it was most
+    of a clean sample's grading time); this translates the UTF-8 bytes once, then looks for
+    the classes present (``memchr``) and the two-byte seams between them."""
+    classes = text.encode("utf-8", "surrogatepass").translate(_GLUE_TABLE, _CONTINUATION)
+    present = [c for c in _CLASSES if c in classes]
+    for x in present:
+        if x not in _NON_LATIN_CLASSES:
+            continue
+        for y in present:
+            if y == x:
+                continue
+            if bytes((x, y)) in classes or (
+                y not in _NON_LATIN_CLASSES and bytes((y, x)) in classes
+            ):
+                return True
+    return False
 
 
 def find_glued(text: str) -> Iterable[tuple[int, int, str]]:
     """Letters of two alphabetic scripts glued inside one word (``returnданных``)."""
-    if _NON_LATIN.search(text) is None:  # every glued pair involves a non-Latin alphabet
+    if text.isascii() or not _may_glue(text):
         return
     for mt in _GLUED.finditer(text):
         yield mt.start(), mt.end(), mt.group()
@@ -200,7 +313,9 @@ _PLAIN_ONE = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRST
 def find_value_loop(value: str) -> tuple[int, int, str] | None:
     """A short unit repeated back to back, glued to the word (or the sentence punctuation)
     before it, inside one value: ``startupabcabcabc...``, ``README.md的的的...``,
-    ``Paris------...``. After a space or a line break a run is a rule or a banner."""
+    ``Paris------...``. After a space or a line break a run is a rule or a banner, except a
+    letter run (:func:`_letter_run`) and a run that ends the value far wider than its text
+    (:func:`_closing_run`)."""
     for mt in _VALUE_LOOP.finditer(value):
         unit = mt.group(1)
         copies = len(mt.group()) // len(unit)
@@ -215,7 +330,40 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
         ):
             continue
         return mt.start(), mt.end(), f"{unit[:16]!r} x{copies}"
+    return _letter_run(value) or _closing_run(value)
+
+
+_LETTER_RUN = re.compile(f"([^\\x00-\\x7f])\\1{{{t.VALUE_LOOP_CHAR_REPEATS - 1},}}")
+_CLOSING_RUN = re.compile(
+    f"(?:\\A|\\n)[ \\t]*(([^\\w\\s])\\2{{{t.VALUE_LOOP_ASCII_RUN - 1},}})\\s*\\Z"
+)
+
+
+def _letter_run(value: str) -> tuple[int, int, str] | None:
+    """One non-ASCII letter (a CJK character, a Cyrillic letter) repeated
+    ``VALUE_LOOP_CHAR_REPEATS`` times anywhere in the value, glued or not (``\\n了了了...``):
+    no script writes a word so. Modifier letters (``ー``, ``々``) and symbols (box drawing
+    ``────``, ``——``) are rules, not letters."""
+    for mt in _LETTER_RUN.finditer(value):
+        ch = mt.group(1)
+        if unicodedata.category(ch) in ("Lu", "Ll", "Lo"):
+            return mt.start(), mt.end(), f"{ch!r} x{len(mt.group())}"
     return None
+
+
+def _closing_run(value: str) -> tuple[int, int, str] | None:
+    """One symbol (not a letter, digit or ``_``) repeated ``VALUE_LOOP_ASCII_RUN`` times alone on
+    the value's last line, with
+    nothing after it, more than twice as wide as any other line of the value (``print(f(3))``
+    then 150 dashes): a closing rule or banner is as wide as the text it frames."""
+    mt = _CLOSING_RUN.search(value)
+    if mt is None:
+        return None
+    start, end = mt.span(1)
+    widest = max((len(line) for line in value[:start].splitlines()), default=0)
+    if end - start <= 2 * widest:
+        return None
+    return start, end, f"{mt.group(2)!r} x{end - start} closing the value"
 
 
 # --- think_in_value ----------------------------------------------------------------------------

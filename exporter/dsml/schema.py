@@ -81,6 +81,26 @@ class ToolSet:
         return cls(specs)
 
 
+def call_problems(
+    tools: ToolSet, name: str, args: Mapping[str, Any] | None
+) -> tuple[list[tuple[str, str]], bool]:
+    """The tool-schema check of one call, the same for every path that finds calls (the state
+    machine, the canonical fast path, server-parsed calls): (reason code, detail) pairs, and
+    whether the call stays usable. ``args`` None: the arguments could not be read, so only the
+    name is checked.
+
+    An unknown tool, or ``{}`` for a tool with required parameters, makes the call unusable; a
+    schema mismatch is reported on a call the client still gets."""
+    spec = tools.get(name)
+    if spec is None:
+        return [("tool_unknown", name)], False
+    if args is None:
+        return [], False
+    if not args and spec.required:
+        return [("args_empty_required", ", ".join(spec.required[:5]))], False
+    return [("schema_mismatch", err) for err in spec.validate(args)], True
+
+
 def _spec_of(item: object) -> ToolSpec | None:
     if isinstance(item, str):
         return ToolSpec(item)

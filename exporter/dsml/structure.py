@@ -17,17 +17,8 @@ from typing import Any
 from exporter.dsml import markers as m
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ToolCall
-from exporter.dsml.schema import ToolSet
+from exporter.dsml.schema import ToolSet, call_problems
 from exporter.dsml.tokens import MAX_EVENTS, Bare, Event, Special, Tag, Think, scan
-
-_NativeParse = Callable[..., tuple[Any, ...]]
-_native_parse: _NativeParse | None
-try:  # the C build of parse_channel_python (exporter/dsml/_grammar.c)
-    from exporter.dsml._grammar import parse as _native_parse
-except ImportError:  # installed without a C compiler: the Python reference runs
-    _native_parse = None
-
-KERNEL = "python" if _native_parse is None else "c"
 
 # (reason, start, end, detail, inside): channel offsets; inside is True while the machine is
 # inside a block (the reason belongs to the tool_calls channel)
@@ -398,9 +389,10 @@ class Machine:
             return
         if self.tools is None:
             return
-        inv.valid = check_call(
-            self.tools, self._report, inv.name, inv.args, inv.valid, inv.start, end
-        )
+        found, usable = call_problems(self.tools, inv.name, inv.args if inv.valid else None)
+        for code, detail in found:  # the state is back in the block: tool_calls reasons
+            self._report(code, inv.start, end, detail, True)
+        inv.valid = inv.valid and usable
 
     def _open_param(self, tag: Tag) -> None:
         name = tag.attr_name
@@ -488,34 +480,7 @@ class Machine:
             self.report("unbalanced", self.block_start, body_end, "block never closed")
 
 
-def check_call(
-    tools: ToolSet,
-    report: Report,
-    name: str,
-    args: dict[str, Any],
-    valid: bool,
-    start: int,
-    end: int,
-) -> bool:
-    """Check a closed invoke against the request's tools; returns whether it stays valid.
-
-    Called by both builds of the machine (the C one calls it back), with the state already
-    back in the block, so its reasons belong to the tool_calls channel."""
-    spec = tools.get(name)
-    if spec is None:
-        report("tool_unknown", start, end, name, True)
-        return False
-    if not valid:
-        return False
-    if not args and spec.required:
-        report("args_empty_required", start, end, ", ".join(spec.required[:5]), True)
-        return False
-    for err in spec.validate(args):
-        report("schema_mismatch", start, end, err, True)
-    return True
-
-
-def parse_channel_python(
+def parse_channel(
     text: str,
     body_end: int,
     report: Report,
@@ -528,9 +493,7 @@ def parse_channel_python(
     """Tokenize one content channel and run the machine over it up to ``body_end``.
 
     Returns what the machine learned, how many events the tokenizer kept (``MAX_EVENTS``
-    means it stopped early) and where the last one ends. The specification of the C
-    accelerator's ``parse`` (exporter/dsml/_grammar.c), which runs instead when it is built;
-    tests/dsml/test_grammar_native.py holds the two equal."""
+    means it stopped early) and where the last one ends."""
     events = scan(text)
     last = events[-1].end if events else 0
     if not events or (events[0].start >= body_end and len(events) < MAX_EVENTS):
@@ -542,53 +505,6 @@ def parse_channel_python(
     )
     parsed = machine.run(events, body_end, capped=len(events) >= MAX_EVENTS)
     return parsed, len(events), last
-
-
-def compiled() -> bool:
-    """Does :func:`parse_channel` run the C build? Then it costs what the canonical fast path
-    costs on a well-formed block (24.3 vs 24.8 µs per clean 4 KiB answer, 19.1 vs 19.3 on the
-    differential corpus, measured side by side when the C build was written), so the grader
-    skips that path instead of paying for it twice on damaged input."""
-    return _native_parse is not None
-
-
-def parse_channel(
-    text: str,
-    body_end: int,
-    report: Report,
-    *,
-    grammar: str | None,
-    tools: ToolSet | None,
-    finish_reason: str | None,
-    gap: int | None = None,
-) -> tuple[Parsed, int, int]:
-    """:func:`parse_channel_python`, compiled when the accelerator is built."""
-    if _native_parse is None:
-        return parse_channel_python(
-            text,
-            body_end,
-            report,
-            grammar=grammar,
-            tools=tools,
-            finish_reason=finish_reason,
-            gap=gap,
-        )
-    calls, blocks, values, found, open_at_end, open_start, dsml_seen, n, last = _native_parse(
-        text,
-        body_end,
-        MAX_EVENTS,
-        grammar,
-        finish_reason == "length",
-        gap,
-        report,
-        Quoting(text).covers,
-        check_call,
-        tools,
-        strict_json,
-        ToolCall,
-    )
-    parsed = Parsed(calls, blocks, values, found, open_at_end, open_start, dsml_seen)
-    return parsed, n, last
 
 
 def _clip(text: str, n: int = 40) -> str:

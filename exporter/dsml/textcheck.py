@@ -10,57 +10,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import lru_cache
 
+from exporter.dsml import accel
 from exporter.dsml import thresholds as t
 from exporter.dsml.loops import MIN_LOOP_CHARS, Loop, find_loops
 from exporter.dsml.screen import CONTROL, PUNCT, classify
 from exporter.dsml.scripts import GROUP_NAMES, find_script_mix
-
-# What the C accelerator's scan() returns (exporter/dsml/_textscan.pyi): control offsets,
-# U+FFFD offsets, mojibake spans, script mix (start, end, group letters), the salad screen's
-# answer, loops (start, end, period, repeats).
-ScanResult = tuple[
-    tuple[int, ...],
-    tuple[int, ...],
-    tuple[tuple[int, int], ...],
-    tuple[int, int, bytes] | None,
-    bool,
-    tuple[tuple[int, int, int, int], ...],
-]
-# Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).
-NATIVE_THRESHOLDS: dict[str, int] = {
-    "probe": t.LOOP_PROBE,
-    "stride": t.LOOP_STRIDE,
-    "max_period": t.LOOP_MAX_PERIOD,
-    "far_every": t.LOOP_FAR_EVERY,
-    "tries": t.LOOP_TRIES,
-    "min_letters": t.LOOP_MIN_LETTERS,
-    "repeats_short": t.LOOP_REPEATS_SHORT,
-    "repeats_medium": t.LOOP_REPEATS_MEDIUM,
-    "repeats_long": t.LOOP_REPEATS_LONG,
-    "repeats_few": t.LOOP_REPEATS_FEW_LETTERS,
-    "short_unit": t.LOOP_SHORT_UNIT,
-    "long_unit": t.LOOP_LONG_UNIT,
-    "min_loop_chars": MIN_LOOP_CHARS,
-    "script_min_groups": t.SCRIPT_MIN_GROUPS,
-    "script_min_switches": t.SCRIPT_MIN_SWITCHES,
-    "script_span": t.SCRIPT_SPAN,
-    "script_max_switches": t.SCRIPT_MAX_SWITCHES,
-    "salad_min_run": t.SALAD_MIN_RUN,
-}
-_native_scan: Callable[[str], ScanResult] | None
-try:  # the C build of check_text's detection core (exporter/dsml/_textscan.c)
-    from exporter.dsml import _textscan
-except ImportError:  # installed without a C compiler: the pure-Python reference runs
-    _native_scan = None
-else:
-    _textscan.configure(**NATIVE_THRESHOLDS)
-    _native_scan = _textscan.scan
-
-KERNEL = "python" if _native_scan is None else "c"
-"""Which implementation :func:`check_text` runs: ``c`` (the accelerator) or ``python``."""
 
 Hit = tuple[str, int, int, str]  # (reason, start, end, detail)
 
@@ -122,13 +79,14 @@ _SALAD_RUN = re.compile(rf"[^\w\s][^\w]{{{t.SALAD_MIN_RUN - 1},}}")
 def check_text(text: str) -> list[Hit]:
     """All text-degeneration hits in ``text`` (offsets relative to it); never raises.
 
-    The C accelerator finds the positions when it is built; this module turns them into hits
-    exactly as :func:`check_text_python` does (the reference, and what runs without it)."""
+    The C accelerator finds the positions when :mod:`accel` runs it; this module turns them into
+    hits exactly as :func:`check_text_python` does (the reference, and what runs without it)."""
     if not text:
         return []
-    if _native_scan is None:
+    native = accel.scan
+    if native is None:
         return check_text_python(text)
-    control, replacement, mojibake, mix, salad, loops = _native_scan(text)
+    control, replacement, mojibake, mix, salad, loops = native(text)
     hits: list[Hit] = [("control_chars", i, i + 1, f"U+{ord(text[i]):04X}") for i in control]
     hits.extend(("replacement_char", i, i + 1, "") for i in replacement)
     if len(mojibake) >= t.MOJIBAKE_MIN_HITS:

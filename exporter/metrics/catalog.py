@@ -116,9 +116,10 @@ BUILD_INFO = _m(
     "dsv4_sidecar_build_info",
     "info",
     "Sidecar version, Python version and the DSML grader's implementation (value 1): "
-    "dsml_kernel c is the compiled accelerators (text checks and grammar), python the "
-    "reference that runs when the sidecar was installed without a C compiler (same results, "
-    "about 2x slower).",
+    "dsml_kernel c is the compiled accelerator of the text passes (exporter/dsml/_textscan.c; "
+    "the grammar is Python only), python its pure-Python twin, which runs when the sidecar was "
+    "installed without a C compiler or DSV4_DSML_KERNEL=python (same results, slower on clean "
+    "text: bench/RESULTS.md).",
     ("version", "python", "dsml_kernel"),
     "sidecar",
 )
@@ -192,7 +193,7 @@ GPU_INFO = _m(
     "gpu",
 )
 GPU_COUNT = _m(
-    "dsv4_gpu_count",
+    "dsv4_gpus_visible",
     "gauge",
     "GPUs read successfully in the last NVML poll (drops when a GPU is lost).",
     (),
@@ -307,14 +308,8 @@ SGLANG_INFO = _m(
 SGLANG_RUNNING = _m(
     "dsv4_sglang_running_requests",
     "gauge",
-    "Running requests (sglang:num_running_reqs, summed over DP ranks).",
-    (),
-    "sglang",
-)
-SGLANG_QUEUED = _m(
-    "dsv4_sglang_queued_requests",
-    "gauge",
-    "Queued requests (sglang:num_queue_reqs, summed over DP ranks).",
+    "Running requests (sglang:num_running_reqs, summed over DP ranks), on the sidecar's own "
+    "target for triage; dashboards read SGLang's own series (docs/sglang.md).",
     (),
     "sglang",
 )
@@ -325,13 +320,6 @@ SGLANG_MAX_TOTAL_TOKENS = _m(
     (),
     "sglang",
 )
-SGLANG_TOKEN_USAGE = _m(
-    "dsv4_sglang_token_usage_ratio",
-    "gauge",
-    "KV token usage 0-1 (sglang:token_usage, max over ranks).",
-    (),
-    "sglang",
-)
 SGLANG_MEM_FRACTION = _m(
     "dsv4_sglang_mem_fraction_static_ratio",
     "gauge",
@@ -339,38 +327,11 @@ SGLANG_MEM_FRACTION = _m(
     (),
     "sglang",
 )
-HICACHE_HOST_USED = _m(
-    "dsv4_sglang_hicache_host_used_tokens",
-    "gauge",
-    "HiCache host pool tokens in use (sglang:hicache_host_used_tokens).",
-    (),
-    "hicache",
-)
-HICACHE_HOST_TOTAL = _m(
-    "dsv4_sglang_hicache_host_total_tokens",
-    "gauge",
-    "HiCache host pool capacity in tokens (sglang:hicache_host_total_tokens).",
-    (),
-    "hicache",
-)
-HICACHE_LOAD_BACK_TOKENS = _m(
-    "dsv4_sglang_hicache_load_back_tokens_total",
-    "counter",
-    "Tokens loaded back from host to device (sglang:load_back_tokens_total), by pool.",
-    ("pool",),
-    "hicache",
-)
-HICACHE_LOAD_BACK_SECONDS = _m(
-    "dsv4_sglang_hicache_load_back_duration_seconds_total",
-    "counter",
-    "Total seconds spent loading back from host (sum of sglang:load_back_duration_seconds).",
-    (),
-    "hicache",
-)
 HICACHE_LOAD_BACKS = _m(
     "dsv4_sglang_hicache_load_backs_total",
     "counter",
-    "Load-back operations (count of sglang:load_back_duration_seconds).",
+    "Load-back operations (count of sglang:load_back_duration_seconds): triage infers HiCache "
+    "on from them when it reaches only the sidecar; dashboards read SGLang's own series.",
     (),
     "hicache",
 )

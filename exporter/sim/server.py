@@ -38,6 +38,8 @@ FAULTS = ("none", "garbage", "http_500", "bad_shape", "metrics_garbage")
 # vLLM mode: above this many running requests each new one preempts a running sequence (the
 # --max-num-seqs 32 of vllm#50576), so vllm:num_preemptions rises with concurrency.
 PREEMPT_ABOVE = 32
+# sglang:time_to_first_token_seconds' buckets (SGLang's metrics collector).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 120, 160)
 
 
 @dataclass
@@ -54,6 +56,18 @@ class SimState:
     preemptions: int = 0  # vLLM mode: requests served above PREEMPT_ABOVE running
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    # sglang:time_to_first_token_seconds: cumulative count per TTFT_BUCKETS bound, count, sum
+    ttft_buckets: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS))
+    ttft_count: int = 0
+    ttft_sum: float = 0.0
+
+    def observe_ttft(self, seconds: float) -> None:
+        for i, bound in enumerate(TTFT_BUCKETS):
+            if seconds <= bound:
+                self.ttft_buckets[i] += 1
+        self.ttft_count += 1
+        self.ttft_sum += seconds
+
     # ground truth for tests: bucket label -> [requests with tools, degenerate]
     truth: dict[str, list[int]] = field(default_factory=dict)
     phenotypes: dict[str, int] = field(default_factory=dict)
@@ -126,6 +140,25 @@ class _SglangMetrics:
                 sum_value=st.load_back_seconds,
             )
             yield h
+        yield self._ttft(labels)
+
+    def _ttft(self, labels: list[str]) -> HistogramMetricFamily:
+        """sglang:time_to_first_token_seconds (TP rank 0 of the first stage, as SGLang)."""
+        st = self.state
+        h = HistogramMetricFamily(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds (simulator)",
+            labels=labels,
+        )
+        buckets = [
+            (repr(float(b)), float(n)) for b, n in zip(TTFT_BUCKETS, st.ttft_buckets, strict=True)
+        ]
+        h.add_metric(
+            [self.dep.model_path, "unified", "0", "0", "0"],
+            buckets=[*buckets, ("+Inf", float(st.ttft_count))],
+            sum_value=st.ttft_sum,
+        )
+        return h
 
 
 def _pieces(text: str, n: int) -> list[str]:
@@ -263,6 +296,7 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         state.generation_tokens += max(1, len(c.raw) // settings.chars_per_token)
         if concurrency > PREEMPT_ABOVE:
             state.preemptions += 1
+        state.observe_ttft(settings.ttft_ms / 1000)
         if hicache and probe is not None:
             probe.request(concurrency)
         if hicache:
@@ -370,9 +404,8 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         if body.get("stream"):
             return StreamingResponse(_stream(c, rid, created), media_type="text/event-stream")
         try:
-            tokens = max(
-                1, (len(c.reasoning) + len(c.content) + len(c.raw)) // settings.chars_per_token
-            )
+            # The raw output already holds the reasoning, the content and the DSML block.
+            tokens = max(1, len(c.raw) // settings.chars_per_token)
             await asyncio.sleep((settings.ttft_ms + settings.itl_ms * tokens / 4) / 1000)
         finally:
             state.running -= 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -27,6 +26,7 @@ from tests.deploy.conftest import (
     TAP_PORT,
     k8s_manifest_files,
     k8s_objects,
+    kustomize_build,
     load_yaml,
     load_yaml_all,
     run,
@@ -182,20 +182,13 @@ def test_kustomization_lists_every_manifest_once():
     assert used == images, "every image tag is set in one place"
 
 
-def test_kustomize_build(tmp_path):
-    """`kubectl kustomize` renders the whole set (skipped without kubectl: it adds only the
-    kustomize semantics on top of the per-file checks)."""
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        pytest.skip("kubectl not installed")
-    res = run([kubectl, "kustomize", str(K8S)])
-    assert res.returncode == 0, res.stderr
-    kinds = sorted(d["kind"] for d in yaml.safe_load_all(res.stdout) if d)
-    assert {"Deployment", "Service", "ServiceMonitor", "PrometheusRule", "Namespace"} <= set(kinds)
+def test_kustomize_build():
+    """A real kustomize renders the whole set into the namespace."""
+    docs = kustomize_build(K8S)
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "Service", "ServiceMonitor", "PrometheusRule", "Namespace"} <= kinds
     assert all(
-        d["metadata"].get("namespace", "dsv4") == "dsv4"
-        for d in yaml.safe_load_all(res.stdout)
-        if d and d["kind"] != "Namespace"
+        d["metadata"].get("namespace", "dsv4") == "dsv4" for d in docs if d["kind"] != "Namespace"
     )
 
 
@@ -206,8 +199,14 @@ def test_service_monitor_has_what_the_operator_needs():
     selector = sm["spec"]["selector"]["matchLabels"]
     assert selector.items() <= svc["metadata"]["labels"].items(), "selects the Service"
     ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
-    (endpoint,) = sm["spec"]["endpoints"]
+    endpoint, sglang = sm["spec"]["endpoints"]
     assert ports[endpoint["port"]] == METRICS_PORT
+    # SGLang's own /metrics on its API port, as its own job, no metric relabeling (tp_rank kept).
+    assert ports[sglang["port"]] == SGLANG_PORT and sglang["path"] == "/metrics"
+    assert sglang["relabelings"] == [
+        {"action": "replace", "targetLabel": "job", "replacement": "sglang"}
+    ]
+    assert "metricRelabelings" not in sglang
     seconds = {"s": 1, "m": 60}
     interval, timeout = (
         int(v[:-1]) * seconds[v[-1]] for v in (endpoint["interval"], endpoint["scrapeTimeout"])

@@ -15,6 +15,7 @@ from tests.deploy.conftest import (
     METRICS_PORT,
     REPO,
     SCRAPE_JOB,
+    SGLANG_PORT,
     compose,
     load_yaml,
     run,
@@ -59,8 +60,11 @@ def test_rule_glob_skips_the_promtool_unit_tests():
 def test_scrape_job_is_the_one_the_alerts_select():
     cfg = load_yaml(PROM_CONFIG)
     assert cfg["global"]["scrape_interval"] == "15s"
-    (job,) = cfg["scrape_configs"]
+    job, sglang = cfg["scrape_configs"]
     assert job["job_name"] == SCRAPE_JOB
+    # SGLang's own /metrics as its own job (the dashboards' $sglang_job), the simulator's port.
+    assert sglang["job_name"] == "sglang"
+    assert f"sglang-sim:{SGLANG_PORT}" in sglang["static_configs"][0]["targets"]
     selected = {
         m
         for path in RULE_FILES

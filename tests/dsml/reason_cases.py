@@ -641,6 +641,10 @@ ESSAY = " ".join(
     f"Section {i} covers topic number {i * 7 % 31} with remark {i * i % 97} and detail {i}."
     for i in range(60)
 )
+# PARAGRAPH once, after a sentence that ends in its last word, then an essay: a loop of it later
+# lines up with this copy first
+SAID_BEFORE = "First confirm the backups. " + PARAGRAPH + ESSAY + " "
+CODE_VALUE = "def f(x):\n    return x * 2\n"
 TOOLS_OFFERED = {"tools": TOOLS}
 GLUED_VALUE = invoke("read_file", par("path", "Crash on startup" + "abc" * 12))
 
@@ -688,6 +692,9 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
         Case("paragraph x4", "Here is the plan. " + PARAGRAPH * 4, verdict="degenerate"),
         Case("in reasoning", PARAGRAPH * 3 + "</think>Done.", kwargs={"thinking": True}),
         Case("openai content", response=openai_message("Plan: " + PARAGRAPH * 3)),
+        # said once before, then looped: the first copies line up with the earlier one (the
+        # word before it is the paragraph's last), so only the nearer period is the loop's
+        Case("said before, then x3", SAID_BEFORE + PARAGRAPH * 3, verdict="degenerate"),
     ],
     "template_token_leak": [
         Case("chatml end", "The answer is 42.<|im_end|>", verdict="suspect"),
@@ -703,6 +710,8 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
         Case("unit glued", "Filing." + block(GLUED_VALUE), verdict="degenerate"),
         Case("cjk glued", _with_value("docs/README.md" + "的" * 20)),
         Case("dashes after a city", _with_value("Paris" + "-" * 150)),
+        Case("a letter run after a line break", _with_value("print(f(3))\n" + "了" * 16)),
+        Case("a rule far wider than the code", _with_value(CODE_VALUE + "=" * 100)),
         Case(
             "openai argument",
             response=openai_message(
@@ -774,6 +783,7 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
         Case("numbered sections", ESSAY * 1, verdict="no_tool_call"),
         Case("data rows", "\n".join(["0 1 2 3 4 5 6 7 8 9"] * 100), verdict="no_tool_call"),
         Case("a chorus x3", ("Row, row, row your boat gently down the stream. " * 3) + ESSAY),
+        Case("said before, then x2", SAID_BEFORE + PARAGRAPH * 2, verdict="no_tool_call"),
     ],
     "template_token_leak": [
         Case("quoted", "ChatML ends a turn with `<|im_end|>`.", verdict="no_tool_call"),
@@ -792,6 +802,19 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
         Case("dot leaders", _with_value("Introduction" + "." * 30 + "3"), verdict="well_formed"),
         Case("laughter", _with_value("Ahahahahaha"), verdict="well_formed"),
         Case("a rule on its own line", _with_value("Title\n" + "-" * 60), verdict="well_formed"),
+        Case("a letter 15 times", _with_value("print(f(3))\n" + "了" * 15), verdict="well_formed"),
+        Case("box drawing", _with_value("Table\n" + "─" * 40), verdict="well_formed"),
+        Case("modifier letters", _with_value("Title\n" + "ー" * 12), verdict="well_formed"),
+        Case(
+            "a closing rule as wide as the log",
+            _with_value(("x" * 60 + "\n") * 3 + "=" * 80),
+            verdict="well_formed",
+        ),
+        Case(
+            "a wide rule between sections",
+            _with_value(CODE_VALUE + "-" * 100 + "\nprint(f(3))"),
+            verdict="well_formed",
+        ),
     ],
     "value_salad": [
         Case(

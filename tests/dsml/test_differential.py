@@ -39,7 +39,8 @@ STRICTER = {
 
 
 @pytest.fixture(scope="module")
-def summary() -> dict[str, Any]:
+def summary(dsml_kernel: str) -> dict[str, Any]:
+    """The run on this module's kernel (the subprocess inherits DSV4_DSML_KERNEL)."""
     proc = subprocess.run(
         [sys.executable, "-m", "tests.dsml.differential"],
         cwd=ROOT,

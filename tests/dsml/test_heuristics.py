@@ -10,6 +10,7 @@ from exporter.dsml.quoting import Quoting, fence_regions, tick_regions
 from exporter.dsml.screen import classify, groups_present
 from exporter.dsml.scripts import find_script_mix
 from exporter.dsml.textcheck import check_text
+from tests.dsml.opcount import calls_made
 
 
 def codes(text: str) -> set[str]:
@@ -130,11 +131,14 @@ def test_fences_and_ticks() -> None:
 
 
 def test_quoting_queries_on_one_long_line_stay_linear() -> None:
-    import time
+    """Counted, not timed (tests/dsml/opcount.py); bench/bench_dsml.py times it."""
 
-    line = "`x` <y> " * 50_000
-    q = Quoting(line)
-    t0 = time.perf_counter()
-    hits = sum(q.covers(i) for i in range(4, len(line), 8))
-    assert hits == 0
-    assert time.perf_counter() - t0 < 2.0
+    def queries(reps: int) -> int:
+        line = "`x` <y> " * reps
+        q = Quoting(line)
+        hits = sum(q.covers(i) for i in range(4, len(line), 8))
+        assert hits == 0
+        return calls_made(lambda: [q.covers(i) for i in range(4, len(line), 8)])
+
+    small, large = queries(12_500), queries(50_000)
+    assert large <= 5 * small, (small, large)

@@ -81,7 +81,7 @@ DAMAGE: dict[str, Callable[[str], tuple[str, dict[str, object]]]] = {
     "cut_under_stop": lambda x: (_cut_mid_word(x), {"finish_reason": "stop", "tools": TOOLS}),
     "length_tools_no_call": lambda x: (x, {"finish_reason": "length", "tools": TOOLS}),
 }
-MIN_DETECTED = 0.9
+MIN_DETECTED = 0.97  # measured 0.993 (prose_loop, the lowest) on every other text
 
 
 @pytest.mark.parametrize("reason", sorted(DAMAGE))

@@ -1,7 +1,7 @@
 """Each shortcut the grader takes for speed answers exactly what the longer path answers.
 
 The shortcuts (issue 14, throughput): a translate screen and a lead-character walk in place
-of the mojibake regex over the whole text, a
+of the mojibake regex over the whole text, the glue and repeat screens of the phenotypes, a
 type-only schema check, no state machine for a channel without events, no parameter-opener
 search in reasoning without ``DSML``. Each is checked against the path it skips, on the
 corpus and on generated inputs built from the characters that matter to it.
@@ -9,11 +9,12 @@ corpus and on generated inputs built from the characters that matter to it.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.dsml import markers as m
-from exporter.dsml import textcheck
+from exporter.dsml import phenotypes, textcheck
+from exporter.dsml import thresholds as t
 from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
 from exporter.dsml.loops import MIN_LOOP_CHARS
 from exporter.dsml.quoting import Quoting
@@ -231,3 +232,63 @@ def find_loops_unbounded(text: str) -> list:
         return loops.find_loops(text)
     finally:
         loops.MIN_LOOP_CHARS = saved
+
+
+# --- the phenotype screens (issue 26): scripts glued in a word, passages repeated -------------
+# Letters of every class the glue screen tells apart, and their neighbours in each UTF-8 lead
+# byte (combining marks, Armenian, Thai, CJK punctuation), digits, "_" and spaces.
+_GLUE_CHARS = st.sampled_from(
+    list("abcXYZéßŁ_1 -")
+    + list("αβγΩ\u0345\u0301аБжЯאבשكلم\u0531\u0e01")
+    + list("कखगকখ\u0d05中文かカ한국。")
+)
+
+
+@given(st.lists(st.text(_GLUE_CHARS, min_size=1, max_size=12), max_size=6).map("".join))
+@MANY
+def test_glue_screen_never_holds_back_a_match(text: str) -> None:
+    """Text the screen passes over has no _GLUED match at all."""
+    if phenotypes._GLUED.search(text) is not None:
+        assert phenotypes._may_glue(text), text
+
+
+def test_glue_screen_passes_every_corpus_match() -> None:
+    for text in _corpus_texts():
+        if phenotypes._GLUED.search(text) is not None:
+            assert phenotypes._may_glue(text), text[:80]
+
+
+_WORDS = st.sampled_from(["the", "a", "plan", "moves", "every", "tenant", "x", "42", "phase", "-"])
+
+
+@given(
+    st.lists(_WORDS, min_size=0, max_size=60),
+    st.lists(_WORDS, min_size=5, max_size=120),
+    st.integers(2, 4),
+    st.lists(_WORDS, max_size=30),
+    st.sampled_from([" ", "\n", "  "]),
+)
+@example(["a"], ["the", "plan", "moves", "every", "tenant", "x", "42", "phase"] * 6, 3, [], " ")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_repeat_screen_never_holds_back_a_loop(
+    head: list[str], unit: list[str], copies: int, tail: list[str], sep: str
+) -> None:
+    """Wherever the full pass finds a prose loop, the probe screen lets the text through (the
+    explicit example is one: test_the_repeat_screen_example_is_a_loop)."""
+    words = head + unit * copies + tail
+    text = sep.join(words)
+    if phenotypes._loop_in_words(text, text.split()) is not None:
+        assert phenotypes._may_repeat(" ".join(text.split()), t.PROSE_LOOP_MIN_WORDS)
+    assert phenotypes.find_prose_loop(text) == (
+        phenotypes._loop_in_words(text, text.split())
+        if len(text.split()) >= t.PROSE_LOOP_MIN_WORDS + t.PROSE_LOOP_NGRAM
+        and len(text) >= 2 * t.PROSE_LOOP_MIN_WORDS
+        else None
+    )
+
+
+def test_the_repeat_screen_example_is_a_loop() -> None:
+    unit = ["the", "plan", "moves", "every", "tenant", "x", "42", "phase"] * 6
+    text = " ".join(["a", *unit * 3])
+    assert phenotypes._loop_in_words(text, text.split()) is not None
+    assert phenotypes.find_prose_loop(text) is not None

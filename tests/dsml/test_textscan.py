@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.dsml import fastpath, textcheck
+from exporter.dsml import accel, fastpath, textcheck
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
 from exporter.dsml.grader import body_end_of
@@ -31,6 +30,7 @@ from tests.dsml.diff_corpus import build as diff_corpus
 from tests.dsml.fp_corpus import PROSE, corpus
 
 native = pytest.importorskip("exporter.dsml._textscan", reason="built without a C compiler")
+DSML_KERNELS = ("c",)  # every test here runs both builds itself (tests/dsml/conftest.py)
 MANY = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -39,7 +39,9 @@ def test_the_accelerator_runs_where_a_compiler_is() -> None:
     unnoticed but for this test (CI has gcc)."""
     if c_compiler() is None:
         pytest.skip("no C compiler on this machine: the reference runs")
-    assert textcheck.KERNEL == "c", "exporter/dsml/_textscan.c was not built: run `make native`"
+    assert accel.available(), "exporter/dsml/_textscan.c was not built: run `make native`"
+    # and a plain import runs it: exporter.dsml.KERNEL == "c" (test_accel.py, in a subprocess,
+    # so a DSV4_DSML_KERNEL set for this run does not decide)
 
 
 def _same(text: str) -> None:
@@ -186,15 +188,6 @@ def test_equal_past_every_cap() -> None:
         _same(text)
 
 
-def _scan_seconds(text: str) -> float:
-    best = float("inf")
-    for _ in range(2):
-        start = time.thread_time()
-        native.scan(text)
-        best = min(best, time.thread_time() - start)
-    return best
-
-
 @pytest.mark.parametrize(
     "make",
     [
@@ -204,12 +197,10 @@ def _scan_seconds(text: str) -> float:
     ],
     ids=["short loop", "sentence loop", "random unicode"],
 )
-def test_large_inputs_are_linear_and_equal(make: Callable[[int], str]) -> None:
-    """Up to 10 MB: 4x the input costs about 4x (quadratic would be 16x), results equal."""
-    small, large = make(2_500_000), make(10_000_000)
-    t_small, t_large = _scan_seconds(small), _scan_seconds(large)
-    assert t_large <= 8 * max(t_small, 0.002), (t_small, t_large)
-    _same(large)
+def test_large_inputs_are_equal(make: Callable[[int], str]) -> None:
+    """10 MB, past every bound of the loop search; how the cost grows is measured in
+    bench/bench_dsml.py (linearity rows), not here."""
+    _same(make(10_000_000))
 
 
 def test_configure_takes_every_threshold_by_keyword() -> None:
@@ -218,7 +209,7 @@ def test_configure_takes_every_threshold_by_keyword() -> None:
     with pytest.raises(TypeError):
         native.configure(12)
     # out of range: at most 16 distinct letters are counted per unit
-    values = {**textcheck.NATIVE_THRESHOLDS, "min_letters": 99}
+    values = {**accel.NATIVE_THRESHOLDS, "min_letters": 99}
     with pytest.raises(ValueError, match="min_letters"):
         native.configure(**values)
     # the rejected call changed nothing
@@ -323,9 +314,9 @@ def test_canonical_calls_equal_past_the_small_buffers() -> None:
 _FALLBACK = """
 import json, sys
 sys.modules["exporter.dsml._textscan"] = None  # as if built without a C compiler
-from exporter.dsml import grade_text, textcheck
+from exporter.dsml import accel, grade_text
 texts = json.load(sys.stdin)
-print(json.dumps({"kernel": textcheck.KERNEL,
+print(json.dumps({"kernel": accel.kernel(),
                   "results": [[r.verdict, [list(f) for f in r.findings]]
                               for r in map(grade_text, texts)]}))
 """

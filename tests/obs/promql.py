@@ -20,6 +20,7 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'(?:[^'\\]|\\.)*'")
 _RECORDING = re.compile(r"\b[a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]+\b")
 # Names may hold colons (recording rules): `deployment:x:count{...}` is one selector.
 _SELECTOR = re.compile(r"(?<![a-zA-Z0-9_:])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
+_NAMELESS = re.compile(r"\{([^}]*__name__[^}]*)\}")
 _MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*\"((?:[^\"\\]|\\.)*)\"")
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
 _DSV4_TOKEN = re.compile(r"\bdsv4_[a-z0-9_]+\b")
@@ -42,10 +43,15 @@ def recording_names(expr: str) -> set[str]:
 
 
 def selectors(expr: str) -> list[Selector]:
-    """Every ``name{...}`` selector (metric names in this repo always carry matchers)."""
+    """Every ``name{...}`` selector (metric names in this repo always carry matchers), and every
+    ``{__name__=~"...", ...}`` one (SGLang's series under either prefix), named by that regex."""
     out = []
     for name, body in _SELECTOR.findall(expr):
         out.append(Selector(name, tuple(_MATCHER.findall(body))))
+    for body in _NAMELESS.findall(_SELECTOR.sub(" ", expr)):
+        matchers = _MATCHER.findall(body)
+        (name,) = [v for label, _op, v in matchers if label == "__name__"]
+        out.append(Selector(name, tuple(m for m in matchers if m[0] != "__name__")))
     return out
 
 

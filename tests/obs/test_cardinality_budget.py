@@ -94,7 +94,7 @@ def test_every_catalog_area_has_a_budget() -> None:
 
 def test_series_by_family_counts_samples_not_comments(tmp_path: Path) -> None:
     text = (
-        "# HELP dsv4_gpu_count x\n# TYPE dsv4_gpu_count gauge\ndsv4_gpu_count 8.0\n"
+        "# HELP dsv4_gpus_visible x\n# TYPE dsv4_gpus_visible gauge\ndsv4_gpus_visible 8.0\n"
         'dsv4_source_up{source="nvml"} 1.0\ndsv4_source_up{source="sglang"} 0.0\n'
     )
-    assert series_by_family(text) == Counter({"dsv4_gpu_count": 1, "dsv4_source_up": 2})
+    assert series_by_family(text) == Counter({"dsv4_gpus_visible": 1, "dsv4_source_up": 2})

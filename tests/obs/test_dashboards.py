@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dashboards import generate
-from dashboards.common import UIDS
+from dashboards.common import SGLANG_PREFIX, UIDS
 from dashboards.queries import (
     PanelQuery,
     dashboard_files,
@@ -174,6 +174,9 @@ def test_every_selector_is_templated(q: PanelQuery) -> None:
     assert found, "a panel query without a series selector"
     for s in found:
         matchers = {(label, op, value) for label, op, value in s.matchers}
+        if s.metric.startswith(SGLANG_PREFIX):  # SGLang's own series: its own scrape job
+            assert ("job", "=~", "$sglang_job") in matchers, s
+            continue
         assert ("job", "=~", "$job") in matchers, s
         # Deployment-level recording rules have no instance: they are scoped by deployment.
         if s.metric not in JOB_ONLY and ":" not in s.metric:

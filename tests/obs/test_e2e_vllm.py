@@ -5,10 +5,9 @@ SGLang's alone (the footprint model's pools, HiCache, the probe) are the ones le
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from dashboards.memory import VLLM_PANELS
 from dashboards.queries import panel_queries
 from exporter.app import create_app
 from exporter.config import load_settings
@@ -25,9 +24,8 @@ MEMORY_PANELS = (
     "GPU memory used / total",
     "GPU memory free",
     "Running requests",
-    "Engine KV usage",
-    "Engine KV capacity and waiting requests",
     "Engine",
+    *VLLM_PANELS,
 )
 
 
@@ -63,16 +61,21 @@ def test_boards_render_beside_a_simulated_vllm() -> None:
                 timeout=90,
                 interval=1,
             )
-            time.sleep(3)  # let range-based panel queries see a few samples
             queries = panel_queries(job="dsv4-sidecar", rate_interval="30s", range_="5m")
             wanted = list(queries["tool-call-corruption"]) + [
                 (title, expr)
                 for title, expr in queries["memory-overcommit"]
                 if title.rsplit(" [", 1)[0] in MEMORY_PANELS
             ]
-            missing = [f"{title}: {expr}" for title, expr in wanted if not promql(prom, expr)]
+
+            # range-based panel queries need a few samples: wait until every one has data
+            def panels_have_data() -> bool:
+                missing = [f"{t}: {expr}" for t, expr in wanted if not promql(prom, expr)]
+                assert not missing, "panels without data beside vLLM:\n" + "\n".join(missing)
+                return True
+
+            wait_for(panels_have_data, timeout=30, interval=1)
             dialect = promql(prom, 'dsv4_dsml_dialect_info{dialect="v4@vllm"}')
             footprint = promql(prom, 'dsv4_engine_info{footprint="not modelled: vllm"}')
     assert len(wanted) >= len(MEMORY_PANELS) + 20
-    assert not missing, "panels without data beside vLLM:\n" + "\n".join(missing)
     assert dialect and footprint

@@ -177,7 +177,7 @@ CHECKS = (
 BROKEN = {
     unknown_names: 'dsv4_nvml_up{job="x"}',  # renamed to dsv4_source_up{source="nvml"}
     bare_histograms: 'dsv4_hicache_transfer_gap_seconds{job="x"}',
-    bare_names: "dsv4_gpu_count",
+    bare_names: "dsv4_gpus_visible",
     unknown_matcher_labels: 'dsv4_source_up{job="x", error="timeout"}',
     unknown_grouping_labels: 'sum by (collector) (dsv4_source_up{job="x"})',
     undefined_recordings: 'instance_source:dsv4_nothing:ratio5m{job="x"}',
@@ -240,9 +240,9 @@ def test_spec_for_series_resolves_histogram_series_only() -> None:
     assert spec_for_series("dsv4_hicache_transfer_gap_seconds_bucket").name == (
         "dsv4_hicache_transfer_gap_seconds"
     )
-    assert spec_for_series("dsv4_gpu_count").name == "dsv4_gpu_count"
+    assert spec_for_series("dsv4_gpus_visible").name == "dsv4_gpus_visible"
     with pytest.raises(KeyError, match="catalog"):
-        spec_for_series("dsv4_gpu_count_sum")  # a gauge has no _sum series
+        spec_for_series("dsv4_gpus_visible_sum")  # a gauge has no _sum series
     with pytest.raises(KeyError, match="catalog"):
         spec_for_series("dsv4_tap_requests_total_count")
 

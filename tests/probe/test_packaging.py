@@ -51,8 +51,8 @@ def test_wheel_ships_the_pth_at_its_root(tmp_path):
     assert "Provides-Extra: probe" in metadata
     assert "exporter/probe/boot.py" in names
     assert f"exporter/probe/{PTH_NAME}" in names  # what `python -m exporter.probe.install` copies
-    # the DSML accelerators, built where there is a C compiler, and their type stubs
-    for module in ("_textscan", "_grammar"):
+    # the DSML accelerator, built where there is a C compiler, and its type stub
+    for module in ("_textscan",):
         assert f"exporter/dsml/{module}.pyi" in names
         if c_compiler():
             assert any(re.fullmatch(rf"exporter/dsml/{module}\..*\.so", n) for n in names), names

@@ -42,13 +42,13 @@ def test_renders_once_per_change_and_prerenders():
         expo, c = _setup()
         first = await expo.body(False, False)
         await expo.body(False, False)
-        assert expo.renders == 1 and b"dsv4_gpu_count 0.0" in first
+        assert expo.renders == 1 and b"dsv4_gpus_visible 0.0" in first
         expo.start(debounce=0.01)
         c.value = 3
         expo.bump()
         assert await settle(lambda: expo.renders == 2)  # the background render has run
         renders = expo.renders
-        assert b"dsv4_gpu_count 3.0" in await expo.body(False, False)
+        assert b"dsv4_gpus_visible 3.0" in await expo.body(False, False)
         assert expo.renders == renders  # served from the pre-rendered cache
         await expo.stop()
 
@@ -64,9 +64,9 @@ def test_stale_bytes_only_while_young():
         c.value = 7
         expo.bump()
         await asyncio.sleep(0)
-        assert b"dsv4_gpu_count 0.0" in await expo.body(False, False)  # young: stale served
+        assert b"dsv4_gpus_visible 0.0" in await expo.body(False, False)  # young: stale served
         clock.now += 0.35
-        assert b"dsv4_gpu_count 7.0" in await expo.body(False, False)  # too old: re-rendered
+        assert b"dsv4_gpus_visible 7.0" in await expo.body(False, False)  # too old: re-rendered
         await expo.stop()
 
     asyncio.run(scenario())

@@ -87,7 +87,7 @@ def test_each_node_labels_its_gpus_globally(two_nodes):
     _, node0, node1 = two_nodes
     for sc, ranks in ((node0, range(0, 8)), (node1, range(8, 16))):
         text = scrape(sc.url)
-        assert sample_value(text, "dsv4_gpu_count") == 8  # tp*pp / nnodes fake GPUs
+        assert sample_value(text, "dsv4_gpus_visible") == 8  # tp*pp / nnodes fake GPUs
         gpus = _labels(text, "dsv4_gpu_memory_total_bytes")
         assert sorted(int(g["rank"]) for g in gpus) == list(ranks)
         assert sorted(int(g["gpu"]) for g in gpus) == list(range(8))  # local NVML index

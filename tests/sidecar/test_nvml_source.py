@@ -45,7 +45,7 @@ def test_init_failure_marks_down_then_recovers(error):
     assert sample_value(t, "dsv4_source_up", source="nvml") == 0
     assert sample_value(t, "dsv4_source_errors_total", source="nvml", reason=error) == 2
     assert sample_value(t, "dsv4_gpu_memory_used_bytes") is None  # fail closed
-    assert sample_value(t, "dsv4_gpu_count") == 0
+    assert sample_value(t, "dsv4_gpus_visible") == 0
     assert sample_value(t, "dsv4_source_last_success_timestamp_seconds", source="nvml") is None
     assert poll(src) == 1  # recovered without restart
     t = _text(src)
@@ -53,7 +53,7 @@ def test_init_failure_marks_down_then_recovers(error):
     last = sample_value(t, "dsv4_source_last_success_timestamp_seconds", source="nvml")
     assert last is not None and abs(last - time.time()) < 60
     assert sample_value(t, "dsv4_source_poll_duration_seconds", source="nvml") >= 0
-    assert sample_value(t, "dsv4_gpu_count") == 2
+    assert sample_value(t, "dsv4_gpus_visible") == 2
     assert sample_value(t, "dsv4_gpu_memory_total_bytes", rank="1") == fake.spec.memory_bytes
 
 
@@ -73,7 +73,7 @@ def test_gpu_lost_mid_run_then_recovered():
     poll(src)
     t = _text(src)
     assert sample_value(t, "dsv4_source_up", source="nvml") == 0
-    assert sample_value(t, "dsv4_gpu_count") == 3
+    assert sample_value(t, "dsv4_gpus_visible") == 3
     assert sample_value(t, "dsv4_gpu_memory_used_bytes", rank="2") is None  # that GPU dropped
     assert sample_value(t, "dsv4_gpu_memory_used_bytes", rank="1") is not None  # others kept
     assert sample_value(t, "dsv4_source_errors_total", source="nvml", reason="gpu_lost") == 1
@@ -82,7 +82,7 @@ def test_gpu_lost_mid_run_then_recovered():
     t = _text(src)
     assert (
         sample_value(t, "dsv4_source_up", source="nvml") == 1
-        and sample_value(t, "dsv4_gpu_count") == 4
+        and sample_value(t, "dsv4_gpus_visible") == 4
     )
 
 

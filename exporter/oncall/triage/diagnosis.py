@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.dsml import REASON_SPECS
+from exporter.dsml.catalog import HARD
 from exporter.oncall.repro_report import ReproReport, format_p, level_trend
 from exporter.oncall.triage.evidence import BucketCount, Evidence
 from exporter.samplers.buckets import BUCKET_LABELS
@@ -41,7 +42,7 @@ ARTEFACT_SHARE = 0.5  # artefact-only outputs must be at least this share of the
 ARTEFACT_REASONS = frozenset(
     {"unparsed_block", "version_mismatch", "marker_ascii_pipe", "whitespace_layout"}
 )
-HARD_REASONS = frozenset(c for c, s in REASON_SPECS.items() if s.severity == "hard")
+HARD_REASONS = HARD  # the catalog says which reasons are hard
 INFO_REASONS = frozenset(c for c, s in REASON_SPECS.items() if s.severity in ("info", "error"))
 
 SUPPORTED, POSSIBLE, RULED_OUT, UNKNOWN = "supported", "possible", "ruled_out", "unknown"

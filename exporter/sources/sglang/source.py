@@ -166,22 +166,14 @@ class SglangSource(HttpPoller):
         live = self.live
         if live is None:
             return
+        # SGLang's own series are read from SGLang's /metrics (docs/sglang.md); re-exported
+        # only what triage needs from the sidecar alone.
         for spec, value in (
             (m.SGLANG_RUNNING, live.running),
-            (m.SGLANG_QUEUED, live.queued),
-            (m.SGLANG_TOKEN_USAGE, live.token_usage),
-            (m.HICACHE_HOST_USED, live.hicache_host_used),
-            (m.HICACHE_HOST_TOTAL, live.hicache_host_total),
-            (m.HICACHE_LOAD_BACK_SECONDS, live.load_back_seconds),
             (m.HICACHE_LOAD_BACKS, live.load_backs),
         ):
             if value is not None:
                 yield spec.one(value)
-        if live.load_back_tokens:
-            fam = m.HICACHE_LOAD_BACK_TOKENS.family()
-            for pool, v in sorted(live.load_back_tokens.items()):
-                fam.add_metric([pool], v)
-            yield fam
 
 
 def _parse_text(body: bytes) -> LiveMetrics:

@@ -1,0 +1,126 @@
+"""Which build of the grader's character-level passes runs: the C accelerator or its Python twin.
+
+The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot passes, each with a
+pure-Python reference that is its specification (``textcheck.check_text_python`` and
+``fastpath.canonical_calls_python``), as CPython's ``_json`` accelerates ``json``. The grammar
+(``tokens.py`` + ``structure.py``) is written once, in Python.
+
+At import the accelerator runs when it was built, unless ``DSV4_DSML_KERNEL`` says otherwise:
+``python`` forces the twin (what an install without a C compiler runs), ``c`` asks for the
+accelerator, ``auto`` or unset takes it when built. A value that cannot be honoured never stops
+the process: the twin runs and :data:`WHY` says why. :func:`select` switches at run time, so the
+DSML tests run whole on both kernels (``tests/dsml/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import ModuleType
+
+from exporter.dsml import thresholds as t
+from exporter.dsml.loops import MIN_LOOP_CHARS
+
+ENV = "DSV4_DSML_KERNEL"
+KERNELS = ("c", "python")
+
+# What the accelerator's scan() returns (exporter/dsml/_textscan.pyi): control offsets, U+FFFD
+# offsets, mojibake spans, script mix (start, end, group letters), the salad screen's answer,
+# loops (start, end, period, repeats).
+ScanResult = tuple[
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[tuple[int, int], ...],
+    tuple[int, int, bytes] | None,
+    bool,
+    tuple[tuple[int, int, int, int], ...],
+]
+# One call of a canonical block as the structural pass finds it: name, start, end (the
+# invoke's last character), and its parameters (key, string flag, value start, value end).
+RawParam = tuple[str, bool, int, int]
+RawCall = tuple[str, int, int, tuple[RawParam, ...]]
+NativeSpelling = tuple[str, str, str, str, str, bool, int]
+CanonicalCalls = Callable[[str, int, int, NativeSpelling], tuple[tuple[RawCall, ...], int] | None]
+
+# Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).
+NATIVE_THRESHOLDS: dict[str, int] = {
+    "probe": t.LOOP_PROBE,
+    "stride": t.LOOP_STRIDE,
+    "max_period": t.LOOP_MAX_PERIOD,
+    "far_every": t.LOOP_FAR_EVERY,
+    "tries": t.LOOP_TRIES,
+    "min_letters": t.LOOP_MIN_LETTERS,
+    "repeats_short": t.LOOP_REPEATS_SHORT,
+    "repeats_medium": t.LOOP_REPEATS_MEDIUM,
+    "repeats_long": t.LOOP_REPEATS_LONG,
+    "repeats_few": t.LOOP_REPEATS_FEW_LETTERS,
+    "short_unit": t.LOOP_SHORT_UNIT,
+    "long_unit": t.LOOP_LONG_UNIT,
+    "min_loop_chars": MIN_LOOP_CHARS,
+    "script_min_groups": t.SCRIPT_MIN_GROUPS,
+    "script_min_switches": t.SCRIPT_MIN_SWITCHES,
+    "script_span": t.SCRIPT_SPAN,
+    "script_max_switches": t.SCRIPT_MAX_SWITCHES,
+    "salad_min_run": t.SALAD_MIN_RUN,
+}
+
+
+def _load() -> ModuleType | None:
+    try:
+        from exporter.dsml import _textscan
+    except ImportError:  # installed without a C compiler
+        return None
+    _textscan.configure(**NATIVE_THRESHOLDS)
+    return _textscan
+
+
+_BUILT = _load()
+
+# The passes callers run; None means "run the Python twin". Read at each call (accel.scan),
+# never imported by name, so select() reaches every caller.
+scan: Callable[[str], ScanResult] | None = None
+canonical_calls: CanonicalCalls | None = None
+WHY = ""
+"""Why the kernel differs from what ``DSV4_DSML_KERNEL`` asked for ("" when it does not)."""
+
+
+def available() -> bool:
+    """Was the accelerator built (and importable) in this install?"""
+    return _BUILT is not None
+
+
+def kernel() -> str:
+    """``c`` when the accelerator runs now, ``python`` when the twin does."""
+    return "c" if scan is not None else "python"
+
+
+def select(name: str) -> None:
+    """Run ``name`` (``c`` or ``python``) from now on, in every caller.
+
+    ValueError for any other name; RuntimeError for ``c`` when the accelerator is not built."""
+    global scan, canonical_calls
+    if name not in KERNELS:
+        raise ValueError(f"unknown DSML kernel {name!r}: use one of {', '.join(KERNELS)}")
+    if name == "python":
+        scan = canonical_calls = None
+        return
+    if _BUILT is None:
+        raise RuntimeError("exporter/dsml/_textscan.c is not built here: run `make native`")
+    scan, canonical_calls = _BUILT.scan, _BUILT.canonical_calls
+
+
+def _from_env(value: str) -> tuple[str, str]:
+    """(kernel, why) for a ``DSV4_DSML_KERNEL`` value; never raises."""
+    wanted = value.strip().lower()
+    default = "c" if _BUILT is not None else "python"
+    if wanted in ("", "auto"):
+        return default, ""
+    if wanted not in KERNELS:
+        return default, f"{ENV}={value!r} is not c, python or auto: {default} runs"
+    if wanted == "c" and _BUILT is None:
+        return "python", f"{ENV}=c but exporter/dsml/_textscan.c is not built: python runs"
+    return wanted, ""
+
+
+_chosen, WHY = _from_env(os.environ.get(ENV, ""))
+select(_chosen)
