@@ -6,9 +6,7 @@ modules). The grader is given the vLLM dialect (``v4@vllm``, ``v3.2@vllm``). Hol
 
 - no output whose vLLM parse equals the intent (prose and calls) is flagged, raw or as the
   client receives it (non-streaming and streaming);
-- every output whose parse differs from the intent is flagged, except the value-glued-dashes
-  cases the SGLang differential tolerates too (a run of dashes on its own line after a code
-  value, :data:`TOLERATED`);
+- every output whose parse differs from the intent is flagged;
 - vLLM drops V4's self-closing zero-argument invoke, so clean items carrying one harm the
   client, and the grader flags each of them;
 - every damage op where the grader is stricter than vLLM is one already documented as stricter
@@ -32,7 +30,6 @@ from tests.dsml.test_differential import STRICTER
 from tests.dsml.vllm_oracle import RELEASES
 
 ROOT = Path(__file__).resolve().parents[2]
-TOLERATED = {"value.glued_dashes"}
 pytestmark = pytest.mark.timeout(900)  # a wheel download on a fresh machine
 
 
@@ -50,7 +47,8 @@ def _run(version: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module", params=RELEASES)
-def summary(request: pytest.FixtureRequest) -> dict[str, Any]:
+def summary(request: pytest.FixtureRequest, dsml_kernel: str) -> dict[str, Any]:
+    """One release's run on this module's kernel (the subprocess inherits DSV4_DSML_KERNEL)."""
     return _run(request.param)
 
 
@@ -67,9 +65,7 @@ def test_no_faithful_output_is_flagged(summary: dict[str, Any]) -> None:
 
 
 def test_every_harmful_output_is_flagged(summary: dict[str, Any]) -> None:
-    missed = [r for r in summary["missed"] if r["op"] not in TOLERATED]
-    assert missed == [], missed[:5]
-    assert len(summary["missed"]) <= 0.005 * summary["harmful"]
+    assert summary["missed"] == [], summary["missed"][:5]
 
 
 def test_clean_self_closing_invokes_harm_and_are_flagged(summary: dict[str, Any]) -> None:
