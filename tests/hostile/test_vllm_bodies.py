@@ -14,6 +14,7 @@ from fastapi.responses import PlainTextResponse
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from exporter.sources import bounded
+from exporter.sources.base import health_families
 from exporter.sources.vllm import ERROR_REASONS, VllmSource
 from tests.support import ServerThread
 
@@ -70,7 +71,7 @@ def test_documented_reasons_cover_the_bounds() -> None:
 def test_a_bad_version_answer_is_down_with_its_reason(sim, fault: str, reason: str) -> None:
     src = _poll(sim.url, fault)
     assert not src.health.up and src.health.errors[reason] == 1
-    assert src.live is None and _families(src) == ["dsv4_source_samples_dropped"]
+    assert src.live is None and _families(src) == []
 
 
 def test_garbage_metrics_drop_the_live_numbers_only(sim) -> None:
@@ -78,7 +79,7 @@ def test_garbage_metrics_drop_the_live_numbers_only(sim) -> None:
     assert src.health.up and src.live is None
     assert src.health.errors["metrics_unavailable"] == 1
     # the identity, no live numbers
-    assert _families(src) == ["dsv4_source_samples_dropped", "dsv4_vllm"]
+    assert _families(src) == ["dsv4_vllm"]
 
 
 def test_oversized_metrics_count_too_large(sim) -> None:
@@ -89,7 +90,7 @@ def test_oversized_metrics_count_too_large(sim) -> None:
 def test_a_family_past_the_cap_is_dropped_unparsed_and_counted() -> None:
     """100,000 series of one family (a hostile or misconfigured server): the first
     MAX_SAMPLES_PER_FAMILY are read, the rest counted in dsv4_source_samples_dropped_total."""
-    from exporter.sources.sglang.metrics_text import MAX_SAMPLES_PER_FAMILY
+    from exporter.sources.exposition_filter import MAX_SAMPLES_PER_FAMILY
     from exporter.sources.vllm import parse_vllm_metrics
 
     lines = ["# TYPE vllm:num_requests_running gauge"]
@@ -100,7 +101,9 @@ def test_a_family_past_the_cap_is_dropped_unparsed_and_counted() -> None:
     assert live.dropped_samples == 100_000 - MAX_SAMPLES_PER_FAMILY
     with ServerThread(_fake_vllm(flood)) as srv:
         src = _polled(srv.url, cycles=2)
-    dropped = next(f for f in src.collect() if f.name == "dsv4_source_samples_dropped")
+    dropped = next(
+        f for f in health_families([src.health]) if f.name == "dsv4_source_samples_dropped"
+    )
     assert [s.value for s in dropped.samples] == [2 * (100_000 - MAX_SAMPLES_PER_FAMILY)]
     assert src.health.up and src.running() == MAX_SAMPLES_PER_FAMILY
 

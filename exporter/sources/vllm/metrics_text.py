@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.sources.sglang.metrics_text import MAX_SAMPLES_PER_FAMILY
+from exporter.sources.exposition_filter import capped_lines, family_pattern
 
 PREFIX = "vllm:"
 MAX_BLOCKS = 1 << 40  # GPU blocks one engine can hold: far past any GPU, bounds a hostile label
@@ -80,29 +79,7 @@ class VllmLive:
         return self.cache is None and all(v is None for v in values)
 
 
-_WANTED = re.compile(
-    r"^(?:# (?:TYPE|HELP) )?vllm:("
-    + "|".join(sorted({*_SUMMED, *_USAGE, "cache_config_info"}))
-    + r")(?:_total|_created)?(?=[ {\t]).*$",
-    re.M,
-)
-
-
-def wanted_text(text: str) -> tuple[str, int]:
-    """The lines of the families this parser reads, at most MAX_SAMPLES_PER_FAMILY samples
-    each (the SGLang parser's bound), and how many sample lines were dropped past it: the rest
-    of vLLM's exposition (its many histograms) is scanned by a C regex, never parsed."""
-    per_family: Counter[str] = Counter()
-    kept: list[str] = []
-    for hit in _WANTED.finditer(text):
-        line = hit.group(0)
-        if not line.startswith("#"):
-            per_family[hit.group(1)] += 1
-            if per_family[hit.group(1)] > MAX_SAMPLES_PER_FAMILY:
-                continue
-        kept.append(line)
-    dropped = sum(max(0, n - MAX_SAMPLES_PER_FAMILY) for n in per_family.values())
-    return "\n".join(kept) + "\n", dropped
+_WANTED = family_pattern("vllm:", {*_SUMMED, *_USAGE, "cache_config_info"}, ("_total", "_created"))
 
 
 def has_vllm_families(text: str) -> bool:
@@ -130,7 +107,7 @@ def cache_config_of(labels: Mapping[str, str]) -> CacheConfig:
 
 def parse_vllm_metrics(text: str) -> VllmLive:
     """Sum the per-engine gauges and counters, take the fullest engine's KV usage."""
-    text, dropped = wanted_text(text)
+    text, dropped = capped_lines(text, _WANTED)
     sums: dict[str, float] = {}
     usage: float | None = None
     cache: tuple[str, CacheConfig] | None = None

@@ -52,7 +52,6 @@ class VllmSource(HttpPoller):
         self.scrape_metrics = scrape_metrics
         self.facts: VllmFacts | None = None
         self.live: VllmLive | None = None
-        self.samples_dropped = 0  # /metrics samples past a family's cap, over the process
 
     async def poll(self) -> None:
         data = await self.get_json("/version", bounded.SERVER_INFO_MAX_BYTES)
@@ -90,7 +89,7 @@ class VllmSource(HttpPoller):
             if reply.status == 200:
                 try:
                     live = await self.offload(_parse_text, reply.body)
-                    self.samples_dropped += live.dropped_samples
+                    self.health.drop_samples(live.dropped_samples)
                     if not live.empty:
                         self.live = live
                         return
@@ -107,9 +106,6 @@ class VllmSource(HttpPoller):
         return int(live.running) if live is not None and live.running is not None else None
 
     def collect(self) -> Iterable[Metric]:
-        dropped = m.SOURCE_SAMPLES_DROPPED.family()
-        dropped.add_metric([self.health.name], float(self.samples_dropped))
-        yield dropped
         f = self.facts
         if f is None or not self.health.up:
             return
