@@ -7,6 +7,8 @@ from grafana_foundation_sdk.models import dashboard as dm
 from dashboards.common import ALERTS, Board, sel, sglang_rate, sglang_sel, target
 
 A = ALERTS
+# Panels only a sidecar beside vLLM fills (tests/obs: empty beside SGLang, filled beside vLLM).
+VLLM_PANELS = ("vLLM KV cache usage, capacity and waiting", "vLLM")
 FORECAST = (
     f"predict_linear({sel('dsv4_gpu_memory_free_bytes', rank=True)}"
     f"[{A.gpu_fill_lookback}], {A.gpu_fill_horizon_seconds})"
@@ -177,11 +179,18 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Running requests",
-        "Requests SGLang is running, from SGLang's own /metrics (sglang:num_running_reqs, "
-        "summed over DP ranks): memory pressure beyond the pools grows with them (lower "
-        "--max-running-requests to buy headroom).",
+        "Requests the engine is running: SGLang's own /metrics (sglang:num_running_reqs, "
+        "summed over DP ranks), or beside vLLM the sidecar's dsv4_vllm_running_requests: "
+        "memory pressure beyond the pools grows with them (lower --max-running-requests, "
+        "vLLM --max-num-seqs, to buy headroom).",
         "short",
-        [target(f"sum by (instance) ({sglang_sel('num_running_reqs')})", "{{instance}}")],
+        [
+            target(
+                f"sum by (instance) ({sglang_sel('num_running_reqs')}) or "
+                f"{sel('dsv4_vllm_running_requests')}",
+                "{{instance}}",
+            )
+        ],
         min_val=0,
     )
     b.timeseries(
@@ -303,6 +312,39 @@ def build() -> dm.Dashboard:
         "GPUs",
         "GPU inventory from NVML: name, PCI bus id, driver version per rank.",
         [target(sel("dsv4_gpu_info", rank=True), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+
+    b.row("Engine: vLLM's KV cache beside a vLLM server (the footprint is not modelled there)")
+    b.timeseries(
+        "vLLM KV cache usage, capacity and waiting",
+        "Beside vLLM, its own figures next to NVML's memory above: KV usage "
+        "(vllm:kv_cache_usage_perc, the fullest engine core), the tokens its KV cache holds "
+        "(cache_config_info kv_cache_size_tokens, else num_gpu_blocks x block_size) and the "
+        "waiting requests. Empty beside SGLang, whose pools the footprint rows price.",
+        "short",
+        [
+            target(sel("dsv4_vllm_kv_cache_usage_ratio"), "usage 0-1 · {{instance}}"),
+            target(sel("dsv4_vllm_kv_cache_capacity_tokens"), "capacity tokens · {{instance}}"),
+            target(sel("dsv4_vllm_waiting_requests"), "waiting · {{instance}}"),
+        ],
+        min_val=0,
+    )
+    b.table(
+        "Engine",
+        "Which engine the sidecar sits beside, how it knows (configured or discovered) and "
+        "whether its KV footprint is modelled (dsv4_engine_info).",
+        [target(sel("dsv4_engine_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
+    b.table(
+        "vLLM",
+        "Beside vLLM: its release and served model (/version, /v1/models) and its cache "
+        "configuration (block size, GPU blocks, cache dtype: vllm:cache_config_info).",
+        [
+            target(sel("dsv4_vllm_info"), instant=True, fmt="table"),
+            target(sel("dsv4_vllm_cache_config_info"), instant=True, fmt="table"),
+        ],
         hidden_columns=("Time", "__name__", "Value"),
     )
 

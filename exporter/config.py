@@ -96,6 +96,13 @@ class SidecarSettings(BaseSettings):
         description="File serve writes the address it listens on to (JSON), for the image's "
         "HEALTHCHECK (`python -m exporter.healthcheck`); the image sets it under /tmp.",
     )
+    engine: Literal["auto", "sglang", "vllm"] = Field(
+        "auto",
+        description="The serving engine at sglang_url: sglang, vllm, or auto (discovered: "
+        "SGLang's /server_info, else vLLM's /version with vllm: families on /metrics). Under "
+        "vllm, sglang_url (and the sglang_* poll settings) name the vLLM server; dsml_dialect "
+        "is vLLM's --tool-call-parser dialect (deepseek_v4: v4).",
+    )
     # SGLang
     sglang_url: str = Field("http://127.0.0.1:30000", description="SGLang server base URL.")
     sglang_poll_interval: float = Field(

@@ -3,6 +3,10 @@
 Kept separate from the HTTP edge (``exporter.app``) so tests and the demo can drive sources
 directly. Sources run as asyncio tasks; each reports changes to the exposition cache, and the
 SGLang and NVML sources also trigger a recomputation of the footprint view.
+
+The engine seam: one engine source reads the server, SGLang's or vLLM's, picked by the
+``engine`` setting or discovered (:class:`EngineDiscovery`; until it knows, SGLang's source
+runs, as before the seam). Once vLLM is found, SGLang's loop ends and vLLM's starts.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from exporter.sources.probe_drift import ModelDrift
 from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.reconcile import MemoryReconciliation
 from exporter.sources.sglang import RankMemory, SglangSource
+from exporter.sources.vllm import EngineDiscovery, VllmSource
 from exporter.supervisor import CrashHook, LoopFactory, TaskSupervisor
 
 if TYPE_CHECKING:
@@ -58,13 +63,22 @@ class Sidecar:
         self.settings = settings
         self.registry = CollectorRegistry(auto_describe=False)
         self.exposition = Exposition(self.registry)
-        self.sglang = SglangSource(
-            settings.sglang_url,
-            poll_interval=settings.sglang_poll_interval,
-            timeout=settings.sglang_timeout,
-            scrape_metrics=settings.sglang_metrics,
-            on_change=self._changed,
+        poll: dict[str, Any] = {
+            "poll_interval": settings.sglang_poll_interval,
+            "timeout": settings.sglang_timeout,
+        }
+        engine_poll = {
+            **poll,
+            "scrape_metrics": settings.sglang_metrics,
+            "on_change": self._changed,
+        }
+        self.sglang = SglangSource(settings.sglang_url, **engine_poll)
+        self.vllm = VllmSource(settings.sglang_url, **engine_poll)
+        self.engine = EngineDiscovery(
+            settings.engine, settings.sglang_url, on_found=self._engine_found, **poll
         )
+        # each engine source's loop ends on its own event too: the one not chosen stops
+        self._engine_stop = {"sglang": asyncio.Event(), "vllm": asyncio.Event()}
         self.footprint = FootprintView(settings, env=env)
         if nvml is None:
             # nvml: the real library; any other backend is a plugin (the simulator's "fake"),
@@ -80,12 +94,18 @@ class Sidecar:
             on_change=self._changed,
             rank_base=self._rank_base,
         )
+        server: SglangSource | VllmSource = (
+            self.vllm if self.engine.engine == "vllm" else self.sglang
+        )
         self.sources: dict[str, Reporter] = {
             "nvml": self.nvml,
-            "sglang": self.sglang,
+            server.health.name: server,
             "footprint": self.footprint,
         }
-        self.pollers: list[Source] = [self.nvml, self.sglang]
+        self.pollers: list[Source] = [self.nvml, server]
+        if self.engine.engine is None:  # auto: discover it
+            self.sources["engine"] = self.engine
+            self.pollers.append(self.engine)
         self.probe: ProbeFileSource | None = None
         self.drift: ModelDrift | None = None
         if settings.probe_dir is not None:
@@ -136,7 +156,7 @@ class Sidecar:
                 concurrency=settings.canary_concurrency,
                 timeout=settings.canary_timeout,
                 prompts=load_prompts(settings.canary_prompts_file),
-                model=lambda: self.sglang.facts.served_model_name if self.sglang.facts else None,
+                model=self.served_model,
                 concurrency_now=self.sglang_running,
                 max_tokens=settings.canary_max_tokens,
                 on_change=self.exposition.bump,
@@ -150,10 +170,37 @@ class Sidecar:
         self.supervisor = TaskSupervisor(self._stop)
 
     def dsml_dialect(self) -> tuple[str | None, str]:
-        """(the deployment's DSML dialect or None for auto, where it came from)."""
+        """(the deployment's DSML dialect or None for auto, where it came from); under vLLM
+        engine-qualified (``v4@vllm``): vLLM serves no endpoint with its --tool-call-parser,
+        so it is configured or taken from config.json."""
+        if self.engine.engine == "vllm":
+            return resolve_dialect(self.settings.dsml_dialect, None, self._model_config, "vllm")
         return resolve_dialect(
             self.settings.dsml_dialect, self.sglang.tool_call_parser, self._model_config
         )
+
+    def served_model(self) -> str | None:
+        """The name clients send as ``model`` (the canary too), from the engine's source."""
+        if self.engine.engine == "vllm":
+            return self.vllm.facts.served_model_name if self.vllm.facts else None
+        return self.sglang.facts.served_model_name if self.sglang.facts else None
+
+    def _engine_found(self, engine: str) -> None:
+        """Discovery's answer: its own health leaves the scrape (the fact stays in
+        dsv4_engine_info); under vLLM, SGLang's source leaves and vLLM's takes its place.
+        ``sources`` is replaced, never changed in place: a scrape renders in a worker thread
+        and may be iterating the old one."""
+        swap = engine == "vllm" and "vllm" not in self.sources
+        keep = {
+            n: s for n, s in self.sources.items() if n != "engine" and (n != "sglang" or not swap)
+        }
+        self.sources = {**keep, "vllm": self.vllm} if swap else keep
+        if not swap:
+            return
+        self._engine_stop["sglang"].set()
+        self.pollers = [p for p in self.pollers if p is not self.sglang] + [self.vllm]
+        self.supervisor.spawn("vllm", self._loop_of(self.vllm), self._crash_hook(self.vllm))
+        self._changed()
 
     def _rank_base(self, local_gpus: int) -> int:
         """Global rank of this node's first GPU: node_rank * gpus_per_node (SGLang's launch
@@ -166,11 +213,18 @@ class Sidecar:
         return node * (topo.gpus_per_node if topo is not None else local_gpus)
 
     def sglang_running(self) -> int | None:
-        """Concurrency right now as SGLang reports it (sglang:num_running_reqs)."""
+        """Concurrency right now as the engine reports it (sglang:num_running_reqs, or
+        vllm:num_requests_running)."""
+        if self.engine.engine == "vllm":
+            return self.vllm.running()
         live = self.sglang.live
         return int(live.running) if live is not None and live.running is not None else None
 
     def _changed(self) -> None:
+        if self.engine.engine == "vllm":
+            self.footprint.engine_not_modelled("vllm")
+            self.exposition.bump()
+            return
         facts = self.sglang.facts if self.sglang.health.up else None
         self.footprint.refresh(
             facts,
@@ -185,6 +239,9 @@ class Sidecar:
 
     async def start(self) -> None:
         self._stop.clear()
+        for name, event in self._engine_stop.items():
+            if name in self.sources:
+                event.clear()
         self.supervisor.install(asyncio.get_running_loop())
         self.exposition.start()
         self.pipeline.start()
@@ -208,8 +265,10 @@ class Sidecar:
             self.supervisor.spawn(src.health.name, self._loop_of(src), self._crash_hook(src))
 
     def _loop_of(self, src: Source) -> LoopFactory:
-        """A fresh ``src.run`` coroutine per (re)start, as the supervisor needs."""
-        return lambda: src.run(self._stop)
+        """A fresh ``src.run`` coroutine per (re)start, as the supervisor needs; an engine
+        source's loop also ends when the other engine is discovered."""
+        stop = self._engine_stop.get(src.health.name, self._stop)
+        return lambda: src.run(stop)
 
     def _crash_hook(self, src: Source) -> CrashHook:
         """What a crashed loop leaves behind: its source down with reason ``internal_error``
@@ -223,6 +282,8 @@ class Sidecar:
 
     async def stop(self) -> None:
         self._stop.set()
+        for event in self._engine_stop.values():
+            event.set()
         if self.tap is not None:
             await self.tap.stop()
         await self.supervisor.stop(grace=3.0)
@@ -254,11 +315,12 @@ class _Collector:
                 "dsml_kernel": DSML_KERNEL,
             }
         )
-        by_source = [(src, _guarded(src.collect, src.health.name)) for src in sc.sources.values()]
+        sources = sc.sources  # one snapshot per scrape: discovery may swap the engine's source
+        by_source = [(src, _guarded(src.collect, src.health.name)) for src in sources.values()]
         for src, fams in by_source:
             if fams is None:
                 src.health.failure("collect_error", "collect() raised; see the sidecar's log")
-        yield from health_families(src.health for src in sc.sources.values())
+        yield from health_families(src.health for src in sources.values())
         for _, fams in by_source:
             yield from fams or ()
         parts: list[tuple[str, Any]] = [
@@ -267,6 +329,8 @@ class _Collector:
             ("supervisor", sc.supervisor.collect),
             ("dialect", self._dialect),
         ]
+        if "engine" not in sources:  # configured or known: the fact without a discovery source
+            parts.append(("engine", sc.engine.collect))
         if sc.drift is not None:
             parts.insert(0, ("drift", sc.drift.collect))
         if sc.tap is not None:

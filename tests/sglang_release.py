@@ -1,4 +1,5 @@
-"""SGLang's released code as a test oracle: fetch a release's wheel once, keep its Python sources.
+"""SGLang's (and vLLM's) released code as a test oracle: fetch a release's wheel once, keep its
+Python sources.
 
 The sidecar's footprint model and DSML grader restate what SGLang does; agreeing with our own
 simulator proves little, so conformance tests run SGLang's *released* pure-Python code. This
@@ -7,7 +8,9 @@ is set up with), then the ``sglang/`` package's ``.py`` files are extracted into
 ``~/.cache/dsv4-sidecar/sglang/<version>/`` (``DSV4_SIDECAR_CACHE`` overrides the root). Native
 modules are never loaded from it: callers stub what they need in ``sys.modules`` and import
 the released modules with the returned directory on ``sys.path`` (one release per process;
-run several releases in subprocesses).
+run several releases in subprocesses). vLLM's wheels are fetched the same way
+(``package="vllm"``, cached under ``.../dsv4-sidecar/vllm/<version>/``): only their ``.py``
+files are kept, its compiled extensions never leave the wheel.
 
 A failed download fails the test with pip's message: the oracle is part of ``make test``, and
 a skipped oracle would let a wrong model pass silently.
@@ -39,12 +42,16 @@ _WHEEL_TAGS = [
     "--platform",
     "manylinux_2_34_x86_64",
 ]
+# vLLM publishes abi3 wheels tagged manylinux_2_28 (older: manylinux1); pip needs each tag named.
+_PLATFORM_TAGS = {
+    "vllm": ["--platform", "manylinux_2_28_x86_64", "--platform", "manylinux1_x86_64"]
+}
 
 
-def cache_root() -> Path:
+def cache_root(package: str = "sglang") -> Path:
     root = os.environ.get("DSV4_SIDECAR_CACHE")
     base = Path(root) if root else Path.home() / ".cache" / "dsv4-sidecar"
-    return base / "sglang"
+    return base / package
 
 
 @contextlib.contextmanager
@@ -59,7 +66,7 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _download(version: str, dest: Path) -> Path:
+def _download(version: str, dest: Path, package: str) -> Path:
     cmd = [
         sys.executable,
         "-m",
@@ -69,34 +76,35 @@ def _download(version: str, dest: Path) -> Path:
         "--disable-pip-version-check",
         "-q",
         *_WHEEL_TAGS,
+        *_PLATFORM_TAGS.get(package, []),
         "-d",
         str(dest),
-        f"sglang=={version}",
+        f"{package}=={version}",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    wheels = sorted(dest.glob("sglang-*.whl"))
+    wheels = sorted(dest.glob(f"{package}-*.whl"))
     if proc.returncode != 0 or not wheels:
         raise RuntimeError(
-            f"could not download sglang=={version} ({' '.join(cmd)}): "
+            f"could not download {package}=={version} ({' '.join(cmd)}): "
             f"{proc.stderr.strip()[-2000:] or 'no wheel produced'}"
         )
     return wheels[0]
 
 
-def _extract_sources(wheel: Path, dest: Path) -> None:
+def _extract_sources(wheel: Path, dest: Path, package: str) -> None:
     with zipfile.ZipFile(wheel) as zf:
         for name in zf.namelist():
-            if name.startswith("sglang/") and name.endswith(".py"):
+            if name.startswith(f"{package}/") and name.endswith(".py"):
                 zf.extract(name, dest)
 
 
-def release_dir(version: str) -> Path:
-    """The directory to put on ``sys.path`` so ``import sglang`` finds release ``version``.
+def release_dir(version: str, package: str = "sglang") -> Path:
+    """The directory to put on ``sys.path`` so ``import <package>`` finds release ``version``.
 
     Idempotent and safe under concurrency: a complete tree is marked by ``.complete`` and
     built in a temporary directory that is renamed into place.
     """
-    root = cache_root()
+    root = cache_root(package)
     target = root / version
     if (target / ".complete").exists():
         return target
@@ -105,9 +113,9 @@ def release_dir(version: str) -> Path:
             return target
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             tmp_path = Path(tmp)
-            wheel = _download(version, tmp_path / "dl")
+            wheel = _download(version, tmp_path / "dl", package)
             tree = tmp_path / "tree"
-            _extract_sources(wheel, tree)
+            _extract_sources(wheel, tree, package)
             (tree / ".complete").write_text(wheel.name + "\n")
             if target.exists():
                 shutil.rmtree(target)

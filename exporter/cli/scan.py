@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from exporter.dsml import DEFAULT_MAX_CHARS, REASON_SPECS, VERDICTS, Finding, Result
+from exporter.dsml.engines import QUALIFIED
 from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
 from exporter.stats import wilson_interval
 
@@ -45,9 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON to FILE")
     p.add_argument(
         "--grammar",
-        choices=("auto", "v4", "v4.1", "v3.2"),
+        choices=("auto", "v4", "v4.1", "v3.2", *QUALIFIED),
         default="auto",
-        help="grammar for lines that do not say (default: from the block's name)",
+        help="grammar for lines that do not say (default: from the block's name); v4@vllm, "
+        "v3.2@vllm: as vLLM's deepseek_v4 / deepseek_v32 parser delivers the block",
     )
     p.add_argument(
         "--thinking",

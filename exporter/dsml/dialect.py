@@ -5,12 +5,17 @@ The grader grades a block as the deployment's parser would read it: a V4 block u
 So the dialect is a deployment fact, taken in this order:
 
 1. the ``dsml_dialect`` setting (configured);
-2. ``tool_call_parser`` from SGLang's ``/server_info`` (all server args are reported there);
+2. the engine's tool-call parser name: ``tool_call_parser`` from SGLang's ``/server_info``
+   (all server args are reported there); vLLM's ``--tool-call-parser`` where the caller can
+   read it (vLLM serves no endpoint with its args; ``deepseek_v32`` / ``deepseek_v4``);
 3. the served model's ``config.json``: SGLang 0.5.23 picks the V4.1 encoding and parser for
    ``model_type == "deepseek_v41"`` or a ``DeepseekV41`` architecture (checked first, since
    V4.1 configs may reuse the V4 architecture name), V4 for a ``DeepseekV4`` architecture
    (``entrypoints/openai/chat_encoding.py``, ``parser/template_detection.py``);
 4. otherwise unknown: the first block's own spelling decides (``auto``).
+
+Under vLLM the dialect is qualified with the engine (``v4@vllm``): the grader then grades a
+block as vLLM's parser delivers it (:mod:`exporter.dsml.engines`).
 
 Pure: the caller reads the files and the endpoint.
 """
@@ -20,18 +25,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from exporter.dsml.engines import qualify
+
 # SGLang 0.5.23 function_call_parser.py: parser name -> detector class (and its dialect)
 PARSER_DIALECTS: dict[str, str] = {
     "deepseekv32": "v3.2",
     "deepseekv4": "v4",
     "deepseekv41": "v4.1",
 }
+# vLLM 0.23.0-0.24.0 vllm/tool_parsers/__init__.py: --tool-call-parser name -> dialect
+VLLM_PARSER_DIALECTS: dict[str, str] = {
+    "deepseek_v32": "v3.2",
+    "deepseek_v4": "v4",
+}
+ENGINE_PARSERS: dict[str, dict[str, str]] = {
+    "sglang": PARSER_DIALECTS,
+    "vllm": VLLM_PARSER_DIALECTS,
+}
 SETTING_VALUES: tuple[str, ...] = ("auto", "v3.2", "v4", "v4.1")
 
 
-def dialect_of_parser(parser: object) -> str | None:
-    """The dialect of an SGLang ``tool_call_parser`` name (None: not a DSML parser)."""
-    return PARSER_DIALECTS.get(parser.strip().lower()) if isinstance(parser, str) else None
+def dialect_of_parser(parser: object, engine: str = "sglang") -> str | None:
+    """The dialect of an engine's tool-call parser name (None: not a DSML parser)."""
+    table = ENGINE_PARSERS.get(engine, {})
+    return table.get(parser.strip().lower()) if isinstance(parser, str) else None
 
 
 def dialect_of_model_config(config: Mapping[str, Any] | None) -> str | None:
@@ -50,16 +67,20 @@ def dialect_of_model_config(config: Mapping[str, Any] | None) -> str | None:
 
 
 def resolve_dialect(
-    setting: str | None, parser: object = None, model_config: Mapping[str, Any] | None = None
+    setting: str | None,
+    parser: object = None,
+    model_config: Mapping[str, Any] | None = None,
+    engine: str = "sglang",
 ) -> tuple[str | None, str]:
-    """(dialect or None for auto, source): ``configured``, ``server_info``, ``model_config``
-    or ``unknown``."""
+    """(dialect or None for auto, source): ``configured``, ``server_info`` (SGLang) /
+    ``tool_call_parser`` (vLLM), ``model_config`` or ``unknown``. Under vLLM the dialect is
+    engine-qualified (``v4@vllm``)."""
     if setting and setting != "auto":
-        return setting, "configured"
-    found = dialect_of_parser(parser)
+        return qualify(setting, engine), "configured"
+    found = dialect_of_parser(parser, engine)
     if found is not None:
-        return found, "server_info"
+        return qualify(found, engine), "server_info" if engine == "sglang" else "tool_call_parser"
     found = dialect_of_model_config(model_config)
     if found is not None:
-        return found, "model_config"
+        return qualify(found, engine), "model_config"
     return None, "unknown"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from exporter.dsml import engines, phenotypes
 from exporter.dsml import markers as m
-from exporter.dsml import phenotypes
 from exporter.dsml.catalog import ERROR, STOPS, SUSPECT, WELL_FORMED
 from exporter.dsml.fastpath import parse_canonical
 from exporter.dsml.quoting import Quoting
@@ -40,12 +40,19 @@ _ASCII_EOS = f"<|end{m.LOW}of{m.LOW}sentence|>"
 def normalize_grammar(grammar: str | None) -> str | None:
     """``v4`` | ``v4.1`` | ``v3.2`` | None (auto: the first block's name decides).
 
-    A given grammar is the deployment's dialect (the ``tool_call_parser`` SGLang runs): a block
-    in the other spelling is graded as what that parser returns. ValueError otherwise."""
+    A given grammar is the deployment's dialect (the tool-call parser its engine runs): a block
+    in the other spelling is graded as what that parser returns. ``v4@vllm``: the dialect as
+    vLLM's parser reads it (:mod:`exporter.dsml.engines`). ValueError otherwise."""
+    if isinstance(grammar, engines.EngineDialect):
+        return grammar
+    engine = None
+    if isinstance(grammar, str):
+        grammar, engine = engines.split(grammar)
     key = grammar.strip().lower() if isinstance(grammar, str) else grammar
     if key not in _GRAMMAR_ALIASES:
         raise ValueError(f"unknown grammar {grammar!r}: use v4, v4.1, v3.2 or auto")
-    return _GRAMMAR_ALIASES[key]
+    base = _GRAMMAR_ALIASES[key]
+    return engines.EngineDialect(base, engine) if base and engine not in (None, "sglang") else base
 
 
 def cut(text: str, max_chars: int | None) -> tuple[str, int | None, int]:
@@ -371,6 +378,7 @@ def analyze_content(
                 "oversized", last + base, last + base, channel, "tag limit: grammar stops here"
             )
     blocks.extend(parsed.blocks)
+    engines.check_content(sink, text, base, grammar)
     if finish_reason != "length":
         frag = partial_marker_at(text, body_end)
         if frag >= 0:

@@ -166,7 +166,7 @@ SOURCE_DURATION = _m(
 SOURCE_SAMPLES_DROPPED = _m(
     "dsv4_source_samples_dropped_total",
     "counter",
-    "Samples the named source read but did not keep: a family of what it reads (SGLang's "
+    "Samples the named source read but did not keep: a family of what it reads (SGLang's or vLLM's "
     "/metrics) passed its per-family cap (MAX_SAMPLES_PER_FAMILY, 1,024), which bounds what a "
     "hostile or misconfigured server can make the sidecar parse and export.",
     SOURCE_LABELS,
@@ -234,6 +234,69 @@ GPU_PROCESS_MEMORY = _m(
     (*GPU_LABELS, "pid"),
     "gpu",
 )
+# --- engine ------------------------------------------------------------------------------
+ENGINE_INFO = _m(
+    "dsv4_engine_info",
+    "info",
+    "The serving engine beside the sidecar (value 1): engine sglang, vllm or unknown (auto, "
+    "not yet discovered); source configured (DSV4_SIDECAR_ENGINE), discovered (SGLang's "
+    "/server_info, or vLLM's /version with vllm: families on /metrics) or unknown; footprint: "
+    "modelled (the KV footprint model prices this engine's pools) or `not modelled: vllm`.",
+    ("engine", "source", "footprint"),
+    "engine",
+)
+
+# --- vllm (area "engine": one budget for the engine seam and the engine's own figures) -----
+# Re-exported only where the sidecar adds something (docs/vllm.md): the load and the KV figures
+# the corruption-by-concurrency and memory boards put next to the grading and NVML's per-rank
+# memory on the sidecar's own job. vLLM's preemptions and token counters are read (triage) but
+# not re-exported: scrape vLLM's /metrics for them.
+VLLM_INFO = _m(
+    "dsv4_vllm_info",
+    "info",
+    "vLLM version (/version) and served model (/v1/models, first id) (value 1).",
+    ("version", "model"),
+    "engine",
+)
+VLLM_RUNNING = _m(
+    "dsv4_vllm_running_requests",
+    "gauge",
+    "Running requests (vllm:num_requests_running, summed over engine cores).",
+    (),
+    "engine",
+)
+VLLM_WAITING = _m(
+    "dsv4_vllm_waiting_requests",
+    "gauge",
+    "Waiting requests (vllm:num_requests_waiting, summed over engine cores).",
+    (),
+    "engine",
+)
+VLLM_KV_USAGE = _m(
+    "dsv4_vllm_kv_cache_usage_ratio",
+    "gauge",
+    "KV cache usage 0-1 (vllm:kv_cache_usage_perc, the fullest engine core).",
+    (),
+    "engine",
+)
+VLLM_KV_TOKENS = _m(
+    "dsv4_vllm_kv_cache_capacity_tokens",
+    "gauge",
+    "Tokens vLLM's KV cache holds (vllm:cache_config_info kv_cache_size_tokens, else "
+    "num_gpu_blocks x block_size): the figure vLLM sized, where SGLang's is priced by the "
+    "footprint model.",
+    (),
+    "engine",
+)
+VLLM_CACHE_CONFIG = _m(
+    "dsv4_vllm_cache_config_info",
+    "info",
+    "vLLM's KV cache configuration (vllm:cache_config_info, engine 0): block size, GPU blocks, "
+    "cache dtype (value 1).",
+    ("block_size", "num_gpu_blocks", "cache_dtype"),
+    "engine",
+)
+
 # --- sglang --------------------------------------------------------------------------------
 SGLANG_INFO = _m(
     "dsv4_sglang_info",

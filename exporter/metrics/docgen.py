@@ -16,6 +16,7 @@ CATALOG_MODULES = ("exporter.metrics.catalog",)
 AREA_TITLES = {
     "sidecar": "Sidecar self-health",
     "gpu": "GPU memory (NVML)",
+    "engine": "Serving engine (the seam, and vLLM's own figures beside a vLLM server)",
     "sglang": "SGLang server",
     "footprint": "KV pools: plan, allocation, over-commit",
     "dsml": "Tool-call grading (DSML)",

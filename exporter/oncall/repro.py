@@ -4,7 +4,9 @@ For each concurrency level, every arm gets ``concurrency`` multi-turn tool-calli
 (the load generator) at the same time, bounded by a request count and/or a duration; each
 answer is graded by the DSML grader as it arrives. The result is the degenerate rate per
 arm and level with a Wilson 95% interval, the reasons, a low-vs-high-concurrency trend test
-per arm and, with two arms, Fisher's exact test on the pooled counts. The arms run
+per arm and, with two arms, Fisher's exact test on the pooled counts. Each arm's engine is
+discovered (or given) and its answers graded in that engine's dialect (``v4@vllm`` for vLLM),
+so an A/B between a vLLM and an SGLang deployment compares like with like. The arms run
 simultaneously (not one after the other) so that whatever else changes during the run hits
 both alike.
 
@@ -22,6 +24,7 @@ from typing import Any
 
 from exporter import outbound
 from exporter.dsml import DEGENERATE, ERROR, grade_openai_response
+from exporter.dsml.engines import qualify
 from exporter.loadgen import Exchange, LoadGenerator
 from exporter.oncall.repro_report import (
     DEFAULT_ALPHA,
@@ -34,6 +37,8 @@ from exporter.oncall.repro_report import (
 )
 from exporter.oncall.samples import SampleWriter
 from exporter.sources import bounded
+from exporter.sources.poller import PollError
+from exporter.sources.vllm import EngineDiscovery
 
 
 async def discover_model(url: str, timeout: float = 5.0) -> str | None:
@@ -46,6 +51,19 @@ async def discover_model(url: str, timeout: float = 5.0) -> str | None:
             return str(reply.json()["data"][0]["id"])
         except (outbound.OutboundError, ValueError, KeyError, IndexError, TypeError):
             return None
+
+
+async def discover_engine(url: str, timeout: float = 5.0) -> str | None:
+    """``sglang`` or ``vllm`` (the sidecar's own discovery, one cycle), None when neither
+    answers as itself: the arm is then graded in the plain dialect (SGLang's reading)."""
+    seam = EngineDiscovery("auto", url, timeout=timeout)
+    try:
+        await seam.poll()
+    except PollError:
+        return None
+    finally:
+        await seam.close()
+    return seam.engine
 
 
 ExchangeCallback = Callable[[int, LevelResult], None]
@@ -108,6 +126,7 @@ class ReproRunner:
         )
         self._current: asyncio.Future | None = None
         self._aborted = False
+        self._grammars: list[str] = []  # per arm: the grammar qualified with its engine
 
     def abort(self) -> None:
         """Cancel the requests in flight (second Ctrl-C, or the grace period ran out)."""
@@ -130,7 +149,8 @@ class ReproRunner:
             level.errors += 1
         else:
             tools = ex.request.get("tools")
-            result = grade_openai_response(ex.response, tools=tools, grammar=self.grammar)
+            grammar = self._grammars[index] if self._grammars else self.grammar
+            result = grade_openai_response(ex.response, tools=tools, grammar=grammar)
             if result.verdict == ERROR:
                 level.errors += 1
             else:
@@ -144,7 +164,7 @@ class ReproRunner:
                     self.writer.write(
                         ex.response,
                         tools=tools,
-                        grammar=self.grammar,
+                        grammar=grammar,
                         meta={
                             "arm": arm_label,
                             "url": self.arms[index].url,
@@ -166,7 +186,9 @@ class ReproRunner:
             arms = []
             for arm in self.arms:
                 model = arm.model or await discover_model(arm.url, min(5.0, self.timeout))
-                arms.append(Arm(arm.label, arm.url, model or "default"))
+                engine = arm.engine or await discover_engine(arm.url, min(5.0, self.timeout))
+                arms.append(Arm(arm.label, arm.url, model or "default", engine))
+            self._grammars = [qualify(self.grammar, a.engine) or self.grammar for a in arms]
             for result, arm in zip(self.report.arms, arms, strict=True):
                 result.arm = arm
             gens = [

@@ -28,6 +28,8 @@ class Arm:
     label: str
     url: str
     model: str | None = None
+    # the serving engine (sglang, vllm): each arm is graded as its own parser delivers blocks
+    engine: str | None = None
 
 
 @dataclass
@@ -145,6 +147,7 @@ class ArmResult:
             "label": self.arm.label,
             "url": self.arm.url,
             "model": self.arm.model,
+            "engine": self.arm.engine,
             "levels": [lv.to_json() for lv in self.levels],
             "total": {
                 "requests": self.requests,
@@ -285,7 +288,7 @@ class ReproReport:
         """Rebuild a report from `repro --json` output (for triage)."""
         arms = [
             ArmResult(
-                Arm(a.get("label") or a["url"], a["url"], a.get("model")),
+                Arm(a.get("label") or a["url"], a["url"], a.get("model"), a.get("engine")),
                 [LevelResult.from_json(lv) for lv in a.get("levels") or []],
             )
             for a in d.get("arms") or []

@@ -375,7 +375,9 @@ def grade(
 # --- output length ----------------------------------------------------------------------------
 
 _USAGE = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,9})')
-_DELTA = re.compile(rb'"(?:content|reasoning_content|arguments)"\s*:\s*"(?!")')
+# a streamed delta with text: content, reasoning (SGLang's reasoning_content, vLLM's reasoning)
+# or tool-call arguments
+_DELTA = re.compile(rb'"(?:content|reasoning_content|reasoning|arguments)"\s*:\s*"(?!")')
 
 
 def _usage_of(obj: object) -> int | None:

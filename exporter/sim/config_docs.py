@@ -22,6 +22,14 @@ answers them, from the footprint model run on the simulated deployment's ground 
 tests run the sidecar against it. The sidecar is told only the simulator's URL, as it would be
 told a real server's.
 
+With `engine: vllm` (`--engine vllm`) it poses as vLLM 0.24.0 instead: `/version`, vLLM's
+`/v1/models`, `/metrics` with `vllm:` names (running and waiting requests, KV usage,
+preemptions, which rise above 32 running, token counters, `vllm:cache_config_info` with block
+size 256, GPU blocks and cache dtype), no `/server_info` and no `/generate`, and the same
+simulated model's raw text handed on as vLLM's `deepseek_v4` tool and reasoning parsers
+deliver it (`exporter/sim/vllm.py`; held to the released parser by
+`tests/dsml/test_vllm_differential.py`).
+
 The simulator is attached from outside the sidecar: nothing in the sidecar's production code
 imports it. Its GPUs reach the sidecar through the `fake` GPU backend, a plugin declared in
 `pyproject.toml` (entry point group `dsv4_sidecar.gpu_backends`, see

@@ -1,10 +1,12 @@
-"""The simulated SGLang HTTP server (labelled a simulator in every answer).
+"""The simulated SGLang (or vLLM) HTTP server (labelled a simulator in every answer).
 
 Speaks SGLang's /server_info, /get_server_info, /health, /health_generate, /v1/models and
 /metrics (``sglang:`` names and labels as the real server), so the sidecar and the tests run
 against real HTTP. ``POST /_sim/control`` injects faults (slow answers, garbage, HTTP errors)
 and background load for fault tests and the demo; ``GET /_sim/gpus`` serves the simulated
-GPUs' ground truth to the sidecar's ``fake`` GPU backend (``exporter.sim.gpus``).
+GPUs' ground truth to the sidecar's ``fake`` GPU backend (``exporter.sim.gpus``). With
+``engine: vllm`` it poses as vLLM instead (:mod:`exporter.sim.vllm`): ``/version``, vLLM's
+``/v1/models``, ``vllm:`` metrics, vLLM's parser applied to the same simulated model.
 """
 
 from __future__ import annotations
@@ -28,8 +30,14 @@ from exporter.sim.deployment import SimDeployment
 from exporter.sim.generation import Completion, complete, corruption_probability
 from exporter.sim.probe_writer import SimProbe, deployment_memory
 from exporter.sim.settings import SimSettings
+from exporter.sim.vllm import VERSION as VLLM_VERSION
+from exporter.sim.vllm import VllmMetrics
+from exporter.sim.vllm import message as vllm_message
 
 FAULTS = ("none", "garbage", "http_500", "bad_shape", "metrics_garbage")
+# vLLM mode: above this many running requests each new one preempts a running sequence (the
+# --max-num-seqs 32 of vllm#50576), so vllm:num_preemptions rises with concurrency.
+PREEMPT_ABOVE = 32
 # sglang:time_to_first_token_seconds' buckets (SGLang's metrics collector).
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 120, 160)
 
@@ -45,6 +53,9 @@ class SimState:
     load_backs: int = 0
     load_back_seconds: float = 0.0
     requests_total: int = 0
+    preemptions: int = 0  # vLLM mode: requests served above PREEMPT_ABOVE running
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
     # sglang:time_to_first_token_seconds: cumulative count per TTFT_BUCKETS bound, count, sum
     ttft_buckets: list[int] = field(default_factory=lambda: [0] * len(TTFT_BUCKETS))
     ttft_count: int = 0
@@ -159,7 +170,11 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
     state = SimState(background=settings.background_running)
     rng = random.Random(settings.seed)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SglangMetrics(dep, state))
+    as_vllm = settings.engine == "vllm"
+    if as_vllm:
+        registry.register(VllmMetrics(dep.model_path, dep.max_total_num_tokens or 0, state))
+    else:
+        registry.register(_SglangMetrics(dep, state))
     probe: SimProbe | None = None
     if settings.probe_dir is not None:
         gated = settings.index_k_gated
@@ -209,8 +224,18 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
             return JSONResponse({"simulator": True, "version": dep.version})
         return JSONResponse(dep.server_info(state.reported_running))
 
-    app.add_api_route("/server_info", server_info, methods=["GET"])
-    app.add_api_route("/get_server_info", server_info, methods=["GET"])
+    if not as_vllm:  # vLLM has no /server_info (outside its dev mode)
+        app.add_api_route("/server_info", server_info, methods=["GET"])
+        app.add_api_route("/get_server_info", server_info, methods=["GET"])
+
+    async def version() -> Response:
+        faulted = await _faulted()
+        if faulted is None and state.fault == "bad_shape":
+            return JSONResponse({"simulator": True})
+        return faulted or JSONResponse({"version": VLLM_VERSION})
+
+    if as_vllm:
+        app.add_api_route("/version", version, methods=["GET"])
 
     @app.get("/health")
     async def health() -> Response:
@@ -229,7 +254,7 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
                     "id": dep.model_path,
                     "object": "model",
                     "created": int(time.time()),
-                    "owned_by": "sglang (simulator)",
+                    "owned_by": "vllm (simulator)" if as_vllm else "sglang (simulator)",
                     "root": dep.model_path,
                     "max_model_len": dep.max_total_num_tokens,
                 }
@@ -242,7 +267,8 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         if faulted is not None:
             return faulted
         if state.fault == "metrics_garbage":
-            return PlainTextResponse("sglang:num_running_reqs{ this is not exposition\n")
+            prefix = "vllm:num_requests_running" if as_vllm else "sglang:num_running_reqs"
+            return PlainTextResponse(prefix + "{ this is not exposition\n")
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
     def _answer(body: dict[str, Any]) -> tuple[Completion, int]:
@@ -266,6 +292,10 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
             chars_per_token=settings.chars_per_token,
         )
         state.requests_total += 1
+        state.prompt_tokens += 64
+        state.generation_tokens += max(1, len(c.raw) // settings.chars_per_token)
+        if concurrency > PREEMPT_ABOVE:
+            state.preemptions += 1
         state.observe_ttft(settings.ttft_ms / 1000)
         if hicache and probe is not None:
             probe.request(concurrency)
@@ -283,7 +313,21 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
                 )
         return c, concurrency
 
-    def _message(c: Completion) -> dict[str, Any]:
+    def _message(c: Completion, body: dict[str, Any]) -> dict[str, Any]:
+        if as_vllm:
+            tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+            thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking", True))
+            delivered, called = vllm_message(
+                c.raw, thinking, tools, f"call_sim{state.requests_total}"
+            )
+            c.content = delivered.get("content") or ""
+            c.reasoning = delivered.get("reasoning") or ""
+            c.tool_calls = delivered.get("tool_calls", [])
+            if called and c.finish_reason == "stop":  # a damaged block vLLM still parses
+                c.finish_reason = "tool_calls"
+            elif c.finish_reason == "tool_calls" and not called:
+                c.finish_reason = "stop"
+            return delivered
         msg: dict[str, Any] = {"role": "assistant", "content": c.content or None}
         if c.reasoning:
             msg["reasoning_content"] = c.reasoning
@@ -304,12 +348,13 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
             return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 
         n, itl = settings.chars_per_token, settings.itl_ms / 1000
+        reasoning_key = "reasoning" if as_vllm else "reasoning_content"
         try:
             await asyncio.sleep(settings.ttft_ms / 1000)
             yield chunk({"role": "assistant", "content": ""})
             for piece in _pieces(c.reasoning, n):
                 await asyncio.sleep(itl)
-                yield chunk({"reasoning_content": piece})
+                yield chunk({reasoning_key: piece})
             for piece in _pieces(c.content, n):
                 await asyncio.sleep(itl)
                 yield chunk({"content": piece})
@@ -355,6 +400,7 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         c, _concurrency = _answer(body)
         rid = f"chatcmpl-sim{state.requests_total:08d}"
         created = int(time.time())
+        msg = _message(c, body)
         if body.get("stream"):
             return StreamingResponse(_stream(c, rid, created), media_type="text/event-stream")
         try:
@@ -370,7 +416,7 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
                 "created": created,
                 "model": dep.model_path,
                 "system_fingerprint": "dsv4-sidecar-simulator",
-                "choices": [{"index": 0, "message": _message(c), "finish_reason": c.finish_reason}],
+                "choices": [{"index": 0, "message": msg, "finish_reason": c.finish_reason}],
                 "usage": {
                     "prompt_tokens": 64,
                     "completion_tokens": tokens,
@@ -379,7 +425,6 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
             }
         )
 
-    @app.post("/generate")
     async def generate(request: Request) -> Response:
         """SGLang's native API: raw text (here the model's raw DSML, parser not applied)."""
         try:
@@ -413,6 +458,9 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
                 },
             }
         )
+
+    if not as_vllm:  # SGLang's native API
+        app.add_api_route("/generate", generate, methods=["POST"])
 
     @app.get("/_sim/stats")
     async def stats() -> dict[str, Any]:

@@ -25,6 +25,12 @@ class SimSettings(BaseSettings):
         env_prefix="DSV4_SIM_", extra="forbid", frozen=True, allow_inf_nan=False
     )
 
+    engine: Literal["sglang", "vllm"] = Field(
+        "sglang",
+        description="The server the simulator poses as: SGLang (/server_info, sglang: metrics, "
+        "SGLang's parser) or vLLM (/version, vllm: metrics and cache_config_info, vLLM "
+        "0.24's deepseek_v4 tool and reasoning parsers; no /server_info).",
+    )
     host: str = Field("127.0.0.1", description="Listen address.")
     port: int = Field(30000, ge=0, le=65535, description="Listen port (SGLang's default).")
     model: str = Field("deepseek-v4-flash", description="Preset or config.json path.")

@@ -35,6 +35,9 @@ class SourceHealth:
     last_error: str | None = None
     last_duration: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
+    # what the source read but did not keep (a family past its cap): a health fact, so it is
+    # exported with the others even when the source's own collect() fails
+    samples_dropped: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def success(self, duration: float) -> None:
@@ -61,6 +64,12 @@ class SourceHealth:
             self.errors[reason] = self.errors.get(reason, 0) + 1
             self.last_error = f"{reason}: {detail}"
 
+    def drop_samples(self, n: int) -> None:
+        """Count samples read but not kept (past a per-family cap); the source stays up."""
+        if n:
+            with self._lock:
+                self.samples_dropped += n
+
     def as_json(self) -> dict[str, Any]:
         with self._lock:
             return {
@@ -71,30 +80,35 @@ class SourceHealth:
                 "last_error": self.last_error,
                 "last_duration_seconds": self.last_duration,
                 "errors": dict(self.errors),
+                "samples_dropped": self.samples_dropped,
             }
 
 
 def health_families(healths: Iterable[SourceHealth]) -> Iterator[Metric]:
-    """``dsv4_source_up``, ``_errors_total{reason}``, ``_last_success_timestamp_seconds`` and
-    ``_poll_duration_seconds``, one series per source under the label ``source``: one family
-    for all sources (node_exporter's ``node_scrape_collector_*`` shape), so a new source needs
-    no new metric and a rule written for one source works for every other."""
+    """``dsv4_source_up``, ``_errors_total{reason}``, ``_last_success_timestamp_seconds``,
+    ``_poll_duration_seconds`` and ``_samples_dropped_total``, one series per source under the
+    label ``source``: one family for all sources (node_exporter's ``node_scrape_collector_*``
+    shape), so a new source needs no new metric and a rule written for one source works for
+    every other."""
     up = m.SOURCE_UP.family()
     errors = m.SOURCE_ERRORS.family()
     last = m.SOURCE_LAST_SUCCESS.family()
     duration = m.SOURCE_DURATION.family()
+    dropped = m.SOURCE_SAMPLES_DROPPED.family()
     for h in healths:
         with h._lock:
             counts = sorted(h.errors.items())
             is_up, last_success, last_duration = h.up, h.last_success, h.last_duration
+            samples_dropped = h.samples_dropped
         up.add_metric([h.name], 1.0 if is_up else 0.0)
+        dropped.add_metric([h.name], float(samples_dropped))
         for reason, n in counts:
             errors.add_metric([h.name, reason], float(n))
         if last_success is not None:
             last.add_metric([h.name], last_success)
         if last_duration is not None:
             duration.add_metric([h.name], last_duration)
-    yield from (up, errors, last, duration)
+    yield from (up, errors, last, duration, dropped)
 
 
 class Reporter(Protocol):

@@ -148,6 +148,12 @@ class FootprintView:
                 return geom
         return None
 
+    def engine_not_modelled(self, engine: str) -> None:
+        """The engine's pools are not what the model prices (vLLM's KV cache is its own
+        allocator): status ``not_modelled``, no numbers, and the engine named."""
+        self.release, self.topology = None, None
+        self._down("not_modelled", f"not modelled: {engine}")
+
     def refresh(
         self,
         facts: ServerFacts | None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter.dsml import grade_text, render_completion
@@ -68,3 +70,65 @@ def test_parser_table_matches_the_released_registry() -> None:
         assert registry.get(name) == detector[dialect], name
     dsml = {n for n, cls in registry.items() if cls in detector.values()}
     assert dsml == set(PARSER_DIALECTS), "a DSML parser SGLang registers is unknown here"
+
+
+def test_vllm_parser_names_and_engine_qualified_dialects() -> None:
+    assert dialect_of_parser("deepseek_v4", "vllm") == "v4"
+    assert dialect_of_parser("deepseekv4", "vllm") is None  # SGLang's spelling is not vLLM's
+    assert resolve_dialect("auto", "deepseek_v4", None, "vllm") == ("v4@vllm", "tool_call_parser")
+    assert resolve_dialect("v3.2", None, None, "vllm") == ("v3.2@vllm", "configured")
+    cfg = {"architectures": ["DeepseekV4ForCausalLM"]}
+    assert resolve_dialect("auto", None, cfg, "vllm") == ("v4@vllm", "model_config")
+
+
+def test_vllm_dialect_flags_the_self_closing_invoke_vllm_drops() -> None:
+    """vLLM's deepseek_v4 parser has no self-closing invoke: the call never reaches the client
+    (tests/dsml/test_vllm_differential.py proves it on the released parser)."""
+    text = render_completion("", [("list_tasks", {})], grammar="v4", self_closing=True)
+    assert grade_text(text, grammar="v4").verdict == "well_formed"
+    under_vllm = grade_text(text, grammar="v4@vllm")
+    assert under_vllm.verdict != "well_formed" and "dialect_mismatch" in under_vllm.reasons
+    assert grade_text(V4_CALL, grammar="v4@vllm").verdict == "well_formed"
+
+
+def test_vllm_parser_table_matches_the_released_registry() -> None:
+    """VLLM_PARSER_DIALECTS restates vLLM's tool-parser registry for each supported release."""
+    import re
+
+    from exporter.dsml.dialect import VLLM_PARSER_DIALECTS
+    from tests.dsml.vllm_oracle import RELEASES
+    from tests.sglang_release import release_dir
+
+    for version in RELEASES:
+        src = (release_dir(version, "vllm") / "vllm/tool_parsers/__init__.py").read_text()
+        registry = dict(re.findall(r'"(deepseek_v\d+)":\s*\(\s*"(\w+)"', src))
+        assert registry.get("deepseek_v4") == "deepseekv4_tool_parser", version
+        assert registry.get("deepseek_v32") == "deepseekv32_tool_parser", version
+        assert {n for n in registry if n in ("deepseek_v32", "deepseek_v4")} == set(
+            VLLM_PARSER_DIALECTS
+        )
+
+
+@pytest.mark.parametrize("bad", ["v4@tgi", "v5@vllm"])
+def test_unknown_engine_or_dialect_is_a_clear_error(bad: str) -> None:
+    with pytest.raises(ValueError, match="unknown"):
+        grade_text(V4_CALL, grammar=bad)
+
+
+def test_scan_grades_saved_vllm_outputs_as_vllm_delivers_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from exporter.cli import main
+
+    zero_arg = render_completion("", [("list_tasks", {})], grammar="v4", self_closing=True)
+    path = tmp_path / "vllm.jsonl"
+    path.write_text(json.dumps({"text": zero_arg}) + "\n" + json.dumps({"text": V4_CALL}) + "\n")
+    assert main(["scan", str(path), "--json", "--grammar", "v4@vllm"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["verdict"] for r in rows][1] == "well_formed"
+    assert rows[0]["verdict"] != "well_formed" and "dialect_mismatch" in rows[0]["reasons"]
+    assert main(["scan", str(path), "--json", "--grammar", "v4"]) == 0
+    plain = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["verdict"] for r in plain] == ["well_formed", "well_formed"]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from exporter.sources.sglang.metrics_text import MAX_SAMPLES_PER_FAMILY
+from exporter.sources.exposition_filter import MAX_SAMPLES_PER_FAMILY
 from tests.hostile.hostile_sglang import HostileSglang, hostile_probe_dir
 from tests.hostile.served import Sidecar, manifest_limit_mib, start_sidecar, stop_sidecar
 from tests.support import ServerThread, sample_value, wait_for

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.sources.exposition_filter import MAX_SAMPLES_PER_FAMILY
 from exporter.sources.sglang import (
     MAX_LOAD_BACK_POOLS,
     ShapeError,
     parse_server_info,
     parse_sglang_metrics,
 )
-from exporter.sources.sglang.metrics_text import MAX_SAMPLES_PER_FAMILY
 from exporter.sources.sglang.server_info import MAX_MODEL_PATH
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"

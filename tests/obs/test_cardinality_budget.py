@@ -35,6 +35,9 @@ BUDGET_BY_AREA: dict[str, int] = {
     "canary": 25,
     "sglang": 100,
     "hicache": 10,
+    # issue 27: dsv4_engine_info beside SGLang (1); beside vLLM that and vLLM's 6 (info,
+    # running, waiting, KV usage, KV capacity, cache config), none per rank
+    "engine": 10,
 }
 BUDGET_TOTAL = 1650
 TP_SIZE = 8

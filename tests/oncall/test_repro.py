@@ -198,3 +198,36 @@ def test_long_holds_generation_length_and_sees_length_dependent_corruption(tmp_p
 def test_long_and_prompts_are_exclusive(tmp_path, capsys):
     assert main(["repro", "http://x:1", "--long", "--prompts", str(tmp_path / "p.json")]) == 2
     assert "--long and --prompts are exclusive" in capsys.readouterr().err
+
+
+def test_ab_between_a_simulated_vllm_and_a_simulated_sglang(tmp_path):
+    """Each arm's engine is discovered and its answers graded as that engine's parser
+    delivers them: the racy vLLM arm corrupts with concurrency, the clean SGLang arm never."""
+    racy_vllm = SimSettings(
+        engine="vllm", index_k_dtype="bf16", hicache="on", ttft_ms=10, itl_ms=0, seed=3
+    )
+    with ServerThread(create_sim_app(racy_vllm)) as vllm, _sim("fp8", "on", 4) as sglang:
+        runner = ReproRunner(
+            [Arm("vllm bf16", vllm.url), Arm("sglang fp8", sglang.url)],
+            (1, 64),
+            requests=300,
+            timeout=30,
+            writer=SampleWriter(tmp_path),
+        )
+        report = asyncio.run(runner.run())
+        truth_requests, truth_bad = _truth(vllm.url)
+    a, b = report.arms
+    assert (a.arm.engine, b.arm.engine) == ("vllm", "sglang")
+    assert a.requests == b.requests == 600 and a.errors == b.errors == 0
+    assert truth_requests == 600
+    assert b.degenerate == 0 and a.levels[0].degenerate == 0
+    # every answer the simulated model damaged is flagged, none of the others: degenerate, or
+    # suspect where vLLM's parser still turned the damaged block into a call
+    flagged = sum(lv.verdicts["degenerate"] + lv.verdicts["suspect"] for lv in a.levels)
+    assert a.degenerate > 0 and flagged == truth_bad
+    assert report.comparison is not None and report.comparison.significant
+    doc = report.to_json()
+    assert [arm["engine"] for arm in doc["arms"]] == ["vllm", "sglang"]
+    lines = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    grammars = {x["arm"]: x["grammar"] for x in lines}
+    assert grammars == {"vllm bf16": "v4@vllm", "sglang fp8": "v4"}

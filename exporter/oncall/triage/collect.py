@@ -137,6 +137,8 @@ _RANK = ("instance", "rank")
 READINGS: tuple[Reading, ...] = (
     _r("deployment", m.DEPLOYMENT_INFO),
     _r("sglang", m.SGLANG_INFO),
+    _r("engine", m.ENGINE_INFO),
+    _r("vllm", m.VLLM_INFO),
     _r("overcommit", m.KV_POOL_OVERCOMMIT, "max", *_RANK),
     _r("reserve", m.MEMORY_RESERVE, "max", *_RANK),
     _r("gpu_free", m.GPU_MEMORY_FREE, "min", *_RANK),
@@ -396,6 +398,12 @@ def _from_readings(ev: Evidence, read: Read, src: str, now: float) -> None:
     sg = read("sglang")
     if sg and ev.deployment is not None:
         ev.deployment.sglang_version = sg[0][0].get("version")
+    engine = read("engine")
+    if engine:
+        ev.engine = {k: engine[0][0].get(k, "") for k in m.ENGINE_INFO.labels}
+    server = read("vllm") or sg
+    if server:
+        ev.engine_version = server[0][0].get("version")
     over = read("overcommit")
     multi = len({labels.get("instance") for labels, _ in over}) > 1
     ranks = {r.key: r for r in ev.ranks} if not multi else {}

@@ -177,6 +177,9 @@ class Evidence:
     alerts: list[dict[str, str]] = field(default_factory=list)
     readiness: dict[str, Any] | None = None
     sources: list[str] = field(default_factory=list)  # what answered, for the report header
+    # dsv4_engine_info's labels (engine, source, footprint) and the server's release
+    engine: dict[str, str] | None = None
+    engine_version: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Strict JSON (no Infinity/NaN tokens: jq and browsers reject them); the +Inf

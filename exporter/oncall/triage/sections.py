@@ -144,6 +144,10 @@ def _configuration(ev: Evidence) -> Section:
         ]
     else:
         s.lines.append("No deployment facts (the sidecar's footprint was not available).")
+    if ev.engine:
+        e = ev.engine
+        rows.append(["engine", f"{e.get('engine')} {ev.engine_version or ''} ({e.get('source')})"])
+        rows.append(["KV footprint", e.get("footprint") or "-"])
     if ev.readiness and isinstance(ev.readiness.get("sources"), dict):
         states = ", ".join(
             f"{name} {'up' if st.get('up') else 'DOWN'}"

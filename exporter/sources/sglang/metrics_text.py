@@ -10,21 +10,20 @@ load-back pools, graph phases) are short names from bounded sets; anything else 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.sources.exposition_filter import (
+    capped_lines,
+    family_pattern,
+)
 from exporter.sources.sglang.memory import MAX_GRAPH_PHASES, PHASE, RankMemory, count, gb
 
 PREFIXES = ("sglang:", "sglang_")
 MAX_LOAD_BACK_POOLS = 8  # HiCache load-back pools re-exported by name (kv, index_k, ...)
-# Samples read per family: a TP 16 x DP 16 deployment with every scheduler reporting has 256;
-# past the cap a family's lines are dropped unparsed (and counted), so 100,000 hostile pool
-# series cost a regex scan, not a parse.
-MAX_SAMPLES_PER_FAMILY = 1024
 
 
 @dataclass(frozen=True)
@@ -62,50 +61,18 @@ _SUMMED = (
 )
 
 
-def _wanted_lines() -> re.Pattern[str]:
-    """Lines of the families this parser reads (TYPE/HELP included), under either prefix."""
-    names = "|".join(
-        sorted(
-            {
-                *_SUMMED,
-                "token_usage",
-                "load_back_tokens",
-                "load_back_duration_seconds",
-                _GRAPH,
-                *_MEMORY_GAUGES,
-            }
-        )
-    )
-    return re.compile(
-        rf"^(?:# (?:TYPE|HELP) )?(sglang[:_])({names})(?:_total|_sum|_count|_bucket|_created)?"
-        r"(?=[ {\t]).*$",
-        re.M,
-    )
-
-
-_WANTED = _wanted_lines()
-
-
-def wanted_text(text: str) -> tuple[str, int]:
-    """Only the lines of wanted families, at most MAX_SAMPLES_PER_FAMILY samples each (a C
-    regex scan: the rest of SGLang's exposition, histograms included, is never parsed), and
-    how many sample lines were dropped past the cap."""
-    kept: list[str] = []
-    seen: dict[tuple[str, str], int] = {}
-    dropped = 0
-    for m in _WANTED.finditer(text):
-        line = m.group(0)
-        if line.startswith("#"):
-            kept.append(line)
-            continue
-        key = (m.group(1), m.group(2))
-        n = seen.get(key, 0)
-        if n >= MAX_SAMPLES_PER_FAMILY:
-            dropped += 1
-            continue
-        seen[key] = n + 1
-        kept.append(line)
-    return "\n".join(kept) + "\n", dropped
+_WANTED = family_pattern(
+    "sglang[:_]",
+    {
+        *_SUMMED,
+        "token_usage",
+        "load_back_tokens",
+        "load_back_duration_seconds",
+        _GRAPH,
+        *_MEMORY_GAUGES,
+    },
+    ("_total", "_sum", "_count", "_bucket", "_created"),
+)
 
 
 def sglang_families(text: str) -> tuple[str, list[tuple[str, Any]]]:
@@ -164,7 +131,7 @@ def parse_sglang_metrics(text: str) -> LiveMetrics:
     """Sum per-DP-rank gauges (tp_rank 0 reports for its DP group), take max of usage.
     Non-finite sample values (NaN, +Inf) are skipped: they are never a count. Only the
     families read are parsed, each capped at MAX_SAMPLES_PER_FAMILY samples."""
-    wanted, dropped = wanted_text(text)
+    wanted, dropped = capped_lines(text, _WANTED)
     prefix, fams = sglang_families(wanted)
     sums: dict[str, float] = {}
     usage: float | None = None

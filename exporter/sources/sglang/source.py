@@ -58,7 +58,6 @@ class SglangSource(HttpPoller):
         self.live: LiveMetrics | None = None
         self.tool_call_parser: str | None = None  # from the last good /server_info
         self._info_path = "/server_info"
-        self.samples_dropped = 0  # /metrics samples past a family's cap, over the process
 
     async def poll(self) -> None:
         self.facts = await self._server_info()
@@ -89,7 +88,7 @@ class SglangSource(HttpPoller):
             if reply.status != 200:
                 raise PollError("metrics_unavailable", f"GET /metrics returned {reply.status}")
             self.live = await self.offload(_parse_text, reply.body)
-            self.samples_dropped += self.live.dropped_samples
+            self.health.drop_samples(self.live.dropped_samples)
         except PollError as exc:
             # an oversized /metrics keeps its own reason; everything else is "unavailable"
             reason = exc.reason if exc.reason == bounded.TOO_LARGE else "metrics_unavailable"
@@ -151,9 +150,6 @@ class SglangSource(HttpPoller):
     # --- exposition ----------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
         h = self.health  # exported as dsv4_source_*{source="sglang"} by the sidecar
-        dropped = m.SOURCE_SAMPLES_DROPPED.family()
-        dropped.add_metric([h.name], float(self.samples_dropped))
-        yield dropped
         f = self.facts
         if f is None or not h.up:
             return

@@ -1,0 +1,89 @@
+"""The serving engine's reading of a DSML block, carried by the dialect.
+
+SGLang's and vLLM's DeepSeek-V4 tool parsers agree on most of the grammar, not all of it. The
+grader grades a block as the deployment's parser delivers it to the client, so the dialect the
+grader is given names the engine too: ``v4@vllm`` is the ``v4`` grammar as vLLM's
+``deepseek_v4`` parser reads it (a plain ``v4`` is SGLang's ``deepseekv4``). Everything else in
+the grader (samplers, metrics labels, the grammar itself) sees only the base dialect:
+:class:`EngineDialect` *is* that string (``"v4"``), with the engine as an attribute, so
+comparisons with ``"v4"`` hold everywhere and the engine rules below are the one place that
+reads it.
+
+Where vLLM reads a block differently (vLLM 0.23.0-0.25.1,
+``vllm/tool_parsers/deepseekv32_tool_parser.py``, which ``deepseek_v4`` subclasses):
+
+- an invoke must be ``<｜DSML｜invoke name="x">...</｜DSML｜invoke>`` (``invoke_complete_regex``);
+  the self-closing zero-argument invoke V4 models are trained to emit
+  (``<｜DSML｜invoke name="x"/>``) matches neither that nor the streaming ``invoke_start_regex``.
+  Non-streaming the call is dropped (the whole block reaches the client as content when it was
+  the only call); streaming, the parser stops at it and every later call of the block is lost.
+  Graded ``dialect_mismatch``: a spelling the deployment's parser cannot read.
+
+The differential test (``tests/dsml/test_vllm_differential.py``) holds these rules to the
+released parsers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from exporter.dsml import markers as m
+from exporter.dsml.result import FindingSink
+
+ENGINES: tuple[str, ...] = ("sglang", "vllm")
+SEPARATOR = "@"
+
+
+class EngineDialect(str):
+    """A base dialect (``v4``, ``v3.2``) that remembers which engine's parser reads it."""
+
+    engine: str
+
+    def __new__(cls, dialect: str, engine: str) -> EngineDialect:
+        obj = super().__new__(cls, dialect)
+        obj.engine = engine
+        return obj
+
+
+def split(grammar: str) -> tuple[str, str | None]:
+    """(base dialect, engine or None) of ``v4@vllm`` / ``v4``; ValueError for an unknown engine."""
+    base, sep, engine = grammar.partition(SEPARATOR)
+    if not sep:
+        return base, None
+    engine = engine.strip().lower()
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} in dialect {grammar!r}: use {ENGINES}")
+    return base.strip(), engine
+
+
+def qualify(dialect: str | None, engine: str | None) -> str | None:
+    """``v4`` + ``vllm`` -> ``v4@vllm``; SGLang (the grammar's own reading) stays ``v4``."""
+    if dialect is None or engine in (None, "sglang") or SEPARATOR in dialect:
+        return dialect  # SGLang's reading, or already qualified
+    return f"{dialect}{SEPARATOR}{engine}"
+
+
+# The engine-qualified dialects there are rules for: vLLM's DeepSeek parsers (deepseek_v32,
+# deepseek_v4; vLLM has no V4.1 parser in the supported releases).
+QUALIFIED: tuple[str, ...] = ("v4@vllm", "v3.2@vllm")
+
+
+def engine_of(grammar: str | None) -> str | None:
+    return getattr(grammar, "engine", None)
+
+
+_SELF_CLOSING_INVOKE = re.compile(f'<{re.escape(m.MARKER)}{m.INVOKE}\\s+name="[^"]*"\\s*/>')
+
+
+def check_content(sink: FindingSink, text: str, base: int, grammar: str | None) -> None:
+    """Report what the grammar accepts but the deployment's engine does not deliver."""
+    if engine_of(grammar) != "vllm":
+        return
+    for hit in _SELF_CLOSING_INVOKE.finditer(text):
+        sink.add(
+            "dialect_mismatch",
+            hit.start() + base,
+            hit.end() + base,
+            "tool_calls",
+            "self-closing invoke: vLLM's deepseek_v4 parser drops the call",
+        )

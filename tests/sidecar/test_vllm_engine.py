@@ -1,0 +1,309 @@
+"""The engine seam and the vLLM source: pure parsers, then the sidecar beside the simulator
+posing as vLLM (a real uvicorn on 127.0.0.1), discovered or configured."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import create_app
+from exporter.config import SidecarSettings
+from exporter.config_loader import load_settings
+from exporter.oncall.triage.collect import CollectOptions
+from exporter.oncall.triage.report import write_report
+from exporter.sidecar import Sidecar
+from exporter.sim.server import create_sim_app
+from exporter.sim.settings import SimSettings
+from exporter.sources.sglang.server_info import ShapeError
+from exporter.sources.vllm import (
+    EngineDiscovery,
+    VllmSource,
+    engine_of,
+    footprint_fact,
+    has_vllm_families,
+    parse_models,
+    parse_version,
+    parse_vllm_metrics,
+)
+from tests.support import ServerThread, sample_value, scrape, wait_for
+
+FLASH = Path(__file__).parent.parent / "fixtures" / "deepseek-v4-flash.config.json"
+# A simulated vLLM serving the corrupting model (bf16 index-K, HiCache) at 60 in flight.
+RACY_VLLM = SimSettings(
+    engine="vllm",
+    index_k_dtype="bf16",
+    hicache="on",
+    ttft_ms=1,
+    itl_ms=0,
+    background_running=60,
+    seed=7,
+)
+
+# vLLM 0.24's exposition shape (two engine cores, data parallel 2), with hostile values mixed in.
+TWO_ENGINES = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="ds"} 12.0
+vllm:num_requests_running{engine="1",model_name="ds"} 20.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="ds"} 3.0
+vllm:num_requests_waiting{engine="1",model_name="ds"} NaN
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="ds"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="ds"} 0.75
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{engine="0",model_name="ds"} 4.0
+vllm:num_preemptions_created{engine="0",model_name="ds"} 1.7e9
+vllm:num_preemptions_total{engine="1",model_name="ds"} 6.0
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0",model_name="ds"} 1000.0
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0",model_name="ds"} 5000.0
+vllm:generation_tokens_total{engine="1",model_name="ds"} +Inf
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="256",cache_dtype="fp8",engine="1",num_gpu_blocks="99"} 1.0
+vllm:cache_config_info{block_size="256",cache_dtype="fp8",engine="0",num_gpu_blocks="1000",\
+kv_cache_size_tokens="None"} 1.0
+"""
+
+
+def test_metrics_sum_engines_take_the_fullest_and_skip_non_finite() -> None:
+    live = parse_vllm_metrics(TWO_ENGINES)
+    assert (live.running, live.waiting, live.kv_usage) == (32.0, 3.0, 0.75)
+    assert (live.preemptions, live.prompt_tokens, live.generation_tokens) == (10.0, 1000.0, 5000.0)
+    assert live.engines == 2
+    cache = live.cache
+    assert cache is not None and (cache.block_size, cache.num_gpu_blocks) == (256, 1000)
+    assert cache.cache_dtype == "fp8" and cache.capacity_tokens == 256_000  # engine 0's
+    assert has_vllm_families(TWO_ENGINES)
+    assert not has_vllm_families(
+        "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs 1\n"
+    )
+
+
+def test_hostile_cache_config_labels_are_bounded() -> None:
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="-1",cache_dtype="<script>",'
+        'num_gpu_blocks="99999999999999999999",kv_cache_size_tokens="12345"} 1\n'
+    )
+    cache = parse_vllm_metrics(text).cache
+    assert cache is not None
+    assert (cache.block_size, cache.num_gpu_blocks, cache.cache_dtype) == (None, None, "other")
+    assert cache.capacity_tokens == 12345  # vLLM's own figure wins when it is reported
+    assert parse_vllm_metrics("").cache is None
+
+
+def test_version_and_models_shapes() -> None:
+    assert parse_version({"version": "0.24.0"}) == "0.24.0"
+    assert parse_version({"version": "0.24.0; rm -rf /"}) == "unparseable"
+    with pytest.raises(ShapeError, match="/version"):
+        parse_version(["0.24.0"])
+    models = {"data": [{"id": 3}, {"id": "deepseek-ai/DeepSeek-V4-Flash", "max_model_len": 65536}]}
+    assert parse_models(models) == ("deepseek-ai/DeepSeek-V4-Flash", 65536)
+    assert parse_models({"data": [{"id": "x", "max_model_len": True}]}) == ("x", None)
+    with pytest.raises(ShapeError, match="/v1/models"):
+        parse_models({"data": "nope"})
+
+
+def test_engine_decision() -> None:
+    assert engine_of({"model_path": "m", "tp_size": 8}, None, None) == "sglang"
+    assert engine_of(None, {"version": "0.24.0"}, TWO_ENGINES) == "vllm"
+    # vLLM's dev-mode /server_info answers vllm_config, never model_path
+    assert engine_of({"vllm_config": "..."}, {"version": "0.24.0"}, TWO_ENGINES) == "vllm"
+    assert engine_of(None, {"version": "0.24.0"}, "sglang_x 1\n") is None  # no vllm: families
+    assert engine_of(None, {"version": "0.24.0"}, "garbage{ not exposition") is None
+    assert engine_of(None, None, TWO_ENGINES) is None
+    assert (footprint_fact("sglang"), footprint_fact("vllm")) == ("modelled", "not modelled: vllm")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        EngineDiscovery("tgi", "http://127.0.0.1:9")
+
+
+@pytest.fixture(scope="module")
+def sim_vllm():
+    app = create_sim_app(SimSettings(engine="vllm", ttft_ms=1, itl_ms=0, background_running=5))
+    with ServerThread(app) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def sim_sglang():
+    with ServerThread(create_sim_app(SimSettings(ttft_ms=1, itl_ms=0))) as srv:
+        yield srv
+
+
+P = TypeVar("P", VllmSource, EngineDiscovery)
+
+
+def _polled(src: P) -> P:
+    """``src`` after one poll cycle (its client closed)."""
+
+    async def once() -> None:
+        await src.poll_once()
+        await src.close()
+
+    asyncio.run(once())
+    return src
+
+
+def test_simulated_vllm_serves_vllms_endpoints(sim_vllm: ServerThread) -> None:
+    assert httpx.get(sim_vllm.url + "/server_info").status_code == 404
+    assert httpx.get(sim_vllm.url + "/version").json() == {"version": "0.24.0"}
+    models = httpx.get(sim_vllm.url + "/v1/models").json()
+    assert models["data"][0]["owned_by"] == "vllm (simulator)"
+    text = httpx.get(sim_vllm.url + "/metrics").text
+    live = parse_vllm_metrics(text)
+    assert live.running == 5 and live.cache is not None and live.cache.block_size == 256
+
+
+def test_vllm_source_polls_the_simulator(sim_vllm: ServerThread) -> None:
+    src = _polled(VllmSource(sim_vllm.url, timeout=2))
+    assert src.health.up and src.facts is not None and src.facts.version == "0.24.0"
+    assert src.facts.served_model_name and src.running() == 5
+    names = {fam.name for fam in src.collect()}
+    assert {"dsv4_vllm", "dsv4_vllm_running_requests", "dsv4_vllm_cache_config"} <= names
+
+
+def test_vllm_source_down_on_sglang_counts_the_reason(sim_sglang: ServerThread) -> None:
+    src = _polled(VllmSource(sim_sglang.url, timeout=2))
+    assert not src.health.up and src.health.errors["http_status"] == 1
+    assert [f.name for f in src.collect()] == []  # down: no family of its own
+
+
+def _discover(url: str) -> EngineDiscovery:
+    found: list[str] = []
+    seam = EngineDiscovery("auto", url, poll_interval=0.05, on_found=found.append)
+
+    async def go() -> None:
+        await asyncio.wait_for(seam.run(asyncio.Event()), timeout=10)
+
+    asyncio.run(go())
+    assert found == [seam.engine]
+    return seam
+
+
+def test_discovery_tells_the_engines_apart(
+    sim_vllm: ServerThread, sim_sglang: ServerThread
+) -> None:
+    assert (_discover(sim_vllm.url).engine, _discover(sim_sglang.url).engine) == ("vllm", "sglang")
+    undecided = _polled(EngineDiscovery("auto", "http://127.0.0.1:9", timeout=0.3))
+    assert undecided.engine is None and undecided.health.errors["unreachable"] == 1
+
+
+def _labels(text: str, name: str) -> list[dict[str, str]]:
+    return [
+        s.labels for f in text_string_to_metric_families(text) for s in f.samples if s.name == name
+    ]
+
+
+def test_configured_vllm_needs_no_discovery(sim_vllm: ServerThread) -> None:
+    sc = Sidecar(
+        SidecarSettings(
+            sglang_url=sim_vllm.url,
+            engine="vllm",
+            gpu_backend="fake",
+            canary=False,
+            model_config_path=FLASH,
+        )
+    )
+    assert "sglang" not in sc.sources and "engine" not in sc.sources
+    assert sc.dsml_dialect() == ("v4@vllm", "model_config")
+    _polled(sc.vllm)
+    assert sc.served_model() == sc.vllm.facts.served_model_name  # type: ignore[union-attr]
+    assert sc.sglang_running() == 5
+    assert sc.footprint.status == "not_modelled"
+    assert sc.footprint.detail == "not modelled: vllm"
+
+
+def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency(
+    tmp_path: Path,
+) -> None:
+    """engine auto: the sidecar finds vLLM, swaps SGLang's source for vLLM's and exports
+    corruption by concurrency (the canary through vLLM's parser), NVML's GPU memory and vLLM's
+    KV figures; the footprint is the fact `not modelled: vllm`; triage reads it back."""
+    sim_app = create_sim_app(RACY_VLLM)
+    settings = {
+        "gpu_backend": "fake",
+        "sglang_poll_interval": 0.1,
+        "nvml_poll_interval": 0.2,
+        "canary_interval": 0.05,
+        "canary_concurrency": 4,
+        "model_config_path": str(FLASH),
+    }
+    with ServerThread(sim_app) as sim:
+        app = create_app(load_settings({"sglang_url": sim.url, **settings}))
+        with ServerThread(app) as sc:
+
+            def graded() -> float:
+                text = scrape(sc.url)
+                n = sum(
+                    sample_value(
+                        text,
+                        "dsv4_dsml_samples_total",
+                        source="canary",
+                        verdict=v,
+                        **{"concurrency_le": "64"},
+                    )
+                    or 0
+                    for v in ("degenerate", "suspect", "well_formed")
+                )
+                return n if n >= 80 and sample_value(text, "dsv4_vllm_running_requests") else 0
+
+            wait_for(graded, timeout=90)
+            text = scrape(sc.url)
+            ready = httpx.get(sc.url + "/readyz", timeout=5)
+            triage = write_report(CollectOptions(sidecar_url=sc.url), tmp_path / "triage")
+    engine = _labels(text, "dsv4_engine_info")
+    assert engine == [{"engine": "vllm", "source": "discovered", "footprint": "not modelled: vllm"}]
+    assert sample_value(text, "dsv4_source_up", source="vllm") == 1
+    assert sample_value(text, "dsv4_source_up", source="sglang") is None  # swapped out
+    assert sample_value(text, "dsv4_vllm_running_requests") >= 60  # + canaries in flight
+    assert sample_value(text, "dsv4_vllm_kv_cache_capacity_tokens") > 0
+    cache = _labels(text, "dsv4_vllm_cache_config_info")
+    assert cache and cache[0]["block_size"] == "256" and cache[0]["cache_dtype"] == "fp8"
+    assert 0 < sample_value(text, "dsv4_vllm_kv_cache_usage_ratio") <= 1
+    assert sample_value(text, "dsv4_gpu_memory_used_bytes", gpu="0") > 0
+    assert sample_value(text, "dsv4_footprint_up", reason="not_modelled") == 0
+    assert _labels(text, "dsv4_dsml_dialect_info") == [
+        {"dialect": "v4@vllm", "source": "model_config"}
+    ]
+    bad = sum(
+        sample_value(
+            text, "dsv4_dsml_samples_total", source="canary", verdict=v, concurrency_le="64"
+        )
+        or 0
+        for v in ("degenerate", "suspect")
+    )
+    assert bad > 0  # the simulated model corrupts at 60 in flight, vLLM hands it on
+    assert ready.status_code == 200
+    # triage from the sidecar alone names the engine and the footprint fact
+    ev = triage.evidence
+    assert ev.engine == {
+        "engine": "vllm",
+        "source": "discovered",
+        "footprint": "not modelled: vllm",
+    }
+    assert ev.engine_version == "0.24.0" and ev.corruption is not None
+    assert ev.corruption.degenerate > 0
+    report = triage.md_path.read_text()
+    assert "vllm 0.24.0 (discovered)" in report and "not modelled: vllm" in report
+
+
+def test_streamed_vllm_reasoning_deltas_count_as_output_tokens() -> None:
+    """vLLM streams reasoning under ``reasoning`` (SGLang: ``reasoning_content``): each such
+    delta is a decode step of the output, as each content delta is."""
+    from exporter.dsml import grade_openai_response
+    from exporter.samplers.decode import GradingRequest, ResponseOutput, output_tokens
+
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"reasoning": "Think"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning": "ing."}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Done."}, "finish_reason": "stop"}]},
+    ]
+    request = GradingRequest(source="tap", output=ResponseOutput(list(chunks)))
+    assert output_tokens(request, grade_openai_response(chunks)) == (3, "stream")
