@@ -163,8 +163,9 @@ def build() -> dm.Dashboard:
     b.timeseries(
         "Output tokens p50 and p90 by concurrency bucket (length drift)",
         "Quantiles of graded samples' output tokens per concurrency bucket over time. "
-        "DSV4OutputLengthInflation compares the deployment's 30m p50 with its median p50 of "
-        f"the last {A.length_baseline_window} (it fires above "
+        "DSV4OutputLengthInflation compares the deployment's 30m p50 with the median of its "
+        f"30m p50 at the same time of the last {A.length_baseline_periods} periods of "
+        f"{A.length_baseline_period} (it fires above "
         f"{A.length_inflation_factor}x it). Inflation is how token loops show first "
         "(sglang#36179).",
         "short",

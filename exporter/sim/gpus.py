@@ -124,9 +124,6 @@ class FakeBackend:
         """Called by the sidecar's start-up validation (``gpu_backend: fake``)."""
         self.settings()
 
-    def check_faults(self, script: str) -> None:
-        FakeNvml(count=1, faults=script)  # raises ValueError naming the bad fault
-
     def create(self, settings: SidecarSettings) -> SimulatedNvml:
         gpus = SimulatorGpus(
             settings.sglang_url,

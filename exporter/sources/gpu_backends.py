@@ -29,8 +29,10 @@ class GpuBackendError(ValueError):
 class GpuBackend(Protocol):
     """What a GPU backend plugin provides."""
 
-    def check_faults(self, script: str) -> None:
-        """Raise ``ValueError`` naming what is wrong with a fault script (``fake_faults``)."""
+    def check_settings(self) -> None:
+        """Validate the backend's own settings (read from its own environment variables, not
+        the sidecar's) at start-up; raise ``ValueError`` naming the variable and the fix. The
+        loader calls it when present (``exporter.config_loader``), so a plugin may omit it."""
 
     def create(self, settings: SidecarSettings) -> NvmlLibrary:
         """An object with the pynvml functions the NVML source calls (``NvmlLibrary``),

@@ -23,9 +23,6 @@ from exporter.sim.fake_nvml import FakeNvml
 
 
 class Backend:
-    def check_faults(self, script):
-        FakeNvml(count=1, faults=script)
-
     def check_settings(self):
         import os
         if os.environ.get("ACME_GPU_BROKEN"):
