@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,8 +108,11 @@ def _wait_ready(stack: Stack, name: str, port: int, path: str, timeout: float = 
 
 
 def _wait_scraped(stack: Stack, port: int, jobs: tuple[str, ...], timeout: float = 30) -> None:
-    """Until Prometheus has scraped every job once: before that, the meta rules see no `up`
-    series and DSV4SidecarAbsent would show as pending on the first screen."""
+    """Until Prometheus has scraped every job once and its rules have seen it: before that,
+    the meta rules see no `up` series and DSV4SidecarAbsent shows as pending on the first
+    screen (an alert listed that never fires). A rule evaluation can fall between start-up
+    and the first scrape, so `up` existing is not enough: the pending alert must be gone."""
+    absent = urllib.parse.quote('ALERTS{alertname="DSV4SidecarAbsent"}')
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if stack.procs["prometheus"].poll() is not None:
@@ -116,7 +120,8 @@ def _wait_scraped(stack: Stack, port: int, jobs: tuple[str, ...], timeout: float
         with contextlib.suppress(OSError, ValueError, KeyError):
             _status, body = http_get(port, "/api/v1/query?query=up")
             up = {r["metric"]["job"] for r in json.loads(body)["data"]["result"]}
-            if up >= set(jobs):
+            _status, body = http_get(port, f"/api/v1/query?query={absent}")
+            if up >= set(jobs) and not json.loads(body)["data"]["result"]:
                 return
         time.sleep(0.2)
     raise StackError(f"prometheus did not scrape {', '.join(jobs)} within {timeout:.0f}s")
