@@ -431,6 +431,14 @@ def _meta(b: Builder) -> None:
                 'Read dsv4_source_errors_total{source="sglang"} by reason; check the server\'s '
                 "/health and the sidecar's upstream URL.",
             ),
+            # Beside vLLM the sidecar polls vLLM instead (dsv4_engine_info): its own page.
+            source_down(
+                "DSV4VLLMDown",
+                "vLLM",
+                "vllm",
+                'Read dsv4_source_errors_total{source="vllm"} by reason; check the server\'s '
+                "/health and /version and the sidecar's upstream URL.",
+            ),
             b.alert(
                 "DSV4ProbeStale",
                 f"{b.sel('dsv4_probe_up')} == 0\nor\ntime() - "

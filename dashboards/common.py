@@ -113,6 +113,22 @@ def sglang_sel(series: str, extra: str = "") -> str:
     return "{" + ", ".join(matchers) + "}"
 
 
+# vLLM's own series, read from vLLM's /metrics (its scrape job, variable $vllm_job) beside a
+# vLLM server, not copied by the sidecar: engine and model labels intact. vLLM has one prefix.
+VLLM_SERIES = frozenset({"num_requests_waiting", "kv_cache_usage_perc"})
+VLLM_PREFIX = "vllm:"
+
+
+def vllm_sel(series: str, extra: str = "") -> str:
+    """``{__name__=~"vllm:<series>", job=~"$vllm_job"[, extra]}``."""
+    if series not in VLLM_SERIES:
+        raise KeyError(f"{series!r} is not in VLLM_SERIES (dashboards/common.py)")
+    matchers = [f'__name__=~"{VLLM_PREFIX}{series}"', 'job=~"$vllm_job"']
+    if extra:
+        matchers.append(extra)
+    return "{" + ", ".join(matchers) + "}"
+
+
 def sglang_rate(series: str, extra: str = "") -> str:
     return f"rate({sglang_sel(series, extra)}[$__rate_interval])"
 
@@ -149,10 +165,14 @@ def _query_variable(name: str, label: str, query: str, description: str) -> Quer
 
 
 def variables(
-    rank_metric: str | None, kubernetes: bool = False, sglang: bool = False
+    rank_metric: str | None,
+    kubernetes: bool = False,
+    sglang: bool = False,
+    vllm: bool = False,
 ) -> list[cogbuilder.Builder[dm.VariableModel]]:
     """datasource, job, instance (and rank, from ``rank_metric``; namespace and deployment
-    when ``kubernetes``; SGLang's own scrape job when ``sglang``) variables, in that order."""
+    when ``kubernetes``; SGLang's own scrape job when ``sglang``, vLLM's when ``vllm``)
+    variables, in that order."""
     out: list[cogbuilder.Builder[dm.VariableModel]] = [
         DatasourceVariable("datasource")
         .label("Data source")
@@ -201,6 +221,16 @@ def variables(
                 "running requests, token usage, TTFT and HiCache series.",
             )
         )
+    if vllm:
+        out.append(
+            _query_variable(
+                "vllm_job",
+                "vLLM job",
+                f'label_values({{__name__=~"{VLLM_PREFIX}num_requests_running"}}, job)',
+                "Scrape job(s) of vLLM's own /metrics beside a vLLM server, read for its KV "
+                "cache usage and waiting requests.",
+            )
+        )
     return out
 
 
@@ -246,6 +276,7 @@ class Board:
     rank_metric: str | None
     kubernetes: bool = False
     sglang: bool = False  # reads SGLang's own series (the $sglang_job variable)
+    vllm: bool = False  # reads vLLM's own series (the $vllm_job variable)
     _next_id: int = 1
     _dash: Dashboard = field(init=False)
 
@@ -261,7 +292,7 @@ class Board:
             .refresh("1m")
             .timezone("browser")
             .timepicker(TimePicker().refresh_intervals(["30s", "1m", "5m", "15m"]))
-            .variables(variables(self.rank_metric, self.kubernetes, self.sglang))
+            .variables(variables(self.rank_metric, self.kubernetes, self.sglang, self.vllm))
             .link(
                 DashboardLink("DSV4 dashboards")
                 .type(dm.DashboardLinkType.DASHBOARDS)

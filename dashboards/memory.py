@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards.common import ALERTS, Board, sel, sglang_rate, sglang_sel, target
+from dashboards.common import ALERTS, Board, sel, sglang_rate, sglang_sel, target, vllm_sel
 
 A = ALERTS
 # Panels only a sidecar beside vLLM fills (tests/obs: empty beside SGLang, filled beside vLLM).
@@ -22,6 +22,7 @@ def build() -> dm.Dashboard:
         "configurator planned against what the pools really allocate, and the reserve it eats.",
         rank_metric="dsv4_gpu_memory_total_bytes",
         sglang=True,
+        vllm=True,
     )
 
     b.row("GPU memory (NVML, polled)")
@@ -318,15 +319,17 @@ def build() -> dm.Dashboard:
     b.row("Engine: vLLM's KV cache beside a vLLM server (the footprint is not modelled there)")
     b.timeseries(
         "vLLM KV cache usage, capacity and waiting",
-        "Beside vLLM, its own figures next to NVML's memory above: KV usage "
-        "(vllm:kv_cache_usage_perc, the fullest engine core), the tokens its KV cache holds "
-        "(cache_config_info kv_cache_size_tokens, else num_gpu_blocks x block_size) and the "
-        "waiting requests. Empty beside SGLang, whose pools the footprint rows price.",
+        "Beside vLLM, its own figures next to NVML's memory above: KV usage and waiting "
+        "requests from vLLM's own /metrics ($vllm_job: vllm:kv_cache_usage_perc and "
+        "vllm:num_requests_waiting per engine core, labels intact), and the tokens its KV "
+        "cache holds, which the sidecar derives (cache_config_info kv_cache_size_tokens, else "
+        "num_gpu_blocks x block_size). Empty beside SGLang, whose pools the footprint rows "
+        "price.",
         "short",
         [
-            target(sel("dsv4_vllm_kv_cache_usage_ratio"), "usage 0-1 · {{instance}}"),
+            target(vllm_sel("kv_cache_usage_perc"), "usage 0-1 · {{instance}} {{engine}}"),
             target(sel("dsv4_vllm_kv_cache_capacity_tokens"), "capacity tokens · {{instance}}"),
-            target(sel("dsv4_vllm_waiting_requests"), "waiting · {{instance}}"),
+            target(vllm_sel("num_requests_waiting"), "waiting · {{instance}} {{engine}}"),
         ],
         min_val=0,
     )

@@ -96,6 +96,7 @@ def variable_values(
     deployment: str = ".*",
     below: str = "none",
     sglang_job: str = ".+",
+    vllm_job: str = ".+",
 ) -> dict[str, str]:
     """The substitution table: regexes for the multi-value variables, durations for Grafana's
     built-ins (``$__rate_interval`` should be at least 4x the scrape interval)."""
@@ -107,6 +108,7 @@ def variable_values(
         "deployment": deployment,
         "below": below,
         "sglang_job": sglang_job,
+        "vllm_job": vllm_job,
         "__url_time_range": "from=now-1h&to=now",
         "__rate_interval": rate_interval,
         "__range": range_,

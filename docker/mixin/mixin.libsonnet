@@ -421,6 +421,19 @@ local num(x) =
             },
           },
           {
+            "alert": "DSV4VLLMDown",
+            "expr": "dsv4_source_up{" + num($._config.selector) + ", source=\"vllm\"} == 0\nor\ntime() - dsv4_source_last_success_timestamp_seconds{" + num($._config.selector) + ", source=\"vllm\"} > " + num($._config.source_stale_seconds),
+            "for": num($._config.source_down_for),
+            "labels": {
+              "severity": "warning",
+            },
+            "annotations": {
+              "summary": "The sidecar's vLLM source is down.",
+              "description": "The vLLM source of {{ $labels.instance }} is down or has not succeeded for over " + num($._config.source_stale_seconds) + "s; its panels and alerts are blind. Read dsv4_source_errors_total{source=\"vllm\"} by reason; check the server's /health and /version and the sidecar's upstream URL.",
+              "runbook_url": num($._config.runbook_base_url) + "/DSV4VLLMDown.md",
+            },
+          },
+          {
             "alert": "DSV4ProbeStale",
             "expr": "dsv4_probe_up{" + num($._config.selector) + "} == 0\nor\ntime() - dsv4_probe_last_report_timestamp_seconds{" + num($._config.selector) + "} > " + num($._config.probe_stale_seconds),
             "for": num($._config.probe_stale_for),

@@ -265,20 +265,6 @@ VLLM_RUNNING = _m(
     (),
     "engine",
 )
-VLLM_WAITING = _m(
-    "dsv4_vllm_waiting_requests",
-    "gauge",
-    "Waiting requests (vllm:num_requests_waiting, summed over engine cores).",
-    (),
-    "engine",
-)
-VLLM_KV_USAGE = _m(
-    "dsv4_vllm_kv_cache_usage_ratio",
-    "gauge",
-    "KV cache usage 0-1 (vllm:kv_cache_usage_perc, the fullest engine core).",
-    (),
-    "engine",
-)
 VLLM_KV_TOKENS = _m(
     "dsv4_vllm_kv_cache_capacity_tokens",
     "gauge",

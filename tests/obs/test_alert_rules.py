@@ -30,6 +30,7 @@ REQUIRED_ALERTS = {
     "DSV4SidecarDown",
     "DSV4NVMLDown",
     "DSV4SGLangDown",
+    "DSV4VLLMDown",
     "DSV4ProbeStale",
     "DSV4GPUCountDropped",
     "DSV4DeploymentRiskyConfiguration",

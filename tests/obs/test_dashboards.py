@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dashboards import generate
-from dashboards.common import SGLANG_PREFIX, UIDS
+from dashboards.common import SGLANG_PREFIX, UIDS, VLLM_PREFIX
 from dashboards.queries import (
     PanelQuery,
     dashboard_files,
@@ -176,6 +176,9 @@ def test_every_selector_is_templated(q: PanelQuery) -> None:
         matchers = {(label, op, value) for label, op, value in s.matchers}
         if s.metric.startswith(SGLANG_PREFIX):  # SGLang's own series: its own scrape job
             assert ("job", "=~", "$sglang_job") in matchers, s
+            continue
+        if s.metric.startswith(VLLM_PREFIX):  # vLLM's own series: its own scrape job
+            assert ("job", "=~", "$vllm_job") in matchers, s
             continue
         assert ("job", "=~", "$job") in matchers, s
         # Deployment-level recording rules have no instance: they are scoped by deployment.

@@ -49,7 +49,19 @@ def test_boards_render_beside_a_simulated_vllm() -> None:
         )
         with (
             ServerThread(app) as sc,
-            prometheus([sc.url.removeprefix("http://")]) as prom,
+            prometheus(
+                [],
+                scrape_configs=[
+                    {
+                        "job_name": "dsv4-sidecar",
+                        "static_configs": [{"targets": [sc.url.removeprefix("http://")]}],
+                    },
+                    {  # vLLM's own /metrics, its own job (the boards' $vllm_job)
+                        "job_name": "vllm",
+                        "static_configs": [{"targets": [server.url.removeprefix("http://")]}],
+                    },
+                ],
+            ) as prom,
             _tap_load(sc),
         ):
             wait_for(

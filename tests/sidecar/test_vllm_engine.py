@@ -266,7 +266,7 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency(
     assert sample_value(text, "dsv4_vllm_kv_cache_capacity_tokens") > 0
     cache = _labels(text, "dsv4_vllm_cache_config_info")
     assert cache and cache[0]["block_size"] == "256" and cache[0]["cache_dtype"] == "fp8"
-    assert 0 < sample_value(text, "dsv4_vllm_kv_cache_usage_ratio") <= 1
+    assert sample_value(text, "dsv4_vllm_kv_cache_usage_ratio") is None  # not copied
     assert sample_value(text, "dsv4_gpu_memory_used_bytes", gpu="0") > 0
     assert sample_value(text, "dsv4_footprint_up", reason="not_modelled") == 0
     assert _labels(text, "dsv4_dsml_dialect_info") == [

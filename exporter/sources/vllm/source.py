@@ -113,11 +113,7 @@ class VllmSource(HttpPoller):
         live = self.live
         if live is None:
             return
-        for spec, value in (
-            (m.VLLM_RUNNING, live.running),
-            (m.VLLM_WAITING, live.waiting),
-            (m.VLLM_KV_USAGE, live.kv_usage),
-        ):
+        for spec, value in ((m.VLLM_RUNNING, live.running),):
             if value is not None:
                 yield spec.one(value)
         cache = live.cache
