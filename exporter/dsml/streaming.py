@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
-from exporter.dsml.grader import PARAM_OPEN, grade_kept, normalize_grammar, reasoning_end
+from exporter.dsml.grader import PARAM_OPENS, grade_kept, normalize_grammar, reasoning_end
 from exporter.dsml.result import Result
 from exporter.dsml.schema import ToolSet
 
@@ -97,7 +97,9 @@ class HeadTail:
 class ThinkTracker:
     """:func:`grader.reasoning_end` computed on a stream, chunk by chunk, in O(1) memory."""
 
-    _NEEDLES = (m.THINK_CLOSE, PARAM_OPEN, m.PARAMETER_CLOSE)
+    # Every parameter opener and closer :func:`grader.reasoning_end` looks for (V4's and V4.1's
+    # spaced form): tracking only V4's once split a V4.1 value's ``</think>`` differently here.
+    _NEEDLES = (m.THINK_CLOSE, *PARAM_OPENS, *m.PARAMETER_CLOSES)
     _KEEP = max(len(n) for n in _NEEDLES) - 1
 
     def __init__(self) -> None:
@@ -113,8 +115,8 @@ class ThinkTracker:
         window = self._carry + s
         k = window.find(m.THINK_CLOSE)
         limit = k if k >= 0 else len(window)
-        o = window.rfind(PARAM_OPEN, 0, limit)
-        c = window.rfind(m.PARAMETER_CLOSE, 0, limit)
+        o = max(window.rfind(p, 0, limit) for p in PARAM_OPENS)
+        c = max(window.rfind(p, 0, limit) for p in m.PARAMETER_CLOSES)
         if o >= 0:
             self.last_open = max(self.last_open, self._base + o)
         if c >= 0:

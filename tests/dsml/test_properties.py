@@ -7,7 +7,7 @@ import itertools
 import json
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.dsml import (
@@ -156,6 +156,10 @@ FRAGMENTS = [
 ]
 SOUP = st.lists(st.sampled_from(FRAGMENTS), max_size=60).map("".join)
 
+# A V4.1 (spaced) parameter opener before a kept ``</think>``: the stream once tracked V4's
+# opener only and split reasoning there, where the whole text keeps it a literal in the value.
+V41_THINK_IN_VALUE = '<｜DSML｜ parameter name="p" string="true"></think>'
+
 
 @FAST
 @given(
@@ -165,6 +169,8 @@ SOUP = st.lists(st.sampled_from(FRAGMENTS), max_size=60).map("".join)
     st.sampled_from([None, True, False]),
     st.sampled_from([None, 16, 64, 200]),
 )
+@example(V41_THINK_IN_VALUE, [], None, None, 40)
+@example(V41_THINK_IN_VALUE, [10, 30], "stop", None, None)
 def test_streaming_equals_whole_text(
     text: str, cuts: list[int], finish: str | None, thinking: bool | None, cap: int | None
 ) -> None:
@@ -181,6 +187,8 @@ def test_streaming_equals_whole_text(
 
 @FAST
 @given(SOUP, st.lists(st.integers(0, 1200), max_size=12), st.sampled_from([None, 40]))
+@example(V41_THINK_IN_VALUE, [], 40)
+@example(V41_THINK_IN_VALUE, [3, 17, 45], None)
 def test_streaming_bytes_split_inside_characters(
     text: str, cuts: list[int], cap: int | None
 ) -> None:

@@ -30,11 +30,16 @@ from tests.support import ServerThread, prometheus, promql, wait_for
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
+# Every window shortened for a test that lasts minutes. The GPU fill forecast keeps production's
+# shape (horizon twice the lookback): a 1m fit still projected an hour ahead read a clean
+# deployment's canary going from 0 to 4 requests in flight (4 x 24 MiB of activations) as
+# running out within the hour, and fired on a loaded machine.
 FAST_KNOBS = """
 kv_overcommit_for: 0s
 gpu_free_warning_for: 0s
 gpu_free_critical_for: 0s
 gpu_fill_lookback: 1m
+gpu_fill_horizon_seconds: 120
 gpu_fill_for: 0s
 corruption_window: 1m
 corruption_min_samples: 5
