@@ -74,15 +74,20 @@ def wait_for(pred: Callable[[], Any], timeout: float = 15.0, interval: float = 0
     pytest.fail(f"condition not met within {timeout}s; last value: {last!r}")
 
 
-async def settle(pred: Callable[[], bool], timeout: float = 2.0) -> bool:
-    """Wait on the running loop until ``pred()`` holds (for counters updated by callbacks),
-    up to ``timeout``: the async twin of :func:`wait_for`, for tests that await a condition."""
+HANG_GUARD_S = 30.0  # how long a test awaits a condition before calling it hung (not a budget)
+
+
+async def settle(pred: Callable[[], bool], timeout: float = HANG_GUARD_S) -> bool:
+    """Await ``pred()`` on the running loop (counters that callbacks update, with no event to
+    await): the loop runs the code under test between checks, and the result comes as soon
+    as the condition holds. ``timeout`` only tells a hang from a slow machine, so it is long;
+    a caller never shortens it to assert speed (timing belongs in bench/)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not pred():
         if loop.time() > deadline:
             return False
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # yields to the callbacks that make pred() true
     return True
 
 

@@ -135,7 +135,7 @@ def test_withheld_candidate_bodies_share_one_capture_budget() -> None:
         async with tap_env(sample_rate=1.0, capture_budget_bytes=budget) as (fake, tap, got):
             release = asyncio.Event()
             tasks = [asyncio.create_task(one(tap.port or 0, i, release)) for i in range(12)]
-            assert await settle(lambda: tap.inflight == 12, timeout=10)
+            assert await settle(lambda: tap.inflight == 12)
             held = tap._core.capture_budget.held
             assert 0 < held <= budget
             release.set()

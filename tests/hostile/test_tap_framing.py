@@ -54,7 +54,7 @@ def test_bad_chunk_after_the_head_was_forwarded_closes_both_sides() -> None:
                 for conn in conns:
                     await conn.send(HEAD_CHUNKED)
                 # every head (and first chunk) reached SGLang: each holds a connection there
-                assert await settle(lambda: len(fake.conns) == 50, timeout=10.0)
+                assert await settle(lambda: len(fake.conns) == 50)
                 for conn in conns:
                     await conn.send(b"ZZZ-not-a-chunk-size\r\n")
                 answers = [await read_until_close(conn) for conn in conns]
@@ -63,7 +63,7 @@ def test_bad_chunk_after_the_head_was_forwarded_closes_both_sides() -> None:
                     await conn.close()
             assert all(_statuses(a) == [400] for a in answers)
             assert all(b"Connection: close" in a for a in answers)
-            assert await settle(lambda: not fake.conns, timeout=2.0), len(fake.conns)
+            assert await settle(lambda: not fake.conns), len(fake.conns)
             assert counter(tap, "dsv4_tap_rejected_total", reason="bad_chunked_body") == 50
             assert counter(tap, "dsv4_tap_requests_total", code="400_bad_request") == 50
             assert tap.inflight == 0 and fake.stats.requests == 0
@@ -181,12 +181,12 @@ def test_stalled_request_body_gets_408_at_the_sweep_and_sglang_is_released() -> 
             conn = await RawConnection.open(tap.port or 0)
             try:
                 await conn.send(HEAD_CHUNKED)  # and then nothing more
-                assert await settle(lambda: len(fake.conns) == 1, timeout=2.0)
+                assert await settle(lambda: len(fake.conns) == 1)
                 answer = await read_until_close(conn, timeout=5.0)
             finally:
                 await conn.close()
             assert _statuses(answer) == [408]
-            assert await settle(lambda: not fake.conns, timeout=2.0)
+            assert await settle(lambda: not fake.conns)
             assert counter(tap, "dsv4_tap_rejected_total", reason="body_timeout") == 1
             assert counter(tap, "dsv4_tap_requests_total", code="408_request_timeout") == 1
 

@@ -66,7 +66,7 @@ def test_only_complete_200_answers_are_sampled_and_every_sampled_one_is_graded()
             for body in bodies:
                 await one_request(tap_port, "POST", CHAT, body)
             tap = sc.tap
-            assert await settle(lambda: _tap_graded(sc) == 2, timeout=10)
+            assert await settle(lambda: _tap_graded(sc) == 2)
             assert counter(tap, "dsv4_tap_sampled_total") == 2 == _tap_graded(sc)
             assert counter(tap, "dsv4_tap_samples_dropped_total", reason="not_ok") == 2
             assert counter(tap, "dsv4_tap_samples_dropped_total", reason="incomplete") == 1

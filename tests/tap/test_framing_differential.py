@@ -146,7 +146,7 @@ def _accepts(port: int) -> bool:
 
 async def _wait_listening(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
     """Until something accepts on ``port``, or the process exits first."""
-    if not await settle(lambda: proc.poll() is not None or _accepts(port), timeout=30.0):
+    if not await settle(lambda: proc.poll() is not None or _accepts(port)):
         raise RuntimeError(f"{what} not listening on {port} after 30 s")
     if proc.poll() is not None:
         raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
@@ -402,7 +402,7 @@ async def _proxies(tmp: Path, nginx: str) -> AsyncIterator[dict[str, ProxyRun]]:
         # every proxy has exited, so every connection it had to the upstream is closed: what
         # the upstream logged is now all it will ever receive
         for run in runs.values():
-            await settle(lambda run=run: run.upstream.open == 0, timeout=30.0)
+            await settle(lambda run=run: run.upstream.open == 0)
             run.received = run.upstream.received()
             await run.upstream.stop()
 

@@ -105,7 +105,7 @@ async def _slow_reader(tap: Tap, size: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
     await loop.sock_connect(sock, ("127.0.0.1", tap.port or 0))
-    assert await settle(lambda: len(tap._core.clients - before) == 1, timeout=10)
+    assert await settle(lambda: len(tap._core.clients - before) == 1)
     (client,) = tap._core.clients - before
     assert client.transport is not None
     tap_side = client.transport.get_extra_info("socket")

@@ -231,7 +231,7 @@ def test_embeds_in_the_sidecar_app_lifespan_on_uvicorns_loop() -> None:
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
         server = uvicorn.Server(config)
         serving = asyncio.create_task(server.serve())
-        assert await settle(lambda: server.started, timeout=5)
+        assert await settle(lambda: server.started)
         body = chat_body(3, stream=True, **FAST)
         conn = await RawConnection.open(tap.port or 0)
         resp = await conn.request("POST", "/v1/chat/completions", body)

@@ -88,7 +88,7 @@ def test_client_disconnect_cancels_the_upstream_request() -> None:
             assert await settle(lambda: tap.inflight == 1)
             conn.writer.transport.abort()
             # the stream had 20 s left: SGLang sees the cancel long before it would end
-            assert await settle(lambda: "gone" in fake.stats.disconnects, timeout=10.0)
+            assert await settle(lambda: "gone" in fake.stats.disconnects)
             assert await settle(lambda: tap.inflight == 0)
             assert counter(tap, "dsv4_tap_aborted_total", reason="client_disconnect") == 1
             assert counter(tap, "dsv4_tap_requests_total", code="2xx") == 1
@@ -99,7 +99,7 @@ def test_client_disconnect_cancels_the_upstream_request() -> None:
             await conn.send(build_request("POST", CHAT, body))
             assert await settle(lambda: tap.inflight == 1)
             conn.writer.transport.abort()
-            assert await settle(lambda: "early" in fake.stats.disconnects, timeout=1.0)
+            assert await settle(lambda: "early" in fake.stats.disconnects)
             assert await settle(
                 lambda: counter(tap, "dsv4_tap_requests_total", code="client_closed") == 1
             )
