@@ -47,12 +47,18 @@ HTTP_REASONS = (
 
 
 async def poll_forever(
-    stop: asyncio.Event, cycle: Callable[[], Awaitable[float | None]], interval: float
+    stop: asyncio.Event,
+    cycle: Callable[[], Awaitable[float | None]],
+    interval: float,
+    until: Callable[[], bool] = lambda: False,
 ) -> None:
-    """Run ``cycle`` until ``stop`` is set; a cycle returns its own next delay (a backoff) or
-    None for ``interval``. The wait ends early when ``stop`` is set."""
-    while not stop.is_set():
+    """Run ``cycle`` until ``stop`` is set or ``until()`` holds (a poller whose job ends, such
+    as engine discovery); a cycle returns its own next delay (a backoff) or None for
+    ``interval``. The wait ends early when ``stop`` is set."""
+    while not stop.is_set() and not until():
         delay = await cycle()
+        if until():
+            return
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval if delay is None else delay)
 

@@ -26,7 +26,7 @@ from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
 from exporter.sources import bounded
-from exporter.sources.poller import HttpPoller, PollError
+from exporter.sources.poller import HttpPoller, PollError, poll_forever
 from exporter.sources.vllm.metrics_text import has_vllm_families
 
 ENGINES = ("sglang", "vllm")
@@ -86,12 +86,9 @@ class EngineDiscovery(HttpPoller):
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
-            while self.engine is None and not stop.is_set():
-                await self.poll_once()
-                if self.engine is not None:
-                    break
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self.poll_interval)
+            await poll_forever(
+                stop, self._cycle, self.poll_interval, until=lambda: self.engine is not None
+            )
         finally:
             await self.http.close()
 
