@@ -9,8 +9,8 @@ the grader (samplers, metrics labels, the grammar itself) sees only the base dia
 comparisons with ``"v4"`` hold everywhere and the engine rules below are the one place that
 reads it.
 
-Where vLLM reads a block differently (vLLM 0.23.0-0.25.1,
-``vllm/tool_parsers/deepseekv32_tool_parser.py``, which ``deepseek_v4`` subclasses):
+Where vLLM reads a block differently (vLLM 0.23.0 and 0.24.0, the releases the differential
+runs; ``vllm/tool_parsers/deepseekv32_tool_parser.py``, which ``deepseek_v4`` subclasses):
 
 - an invoke must be ``<｜DSML｜invoke name="x">...</｜DSML｜invoke>`` (``invoke_complete_regex``);
   the self-closing zero-argument invoke V4 models are trained to emit
@@ -26,6 +26,7 @@ released parsers.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from exporter.dsml import markers as m
 from exporter.dsml.result import FindingSink
@@ -75,15 +76,26 @@ def engine_of(grammar: str | None) -> str | None:
 _SELF_CLOSING_INVOKE = re.compile(f'<{re.escape(m.MARKER)}{m.INVOKE}\\s+name="[^"]*"\\s*/>')
 
 
-def check_content(sink: FindingSink, text: str, base: int, grammar: str | None) -> None:
-    """Report what the grammar accepts but the deployment's engine does not deliver."""
+def check_content(
+    sink: FindingSink,
+    text: str,
+    base: int,
+    grammar: str | None,
+    blocks: Sequence[tuple[int, int]],
+) -> None:
+    """Report what the grammar accepts but the deployment's engine does not deliver.
+
+    Only inside ``blocks`` (the tool-call blocks the grammar found, an unfinished one
+    included): outside a block, a self-closing invoke (prose quoting one, a code fence) is
+    content to vLLM as to SGLang, and flagging it would call a clean answer degenerate."""
     if engine_of(grammar) != "vllm":
         return
-    for hit in _SELF_CLOSING_INVOKE.finditer(text):
-        sink.add(
-            "dialect_mismatch",
-            hit.start() + base,
-            hit.end() + base,
-            "tool_calls",
-            "self-closing invoke: vLLM's deepseek_v4 parser drops the call",
-        )
+    for a, b in blocks:
+        for hit in _SELF_CLOSING_INVOKE.finditer(text, a, b):
+            sink.add(
+                "dialect_mismatch",
+                hit.start() + base,
+                hit.end() + base,
+                "tool_calls",
+                "self-closing invoke: vLLM's deepseek_v4 parser drops the call",
+            )

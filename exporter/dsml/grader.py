@@ -378,7 +378,8 @@ def analyze_content(
                 "oversized", last + base, last + base, channel, "tag limit: grammar stops here"
             )
     blocks.extend(parsed.blocks)
-    engines.check_content(sink, text, base, grammar)
+    open_block = [(parsed.open_block_start, len(text))] if parsed.open_at_end else []
+    engines.check_content(sink, text, base, grammar, [*parsed.blocks, *open_block])
     if finish_reason != "length":
         frag = partial_marker_at(text, body_end)
         if frag >= 0:

@@ -91,6 +91,15 @@ def test_vllm_dialect_flags_the_self_closing_invoke_vllm_drops() -> None:
     assert grade_text(V4_CALL, grammar="v4@vllm").verdict == "well_formed"
 
 
+def test_vllm_dialect_leaves_a_quoted_self_closing_invoke_outside_a_block_alone() -> None:
+    """The near miss: prose quoting a self-closing invoke (a code fence, no block) is content to
+    vLLM as to SGLang, so the engine rule must not make a clean answer degenerate."""
+    text = 'With no arguments, write:\n```\n<｜DSML｜invoke name="now"/>\n```\nThat is all.'
+    assert grade_text(text, grammar="v4", finish_reason="stop").verdict == "no_tool_call"
+    under_vllm = grade_text(text, grammar="v4@vllm", finish_reason="stop")
+    assert under_vllm.verdict == "no_tool_call" and "dialect_mismatch" not in under_vllm.reasons
+
+
 def test_vllm_parser_table_matches_the_released_registry() -> None:
     """VLLM_PARSER_DIALECTS restates vLLM's tool-parser registry for each supported release."""
     import re
