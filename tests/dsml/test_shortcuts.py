@@ -24,6 +24,7 @@ from exporter.dsml.structure import Machine, Parsed
 from exporter.dsml.tokens import scan
 from tests.dsml.adversarial import SHAPES
 from tests.dsml.fp_corpus import corpus
+from tests.dsml.reason_cases import NEAR_MISSES, TRIGGERS
 
 MANY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -244,7 +245,20 @@ _GLUE_CHARS = st.sampled_from(
 )
 
 
-@given(st.lists(st.text(_GLUE_CHARS, min_size=1, max_size=12), max_size=6).map("".join))
+# Runs of one character repeated: letters one at a time almost never make the four-and-four
+# of two scripts a glue needs, so the draws are runs (up to 8) of the characters above.
+_GLUE_RUNS = st.lists(
+    st.tuples(_GLUE_CHARS, st.integers(1, 8)).map(lambda r: r[0] * r[1]), max_size=10
+).map("".join)
+
+
+@given(
+    st.one_of(
+        st.lists(st.text(_GLUE_CHARS, min_size=1, max_size=12), max_size=6).map("".join), _GLUE_RUNS
+    )
+)
+@example("The function returnданных the list.")
+@example("configзначение.yaml 使用Python编写")
 @MANY
 def test_glue_screen_never_holds_back_a_match(text: str) -> None:
     """Text the screen passes over has no _GLUED match at all."""
@@ -253,9 +267,15 @@ def test_glue_screen_never_holds_back_a_match(text: str) -> None:
 
 
 def test_glue_screen_passes_every_corpus_match() -> None:
-    for text in _corpus_texts():
+    """Over the clean corpus and the catalog's script_glued cases (triggers and near misses):
+    every text _GLUED matches passes the screen, and some do (the check is exercised)."""
+    glued = [c.text for c in (*TRIGGERS["script_glued"], *NEAR_MISSES["script_glued"]) if c.text]
+    hits = 0
+    for text in [*_corpus_texts(), *glued]:
         if phenotypes._GLUED.search(text) is not None:
+            hits += 1
             assert phenotypes._may_glue(text), text[:80]
+    assert hits >= len(TRIGGERS["script_glued"])
 
 
 _WORDS = st.sampled_from(["the", "a", "plan", "moves", "every", "tenant", "x", "42", "phase", "-"])
