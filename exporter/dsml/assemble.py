@@ -15,6 +15,7 @@ from typing import Any
 
 from exporter.dsml import thresholds as t
 from exporter.dsml.streaming import HeadTail, TextDecoder
+from exporter.dsml.structure import MAX_NAME
 
 MAX_CALLS = 128  # tool calls kept per response (indices beyond are dropped)
 
@@ -22,6 +23,7 @@ MAX_CALLS = 128  # tool calls kept per response (indices beyond are dropped)
 @dataclass
 class _CallParts:
     name: list[str] = field(default_factory=list)
+    name_chars: int = 0  # held in ``name``: at most MAX_NAME + 1 (one over says "too long")
     arguments: HeadTail | None = None
     parsed: dict[str, Any] | None = None  # arguments given as an object, not a string
 
@@ -66,8 +68,13 @@ class Assembler:
         self.error: str | None = None
         self.done = False
         self._decoder = TextDecoder()
-        self._line = ""
+        # One bound for what an SSE stream can make the assembler hold before an event ends:
+        # the unfinished line and the data lines of the unfinished event.
+        self._held_cap = 4 * max_chars + 65536
+        self._line: list[str] = []  # the unfinished line, in pieces (joined once it ends)
+        self._line_chars = 0
         self._data: list[str] = []
+        self._data_chars = 0
         self.raw = False  # a completions-API response: choices[].text is the raw completion
         self._sse_events = 0  # data events seen (SSE input only)
         self._sse_input = False
@@ -75,19 +82,28 @@ class Assembler:
     # --- raw SSE -----------------------------------------------------------------------------
     def feed_sse(self, data: str | bytes | bytearray) -> None:
         self._sse_input = True
-        text = self._line + self._decoder.decode(data)
-        lines = text.split("\n")
-        self._line = lines.pop()
-        if len(self._line) > 4 * self.max_chars + 65536:
-            self._fail("an SSE line exceeds the size cap")
-            self._line = ""
+        piece = self._decoder.decode(data)
+        if "\n" not in piece:  # a long line in small reads: no re-joining of what is held
+            self._hold(piece)
+            return
+        lines = piece.split("\n")
+        lines[0] = "".join(self._line) + lines[0]
+        self._line, self._line_chars = [], 0
+        self._hold(lines.pop())
         for line in lines:
             self._sse_line(line)
 
+    def _hold(self, piece: str) -> None:
+        self._line.append(piece)
+        self._line_chars += len(piece)
+        if self._line_chars > self._held_cap:
+            self._fail("an SSE line exceeds the size cap")
+            self._line, self._line_chars = [], 0
+
     def end_sse(self) -> None:
         """The byte stream ended: flush a last line or event without its blank line."""
-        rest = self._line + self._decoder.flush()
-        self._line = ""
+        rest = "".join(self._line) + self._decoder.flush()
+        self._line, self._line_chars = [], 0
         if rest:
             self._sse_line(rest)
         self._sse_line("")
@@ -98,12 +114,18 @@ class Assembler:
         if not line:
             if self._data:
                 payload = "\n".join(self._data)
-                self._data = []
+                self._data, self._data_chars = [], 0
                 self._sse_event(payload)
             return
         if line.startswith("data:"):
             value = line[5:]
-            self._data.append(value[1:] if value.startswith(" ") else value)
+            value = value[1:] if value.startswith(" ") else value
+            self._data_chars += len(value) + 1
+            if self._data_chars > self._held_cap:  # an event that never ends: drop it
+                self._fail("an SSE event exceeds the size cap")
+                self._data, self._data_chars = [], 0
+                return
+            self._data.append(value)
         # comments (":..."), event:, id: and retry: carry no text
 
     def _sse_event(self, payload: str) -> None:
@@ -194,8 +216,10 @@ class Assembler:
         if not isinstance(fn, Mapping):
             return
         name = fn.get("name")
-        if isinstance(name, str):
-            parts.name.append(name)
+        if isinstance(name, str) and parts.name_chars <= MAX_NAME:
+            piece = name[: MAX_NAME + 1 - parts.name_chars]
+            parts.name.append(piece)
+            parts.name_chars += len(piece)
         args = fn.get("arguments")
         if isinstance(args, Mapping):
             parts.parsed = dict(args)

@@ -231,3 +231,54 @@ def test_grade_tool_calls_alone() -> None:
     assert {"args_empty_required", "tool_unknown", "json_invalid"} <= set(bad.reasons)
     assert grade_tool_calls("nope").verdict == "error"
     assert grade_tool_calls([42]).verdict == "error"
+
+
+def _held(asm: Assembler) -> int:
+    """Characters the assembler holds for the unfinished SSE line and event."""
+    return sum(map(len, asm._line)) + sum(map(len, asm._data))
+
+
+def test_an_sse_event_that_never_ends_is_dropped_at_the_cap() -> None:
+    """Data lines with no blank line after them: held up to the cap, then the event is dropped
+    and the stream graded as an error, never kept whole."""
+    asm = Assembler(max_chars=1000)
+    line = "data: " + "x" * 998 + "\n"
+    for _ in range(20_000):
+        asm.feed_sse(line)
+        assert _held(asm) <= asm._held_cap
+    assert asm.result().error == "an SSE event exceeds the size cap"
+
+
+def test_an_sse_line_in_small_reads_is_held_in_pieces_and_capped() -> None:
+    asm = Assembler(max_chars=1000)
+    asm.feed_sse("data: ")
+    for _ in range(10_000):
+        asm.feed_sse("y" * 1024)
+        assert _held(asm) <= asm._held_cap
+    assert asm.result().error == "an SSE line exceeds the size cap"
+    # a line split into pieces still reads as the line once it ends
+    ok = Assembler()
+    chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": "hello"}}]})
+    for ch in "data: " + chunk:
+        ok.feed_sse(ch)
+    ok.feed_sse("\n\n")
+    assert ok.result().content == "hello" and ok.result().error is None
+
+
+def test_a_streamed_tool_name_is_held_to_one_over_the_name_limit() -> None:
+    from exporter.dsml.structure import MAX_NAME
+
+    asm = Assembler()
+    for _ in range(5_000):
+        asm.feed_chunk(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 0, "function": {"name": "n" * 1000}}]},
+                    }
+                ]
+            }
+        )
+    (call,) = asm.result().calls
+    assert len(call.name) == MAX_NAME + 1  # still too long to pass the name check
