@@ -195,6 +195,32 @@ def test_discovery_tells_the_engines_apart(
     assert undecided.engine is None and undecided.health.errors["unreachable"] == 1
 
 
+def test_discovery_finds_vllm_in_dev_mode_which_answers_server_info(
+    sim_vllm: ServerThread,
+) -> None:
+    """vLLM with VLLM_SERVER_DEV_MODE=1 answers /server_info ({"vllm_config": ...}): not
+    SGLang's shape, so /version and /metrics still decide."""
+    from fastapi import FastAPI
+    from fastapi.responses import PlainTextResponse
+
+    dev = FastAPI()
+
+    @dev.get("/server_info")
+    def server_info() -> dict:
+        return {"vllm_config": {"model_config": {"model": "deepseek-ai/DeepSeek-V4-Flash"}}}
+
+    @dev.get("/version")
+    def version() -> dict:
+        return httpx.get(sim_vllm.url + "/version").json()
+
+    @dev.get("/metrics")
+    def metrics() -> PlainTextResponse:
+        return PlainTextResponse(httpx.get(sim_vllm.url + "/metrics").text)
+
+    with ServerThread(dev) as server:
+        assert _discover(server.url).engine == "vllm"
+
+
 def _labels(text: str, name: str) -> list[dict[str, str]]:
     return [
         s.labels for f in text_string_to_metric_families(text) for s in f.samples if s.name == name

@@ -49,6 +49,12 @@ def engine_of(server_info: Any, version: Any, metrics_text: str | None) -> str |
     return None
 
 
+def _decide(server_info: Any, version: Any, metrics_body: bytes | None) -> str | None:
+    """:func:`engine_of` on the raw /metrics body (decoded here, off the event loop)."""
+    text = None if metrics_body is None else metrics_body.decode("utf-8", "replace")
+    return engine_of(server_info, version, text)
+
+
 def footprint_fact(engine: str | None) -> str:
     """``modelled``, ``not modelled: vllm`` or ``unknown`` (the engine is not known yet)."""
     if engine is None:
@@ -99,14 +105,17 @@ class EngineDiscovery(HttpPoller):
         except PollError as exc:
             if exc.reason not in _ANSWERED:
                 raise  # nothing answers (unreachable, timeout): that is the reason, not undecided
-        if info is None:
+        # Only SGLang's shape ends the search here: vLLM in dev mode (VLLM_SERVER_DEV_MODE)
+        # answers /server_info too, with {"vllm_config": ...}, and is told by /version.
+        if engine_of(info, None, None) != "sglang":
+            info = None
             with contextlib.suppress(PollError):
                 version = await self.get_json("/version", bounded.SERVER_INFO_MAX_BYTES)
             if version is not None:
                 reply = await self.get("/metrics", bounded.METRICS_MAX_BYTES)
                 if reply.status == 200:
-                    text = reply.body.decode("utf-8", "replace")
-        found = await self.offload(engine_of, info, version, text)
+                    text = reply.body
+        found = await self.offload(_decide, info, version, text)
         if found is None:
             raise PollError("undecided", "neither SGLang's /server_info nor vLLM's /version")
         self.engine, self.source = found, "discovered"

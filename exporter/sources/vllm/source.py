@@ -78,8 +78,8 @@ class VllmSource(HttpPoller):
 
     async def _poll_metrics(self) -> None:
         """vLLM's /metrics; a failure drops the live numbers and is counted, the source stays
-        up (``too_large`` keeps its own reason, everything else is ``metrics_unavailable``)."""
-        self.live = None
+        up (``too_large`` keeps its own reason, everything else is ``metrics_unavailable``).
+        The last numbers stay while the fetch is in flight: a scrape then still reads them."""
         try:
             reply = await self.get("/metrics", self.max_metrics_bytes)
         except PollError as exc:
@@ -98,6 +98,7 @@ class VllmSource(HttpPoller):
                     failed = ("metrics_unavailable", f"unparseable: {type(exc).__name__}")
             else:
                 failed = ("metrics_unavailable", f"GET /metrics returned {reply.status}")
+        self.live = None
         self.health.count_error(*failed)
 
     def running(self) -> int | None:
