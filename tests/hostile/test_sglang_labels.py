@@ -50,3 +50,34 @@ def test_a_huge_model_path_is_refused_and_a_huge_served_name_ignored() -> None:
         parse_server_info({"model_path": "m" * (MAX_MODEL_PATH + 1)})
     facts = parse_server_info({"model_path": FLASH, "served_model_name": "n" * 900_000})
     assert facts.served_model_name == FLASH
+
+
+def test_load_backs_of_256_schedulers_are_all_counted_despite_their_buckets() -> None:
+    """TP 16 x DP 16, every scheduler reporting the load-back histogram with SGLang's buckets:
+    its _sum and _count are read in full (the buckets once spent the family's cap). TP rank 0
+    speaks for its DP group: 16 groups, one load-back each."""
+    bounds = ["0.001", "0.005", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "10.0", "+Inf"]
+    lines = ["# TYPE sglang:load_back_duration_seconds histogram"]
+    for rank in range(256):
+        labels = f'tp_rank="{rank % 16}",dp_rank="{rank // 16}"'
+        lines += [
+            f'sglang:load_back_duration_seconds_bucket{{{labels},le="{b}"}} 1' for b in bounds
+        ]
+        lines += [
+            f"sglang:load_back_duration_seconds_sum{{{labels}}} 0.5",
+            f"sglang:load_back_duration_seconds_count{{{labels}}} 1",
+        ]
+    live = parse_sglang_metrics("\n".join(lines) + "\n")
+    assert live.load_backs == 16 and live.load_back_seconds == 8
+    assert live.dropped_samples == 0
+
+
+def test_repeated_help_lines_are_dropped_and_counted() -> None:
+    """A HELP or TYPE line repeated 200,000 times is kept once and the rest counted: comment
+    lines are no way around the family cap."""
+    lines = ["# TYPE sglang:num_running_reqs gauge"]
+    lines += [f"# HELP sglang:num_running_reqs help {i}" for i in range(200_000)]
+    lines += ['sglang:num_running_reqs{tp_rank="0"} 7']
+    live = parse_sglang_metrics("\n".join(lines) + "\n")
+    assert live.running == 7
+    assert live.dropped_samples == 200_000 - 1
