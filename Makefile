@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv native kustomize deb-test deb-bench test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image deb-image clean
+.PHONY: help venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
@@ -64,6 +64,9 @@ deb-image:
 	@scripts/ensure-debian-packages.sh podman buildah runc mmdebstrap
 deb-bench:
 	@scripts/ensure-debian-packages.sh prometheus nginx
+# The demo's Prometheus (rules and alerts on its screen and in its URLs).
+deb-demo:
+	@scripts/ensure-debian-packages.sh prometheus
 
 lint: venv
 	$(VENV)/bin/ruff check $(PY_DIRS)
@@ -122,7 +125,7 @@ test: venv native kustomize deb-test deb-image lint
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
 
-demo: venv native
+demo: venv native deb-demo
 	$(VENV)/bin/dsv4-sidecar demo
 
 bench: venv native deb-bench
