@@ -96,6 +96,7 @@ MOVES: list[dict[str, Any]] = [
     {"deployment_overcommit_for": "12m"},
     {"length_inflation_factor": 2.0},
     {"model_drift_bytes": 32 << 20},
+    {"gpu_count_lookback": "6h"},
 ]
 
 
