@@ -115,7 +115,10 @@ def sglang_sel(series: str, extra: str = "") -> str:
 
 # vLLM's own series, read from vLLM's /metrics (its scrape job, variable $vllm_job) beside a
 # vLLM server, not copied by the sidecar: engine and model labels intact. vLLM has one prefix.
-VLLM_SERIES = frozenset({"num_requests_waiting", "kv_cache_usage_perc"})
+# The series of vLLM's own /metrics the boards read (and the one the $vllm_job variable finds
+# vLLM's scrape jobs by): like SGLANG_SERIES, checked against the simulator posing as vLLM.
+VLLM_JOB_SERIES = "num_requests_running"
+VLLM_SERIES = frozenset({"num_requests_waiting", "kv_cache_usage_perc", VLLM_JOB_SERIES})
 VLLM_PREFIX = "vllm:"
 
 
@@ -226,7 +229,7 @@ def variables(
             _query_variable(
                 "vllm_job",
                 "vLLM job",
-                f'label_values({{__name__=~"{VLLM_PREFIX}num_requests_running"}}, job)',
+                f'label_values({{__name__=~"{VLLM_PREFIX}{VLLM_JOB_SERIES}"}}, job)',
                 "Scrape job(s) of vLLM's own /metrics beside a vLLM server, read for its KV "
                 "cache usage and waiting requests.",
             )

@@ -5,19 +5,22 @@ both name prefixes, `sglang:` (SGLang's exposition) and `sglang_` (setups that r
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from prometheus_client.parser import text_string_to_metric_families
 
-from dashboards.common import SGLANG_PREFIX, SGLANG_SERIES
+from dashboards.common import SGLANG_PREFIX, SGLANG_SERIES, VLLM_SERIES
 from dashboards.queries import iter_queries, substitute, variable_values
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from tests.support import ServerThread, prometheus, promql, scrape, wait_for
 
+REPO = Path(__file__).resolve().parents[2]
 SGLANG_READ = re.compile(r'__name__=~"sglang\(:\|_\)(\w+)"')
 
 
@@ -49,6 +52,26 @@ def test_simulator_serves_every_series_the_dashboards_read():
     assert not missing, f"the simulator does not serve: {missing}"
     for name in SGLANG_SERIES:
         assert "tp_rank" in served[name], name
+
+
+VLLM_READ = re.compile(r"vllm:(\w+)")
+
+
+def test_dashboards_read_vllm_series_only_from_the_list_and_the_simulator_serves_them():
+    """The same for vLLM's own series: what panels and the $vllm_job variable read is
+    VLLM_SERIES, and the simulator posing as vLLM serves every one."""
+    read = {m for q in iter_queries() for m in VLLM_READ.findall(q.expr)}
+    for board in (REPO / "dashboards").glob("*.json"):  # and the boards' variables
+        for var in json.loads(board.read_text()).get("templating", {}).get("list", []):
+            read |= set(VLLM_READ.findall(json.dumps(var.get("query", ""))))
+    assert read == set(VLLM_SERIES), "VLLM_SERIES lists exactly what the boards read"
+    with ServerThread(create_sim_app(SimSettings(engine="vllm"))) as sim:
+        served = {
+            s.name.removeprefix("vllm:")
+            for fam in text_string_to_metric_families(scrape(sim.url))
+            for s in fam.samples
+        }
+    assert not VLLM_SERIES - served, f"the simulated vLLM does not serve: {VLLM_SERIES - served}"
 
 
 @pytest.mark.e2e
