@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.demo.stack import (
+    DEMO_KNOBS,
     DEMO_WINDOWS,
     DemoOptions,
     LoadState,
@@ -25,6 +26,7 @@ from exporter.demo.stack import (
     urls,
 )
 from exporter.metrics import catalog as m
+from exporter.thresholds import DEFAULTS, seconds
 from exporter.units import GIB
 
 if TYPE_CHECKING:
@@ -117,7 +119,7 @@ def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> R
             f"{over / GIB:.2f}",
             f"{res / GIB:.1f}" if res else "-",
             share,
-            style="red" if over > 1 * GIB else None,
+            style="red" if over > DEFAULTS.kv_overcommit_warning_bytes else None,
         )
     corr = _rate_table(
         "Tool-call corruption by concurrency (tap, canary, ingest)",
@@ -169,7 +171,7 @@ def _rate_table(
                 f"{total:.0f}",
                 f"{bad:.0f}",
                 f"{rate:.1%}",
-                style="red" if rate > 0.05 else None,
+                style="red" if rate > DEFAULTS.corruption_warning_ratio else None,
             )
     return table
 
@@ -192,14 +194,22 @@ def alert_summary(alerts: list[tuple[str, str, str]]) -> str:
     return ", ".join(out)
 
 
+def _span(suffix: str) -> str:
+    """The shortest and longest of DEMO_KNOBS' durations whose names end in ``suffix``."""
+    values = [str(v) for k, v in DEMO_KNOBS.items() if k.endswith(suffix)]
+    ordered = sorted(values, key=seconds)
+    return ordered[0] if ordered[0] == ordered[-1] else f"{ordered[0]}-{ordered[-1]}"
+
+
 def windows_note(stack: Stack) -> str:
     """What the screen says about the alert rules in force: the demo's are not production's."""
     if "prometheus" not in stack.ports:
         return "Alert windows: no Prometheus, no alerts."
     if stack.alert_windows == DEMO_WINDOWS:
         return (
-            "Alert windows: DEMO (for: 10-20s, 30s-2m windows) so alerts fire within three "
-            "minutes; production rules (alerts/dsv4-sidecar.rules.yaml) wait 1-30 minutes."
+            f"Alert windows: DEMO (for: {_span('_for')}, windows {_span('_window')}) so alerts "
+            "fire within three minutes; production rules (alerts/dsv4-sidecar.rules.yaml) wait "
+            "1-30 minutes."
         )
     return "Alert windows: production (for: 1-30 minutes): most alerts stay pending in a demo."
 
