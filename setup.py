@@ -6,7 +6,7 @@
 - build the DSML grader's C accelerator (exporter/dsml/_textscan.c). It is
   optional: without a C compiler the install still succeeds and the pure-Python reference
   runs (slower; the sidecar's build-info metric says which one a process uses).
-  DSV4_SIDECAR_NO_NATIVE=1 leaves them out altogether, for a pure ``py3-none-any`` wheel:
+  DSV4_SIDECAR_NO_NATIVE=1 leaves it out altogether, for a pure ``py3-none-any`` wheel:
   the probe image installs the wheel into SGLang's own Python, whose version the build stage
   cannot know, and the probe never grades.
 """

@@ -69,7 +69,8 @@ def paragraph(record: dict[str, Any]) -> str:
         f"{reserve:.1f} GiB reserve), the degenerate rate rising with concurrency "
         f"({_rate(conc, lo):.0%} at <= {lo} sessions, {_rate(conc, hi):.0%} at <= {hi}) and "
         f"with output length ({_rate(length, llo):.0%} at <= {int(llo):,} tokens, "
-        f"{_rate(length, lhi):.0%} at {tokens}: long answers that loop until `max_tokens`), "
+        f"{_rate(length, lhi):.0%} at {tokens}: long answers that loop until `max_tokens`; "
+        f"buckets with fewer than {MIN_SAMPLES} graded samples are left out), "
         f"ungated index-K reads with their transfer gap, and every alert it lists firing "
         f"within {last:.0f} s: {alerts}."
     )
