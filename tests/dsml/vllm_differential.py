@@ -23,6 +23,7 @@ from typing import Any
 
 from exporter.dsml import NO_TOOL_CALL, WELL_FORMED, ToolSet, grade_openai_response, grade_text
 from exporter.dsml import markers as m
+from exporter.dsml.dialect import resolve_dialect
 from exporter.dsml.engines import qualify
 from exporter.sim import vllm as sim_vllm
 from tests.dsml import vllm_oracle as oracle
@@ -68,7 +69,10 @@ def run(items: list[Item]) -> dict[str, Any]:
         st = oracle.streaming(item.dialect, item.text, tools, item.thinking, sizes)
         want = intent(item)
         sim = _simulated(item)
-        dialect = qualify(item.dialect, ENGINE)
+        # The dialect as the sidecar resolves it from what vLLM is started with (its
+        # --tool-call-parser name), not from the corpus label.
+        dialect, how = resolve_dialect("auto", oracle.PARSERS[item.dialect], None, ENGINE)
+        assert how == "tool_call_parser" and dialect == qualify(item.dialect, ENGINE), dialect
         res = grade_text(
             item.text,
             grammar=dialect,
