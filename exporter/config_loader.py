@@ -154,7 +154,11 @@ def check_backend_settings(name: str) -> None:
 
     if name == gpu_backends.BUILTIN:
         return
-    check = getattr(gpu_backends.load(name), "check_settings", None)
+    try:
+        backend = gpu_backends.load(name)
+    except gpu_backends.GpuBackendError as exc:  # installed, but its package does not import
+        raise ConfigError(f"config error: gpu_backend {name!r}: {exc}") from None
+    check = getattr(backend, "check_settings", None)
     if not callable(check):
         return
     try:

@@ -52,7 +52,13 @@ def load(name: str) -> GpuBackend:
             f"GPU backend {name!r} is not installed (installed: {', '.join(installed())}); "
             f"a backend is a package with an entry point in group {ENTRY_POINT_GROUP!r}"
         )
-    backend: GpuBackend = found[0].load()
+    try:
+        backend: GpuBackend = found[0].load()
+    except Exception as exc:  # a broken plugin package: name it instead of a traceback
+        raise GpuBackendError(
+            f"GPU backend {name!r} is installed but does not import "
+            f"({found[0].value}: {type(exc).__name__}: {exc}); reinstall or fix that package"
+        ) from exc
     return backend
 
 

@@ -83,3 +83,18 @@ def test_the_uninstalled_choice_names_the_plugin_once_installed(
     rc = main(["serve", "--gpu-backend", "amd", "--canary", "false", "--port", "0"])
     assert rc == 2
     assert "installed: nvml, acme, fake" in capsys.readouterr().err
+
+
+def test_a_plugin_that_does_not_import_stops_the_real_cli(
+    acme: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broken plugin package (its module raises on import) is named with the fix, exit 2,
+    never a traceback."""
+    sys.modules.pop("acme_gpu", None)
+    (tmp_path / "acme_gpu.py").write_text("import acme_gpu_native_lib_that_is_missing\n")
+    rc = main(["serve", "--gpu-backend", acme, "--canary", "false", "--port", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    for needle in ("gpu_backend 'acme'", "does not import", "ModuleNotFoundError", "reinstall"):
+        assert needle in err, err
+    assert "Traceback" not in err
