@@ -157,8 +157,10 @@ def test_slow_consumers_only_fill_the_queue_and_drops_are_counted() -> None:
             release.set()
         async with tap_env(on_sample=blocking, sample_rate=1.0, queue_size=4) as (_, tap, _):
             await burst(tap.port or 0, 10)
-            assert counter(tap, "dsv4_tap_samples_dropped_total", reason="queue_full") >= 4
-            unblocked.set()
+            try:
+                assert counter(tap, "dsv4_tap_samples_dropped_total", reason="queue_full") >= 4
+            finally:  # a failed assertion must not leave the consumers blocked for 30 s
+                unblocked.set()
 
     run(scenario())
 
