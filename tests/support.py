@@ -13,12 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 import uvicorn
 import yaml
+
+if TYPE_CHECKING:
+    from exporter.sim.settings import SimSettings
 
 
 def free_port() -> int:
@@ -177,3 +180,40 @@ def promql(url: str, query: str) -> list[dict]:
     r = httpx.get(url + "/api/v1/query", params={"query": query}, timeout=5)
     r.raise_for_status()
     return r.json()["data"]["result"]
+
+
+def racy_sim(**over: Any) -> SimSettings:
+    """The simulated deployment that corrupts: bf16 index-K with HiCache (the transfer race)
+    at 60 requests in flight, answering at once. ``over``: engine, configurator, seed..."""
+    from exporter.sim.settings import SimSettings
+
+    base: dict[str, Any] = {
+        "index_k_dtype": "bf16",
+        "hicache": "on",
+        "ttft_ms": 1,
+        "itl_ms": 0,
+        "background_running": 60,
+    }
+    return SimSettings(**{**base, **over})
+
+
+@contextlib.contextmanager
+def tap_load(sc: ServerThread) -> Iterator[None]:
+    """Steady streaming load through the sidecar's tap while the block runs (bounded)."""
+    from exporter.loadgen import LoadGenerator
+
+    tap = f"http://127.0.0.1:{sc.server.config.app.state.sidecar.tap.port}"
+    stop = threading.Event()
+
+    def drive() -> None:
+        gen = LoadGenerator(tap, stream=True, timeout=30)
+        while not stop.is_set():
+            asyncio.run(gen.run_level(8, requests=40, duration=5))
+
+    t = threading.Thread(target=drive, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(timeout=30)

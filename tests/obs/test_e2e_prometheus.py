@@ -5,11 +5,9 @@ others stay silent; a clean configuration stays silent."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC
@@ -22,10 +20,9 @@ from dashboards.memory import VLLM_PANELS
 from dashboards.queries import panel_queries
 from exporter.app import create_app
 from exporter.config_loader import load_settings
-from exporter.loadgen import LoadGenerator
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
-from tests.support import ServerThread, prometheus, promql, wait_for
+from tests.support import ServerThread, prometheus, promql, racy_sim, tap_load, wait_for
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -87,26 +84,6 @@ def _rules(tmp: Path) -> Path:
         timeout=60,
     )
     return out
-
-
-@contextlib.contextmanager
-def _tap_load(sc: ServerThread) -> Iterator[None]:
-    """Steady streaming load through the sidecar's tap while the block runs (bounded)."""
-    tap = f"http://127.0.0.1:{sc.server.config.app.state.sidecar.tap.port}"
-    stop = threading.Event()
-
-    def drive() -> None:
-        gen = LoadGenerator(tap, stream=True, timeout=30)
-        while not stop.is_set():
-            asyncio.run(gen.run_level(8, requests=40, duration=5))
-
-    t = threading.Thread(target=drive, daemon=True)
-    t.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        t.join(timeout=30)
 
 
 def _alerts(prom: str) -> dict[str, set[str]]:
@@ -182,18 +159,10 @@ def _run(tmp: Path, sim_settings: SimSettings, sidecar_over: dict) -> Iterator[t
 
 
 def test_corrupting_deployment_fires_expected_alerts_and_every_panel_has_data(tmp_path):
-    sim = SimSettings(
-        index_k_dtype="bf16",
-        hicache="on",
-        configurator="legacy",
-        ttft_ms=1,
-        itl_ms=0,
-        background_running=60,
-        seed=3,
-    )
+    sim = racy_sim(configurator="legacy", seed=3)
     # per-process memory on: its (opt-in) panel must have data too
     over = {"index_k_dtype": "bf16", "per_process_memory": True}
-    with _run(tmp_path, sim, over) as (_sim, sc, prom), _tap_load(sc):
+    with _run(tmp_path, sim, over) as (_sim, sc, prom), tap_load(sc):
 
         def fired():
             states = _alerts(prom)

@@ -12,9 +12,7 @@ from dashboards.queries import panel_queries
 from exporter.app import create_app
 from exporter.config_loader import load_settings
 from exporter.sim.server import create_sim_app
-from tests.obs.test_e2e_prometheus import _tap_load
-from tests.sidecar.test_vllm_engine import RACY_VLLM
-from tests.support import ServerThread, prometheus, promql, wait_for
+from tests.support import ServerThread, prometheus, promql, racy_sim, tap_load, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +28,7 @@ MEMORY_PANELS = (
 
 
 def test_boards_render_beside_a_simulated_vllm() -> None:
-    with ServerThread(create_sim_app(RACY_VLLM)) as server:
+    with ServerThread(create_sim_app(racy_sim(engine="vllm", seed=7))) as server:
         app = create_app(
             load_settings(
                 {
@@ -62,7 +60,7 @@ def test_boards_render_beside_a_simulated_vllm() -> None:
                     },
                 ],
             ) as prom,
-            _tap_load(sc),
+            tap_load(sc),
         ):
             wait_for(
                 lambda: promql(

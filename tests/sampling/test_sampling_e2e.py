@@ -12,7 +12,7 @@ from exporter.config_loader import load_settings
 from exporter.sim.generation import dsml_block
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
-from tests.support import ServerThread, free_port, sample_value, scrape, wait_for
+from tests.support import ServerThread, free_port, racy_sim, sample_value, scrape, wait_for
 
 pytestmark = pytest.mark.e2e
 TOKEN = "s3cret-token-for-tests"
@@ -51,11 +51,7 @@ def _canary_total(text: str, verdict: str | None = None) -> float:
 
 
 def test_canary_sees_corruption_at_high_concurrency_only():
-    sim_app = create_sim_app(
-        SimSettings(
-            index_k_dtype="bf16", hicache="on", ttft_ms=1, itl_ms=0, background_running=60, seed=7
-        )
-    )
+    sim_app = create_sim_app(racy_sim(seed=7))
     with ServerThread(sim_app) as sim, ServerThread(_app(sim.url)) as sc:
         wait_for(lambda: _canary_total(scrape(sc.url)) >= 150, timeout=60)
         text = scrape(sc.url)

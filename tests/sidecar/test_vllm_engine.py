@@ -30,19 +30,11 @@ from exporter.sources.vllm import (
     parse_version,
     parse_vllm_metrics,
 )
-from tests.support import ServerThread, sample_value, scrape, wait_for
+from tests.support import ServerThread, racy_sim, sample_value, scrape, wait_for
 
 FLASH = Path(__file__).parent.parent / "fixtures" / "deepseek-v4-flash.config.json"
 # A simulated vLLM serving the corrupting model (bf16 index-K, HiCache) at 60 in flight.
-RACY_VLLM = SimSettings(
-    engine="vllm",
-    index_k_dtype="bf16",
-    hicache="on",
-    ttft_ms=1,
-    itl_ms=0,
-    background_running=60,
-    seed=7,
-)
+RACY_VLLM = racy_sim(engine="vllm", seed=7)
 
 # vLLM 0.24's exposition shape (two engine cores, data parallel 2), with hostile values mixed in.
 TWO_ENGINES = """\
