@@ -8,7 +8,7 @@ from dashboards.common import ALERTS, Board, sel, sglang_rate, sglang_sel, targe
 
 A = ALERTS
 # Panels only a sidecar beside vLLM fills (tests/obs: empty beside SGLang, filled beside vLLM).
-VLLM_PANELS = ("vLLM KV cache usage, capacity and waiting", "vLLM")
+VLLM_PANELS = ("vLLM KV cache usage", "vLLM KV capacity and waiting", "vLLM")
 FORECAST = (
     f"predict_linear({sel('dsv4_gpu_memory_free_bytes', rank=True)}"
     f"[{A.gpu_fill_lookback}], {A.gpu_fill_horizon_seconds})"
@@ -318,16 +318,23 @@ def build() -> dm.Dashboard:
 
     b.row("Engine: vLLM's KV cache beside a vLLM server (the footprint is not modelled there)")
     b.timeseries(
-        "vLLM KV cache usage, capacity and waiting",
-        "Beside vLLM, its own figures next to NVML's memory above: KV usage and waiting "
-        "requests from vLLM's own /metrics ($vllm_job: vllm:kv_cache_usage_perc and "
-        "vllm:num_requests_waiting per engine core, labels intact), and the tokens its KV "
-        "cache holds, which the sidecar derives (cache_config_info kv_cache_size_tokens, else "
-        "num_gpu_blocks x block_size). Empty beside SGLang, whose pools the footprint rows "
-        "price.",
+        "vLLM KV cache usage",
+        "Beside vLLM, the share of its KV cache in use, from vLLM's own /metrics ($vllm_job: "
+        "vllm:kv_cache_usage_perc per engine core, labels intact), next to NVML's memory "
+        "above. Empty beside SGLang, whose pools the footprint rows price.",
+        "percentunit",
+        [target(vllm_sel("kv_cache_usage_perc"), "{{instance}} {{engine}}")],
+        min_val=0,
+        max_val=1,
+    )
+    b.timeseries(
+        "vLLM KV capacity and waiting",
+        "The tokens vLLM's KV cache holds, which the sidecar derives (cache_config_info "
+        "kv_cache_size_tokens, else num_gpu_blocks x block_size), and the requests waiting "
+        "for it (vllm:num_requests_waiting from $vllm_job). On a panel of their own: a 0-1 "
+        "usage beside ~10^5 tokens would read as zero.",
         "short",
         [
-            target(vllm_sel("kv_cache_usage_perc"), "usage 0-1 · {{instance}} {{engine}}"),
             target(sel("dsv4_vllm_kv_cache_capacity_tokens"), "capacity tokens · {{instance}}"),
             target(vllm_sel("num_requests_waiting"), "waiting · {{instance}} {{engine}}"),
         ],
