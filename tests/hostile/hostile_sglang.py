@@ -60,6 +60,13 @@ def _pools(n: int, name_len: int = 8) -> bytes:
     return b"".join(rows)
 
 
+def _series(n: int) -> bytes:
+    """``n`` series of a family the sidecar reads (running requests, one per DP rank)."""
+    rows = [b"# TYPE sglang:num_running_reqs gauge\n"]
+    rows += [f'sglang:num_running_reqs{{tp_rank="0",dp_rank="{i}"}} 1\n'.encode() for i in range(n)]
+    return b"".join(rows)
+
+
 # Valid bodies whose values are the attack (issue 24's list).
 SHAPES: dict[str, Callable[[], bytes]] = {
     "wide": lambda: _info(tp_size=10**8),
@@ -67,6 +74,7 @@ SHAPES: dict[str, Callable[[], bytes]] = {
     "long_version": lambda: _info(version="9" * 900_000),
     "pools": lambda: _pools(100_000),
     "long_pool": lambda: _pools(1, name_len=1 << 20),
+    "series": lambda: _series(100_000),
 }
 
 
@@ -95,7 +103,7 @@ class HostileSglang:
     ``slow`` (``delay`` seconds before a normal answer). Shapes of issue 24 (valid bodies with
     hostile values): ``/server_info`` ``wide`` (tp_size 10**8), ``infinite`` (tp_size Infinity),
     ``long_version`` (a 900 KB version string); ``/metrics`` ``pools`` (100,000 load-back
-    pools), ``long_pool`` (a 1 MB pool name)."""
+    pools), ``long_pool`` (a 1 MB pool name), ``series`` (100,000 series of a family read)."""
 
     mode: dict[str, str] = field(default_factory=dict)
     size: int = 1 << 30

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sources.exposition_filter import MAX_SAMPLES_PER_FAMILY
+from exporter.sources.exposition_filter import capped_lines
 from exporter.sources.sglang import (
-    MAX_LOAD_BACK_POOLS,
     ShapeError,
     parse_server_info,
     parse_sglang_metrics,
 )
+from exporter.sources.sglang.metrics_text import _WANTED
 from exporter.sources.sglang.server_info import MAX_MODEL_PATH
 
 FLASH = "deepseek-ai/DeepSeek-V4-Flash"
@@ -24,17 +24,14 @@ def _load_back(pools: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_load_back_pools_are_a_bounded_set_of_short_names() -> None:
-    live = parse_sglang_metrics(_load_back([f"pool{i}" for i in range(100_000)]))
-    assert len(live.load_back_tokens) == MAX_LOAD_BACK_POOLS + 1  # the first 8 and "other"
-    # the family's first MAX_SAMPLES_PER_FAMILY samples are read and folded, the rest counted
-    assert sum(live.load_back_tokens.values()) == MAX_SAMPLES_PER_FAMILY
-    assert live.dropped_samples == 100_000 - MAX_SAMPLES_PER_FAMILY
-
-
-def test_a_huge_pool_name_is_folded_into_other() -> None:
-    live = parse_sglang_metrics(_load_back(["kv", "x" * 1_000_000]))
-    assert live.load_back_tokens == {"kv": 1.0, "other": 1.0}
+def test_load_back_pools_are_not_read_at_all() -> None:
+    """100,000 pools, and a 1 MB pool name: the sidecar no longer re-exports load-back tokens
+    by pool (the dashboards read SGLang's own series), so the filter keeps none of those lines:
+    nothing is parsed, nothing becomes a label."""
+    text = _load_back([f"pool{i}" for i in range(100_000)] + ["x" * 1_000_000])
+    assert capped_lines(text, _WANTED) == ("\n", 0)
+    live = parse_sglang_metrics(text)
+    assert (live.running, live.load_backs, live.dropped_samples) == (None, None, 0)
 
 
 def test_a_huge_version_string_is_not_kept() -> None:
@@ -68,7 +65,7 @@ def test_load_backs_of_256_schedulers_are_all_counted_despite_their_buckets() ->
             f"sglang:load_back_duration_seconds_count{{{labels}}} 1",
         ]
     live = parse_sglang_metrics("\n".join(lines) + "\n")
-    assert live.load_backs == 16 and live.load_back_seconds == 8
+    assert live.load_backs == 16
     assert live.dropped_samples == 0
 
 

@@ -9,7 +9,6 @@
 from exporter.sources.poller import HTTP_REASONS
 from exporter.sources.sglang.memory import MEMORY_FIELDS, RankMemory
 from exporter.sources.sglang.metrics_text import (
-    MAX_LOAD_BACK_POOLS,
     LiveMetrics,
     parse_sglang_metrics,
 )
@@ -28,7 +27,6 @@ ERROR_REASONS = (*HTTP_REASONS, *REASONS)
 
 __all__ = [
     "ERROR_REASONS",
-    "MAX_LOAD_BACK_POOLS",
     "MAX_PARALLEL",
     "MAX_RANKS",
     "MEMORY_FIELDS",

@@ -3,8 +3,10 @@
 A pure parser: exposition text in, validated values out, no I/O. Both name prefixes are read:
 ``sglang:`` (every release this project supports) and ``sglang_`` (what setups that rename
 colons get, e.g. llm-d's dashboards since its switch, or an OpenMetrics-only relabel); a
-family present under both is read once, from ``sglang:``. Label values that come through (HiCache
-load-back pools, graph phases) are short names from bounded sets; anything else is "other".
+family present under both is read once, from ``sglang:``. Only what the sidecar adds to is read
+(running requests, HiCache load-backs, the memory constants): the dashboards read SGLang's other
+series from SGLang itself. Label values that come through (graph phases) are short names from a
+bounded set.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from exporter.sources.exposition_filter import (
 from exporter.sources.sglang.memory import MAX_GRAPH_PHASES, PHASE, RankMemory, count, gb
 
 PREFIXES = ("sglang:", "sglang_")
-MAX_LOAD_BACK_POOLS = 8  # HiCache load-back pools re-exported by name (kv, index_k, ...)
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,6 @@ class LiveMetrics:
     """Values taken from SGLang's /metrics (absent ones stay None)."""
 
     running: float | None = None
-    queued: float | None = None
-    token_usage: float | None = None
-    hicache_host_used: float | None = None
-    hicache_host_total: float | None = None
-    load_back_tokens: dict[str, float] = field(default_factory=dict)
-    load_back_seconds: float | None = None
     load_backs: float | None = None
     # (pp_rank, tp_rank) -> SGLang's memory constants as that scheduler reported them
     memory: dict[tuple[int, int], RankMemory] = field(default_factory=dict)
@@ -53,27 +48,20 @@ _MEMORY_GAUGES: dict[str, tuple[str, Any]] = {
     "context_len": ("context_len", count),
 }
 _GRAPH = "graph_memory_usage_gb"
-_SUMMED = (
-    "num_running_reqs",
-    "num_queue_reqs",
-    "hicache_host_used_tokens",
-    "hicache_host_total_tokens",
-)
+_SUMMED = ("num_running_reqs",)
 
 
 _WANTED = family_pattern(
     "sglang[:_]",
     {
         *_SUMMED,
-        "token_usage",
-        "load_back_tokens",
         "load_back_duration_seconds",
         _GRAPH,
         *_MEMORY_GAUGES,
     },
-    # No _bucket: only a histogram's _sum and _count are read, and its buckets (one line per
-    # bound per scheduler) would spend the family's sample cap on lines nobody reads.
-    ("_total", "_sum", "_count", "_created"),
+    # Only the load-back histogram's _count is read: its buckets (one line per bound per
+    # scheduler) and _sum would spend the family's sample cap on lines nobody reads.
+    ("_total", "_count", "_created"),
 )
 
 
@@ -130,15 +118,13 @@ def _memory_gauges(fams: list[tuple[str, Any]]) -> dict[tuple[int, int], RankMem
 
 
 def parse_sglang_metrics(text: str) -> LiveMetrics:
-    """Sum per-DP-rank gauges (tp_rank 0 reports for its DP group), take max of usage.
+    """Sum per-DP-rank gauges (tp_rank 0 reports for its DP group) and load-back counts.
     Non-finite sample values (NaN, +Inf) are skipped: they are never a count. Only the
     families read are parsed, each capped at MAX_SAMPLES_PER_FAMILY samples."""
     wanted, dropped = capped_lines(text, _WANTED)
     prefix, fams = sglang_families(wanted)
     sums: dict[str, float] = {}
-    usage: float | None = None
-    lb_tokens: dict[str, float] = {}
-    lb_sum = lb_count = None
+    lb_count = None
     for full, fam in fams:
         short = full.removesuffix("_total")
         for s in _finite(fam.samples):
@@ -146,28 +132,10 @@ def parse_sglang_metrics(text: str) -> LiveMetrics:
                 continue  # every TP rank repeats the scheduler's numbers
             if short in _SUMMED and s.name == fam.name:
                 sums[short] = sums.get(short, 0.0) + s.value
-            elif short == "token_usage" and s.name == fam.name:
-                usage = s.value if usage is None else max(usage, s.value)
-            elif short == "load_back_tokens" and s.name.endswith("_total"):
-                pool = s.labels.get("pool", "kv")
-                if not PHASE.fullmatch(pool) or (
-                    pool not in lb_tokens and len(lb_tokens) >= MAX_LOAD_BACK_POOLS
-                ):
-                    pool = "other"  # a label value: a short name from a bounded set
-                lb_tokens[pool] = lb_tokens.get(pool, 0.0) + s.value
-            elif short == "load_back_duration_seconds":
-                if s.name.endswith("_sum"):
-                    lb_sum = (lb_sum or 0.0) + s.value
-                elif s.name.endswith("_count"):
-                    lb_count = (lb_count or 0.0) + s.value
+            elif short == "load_back_duration_seconds" and s.name.endswith("_count"):
+                lb_count = (lb_count or 0.0) + s.value
     return LiveMetrics(
         running=sums.get("num_running_reqs"),
-        queued=sums.get("num_queue_reqs"),
-        token_usage=usage,
-        hicache_host_used=sums.get("hicache_host_used_tokens"),
-        hicache_host_total=sums.get("hicache_host_total_tokens"),
-        load_back_tokens=lb_tokens,
-        load_back_seconds=lb_sum,
         load_backs=lb_count,
         memory=_memory_gauges(fams),
         prefix=prefix,
