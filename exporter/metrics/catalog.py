@@ -249,8 +249,8 @@ ENGINE_INFO = _m(
 # --- vllm (area "engine": one budget for the engine seam and the engine's own figures) -----
 # Re-exported only where the sidecar adds something (docs/vllm.md): the load and the KV figures
 # the corruption-by-concurrency and memory boards put next to the grading and NVML's per-rank
-# memory on the sidecar's own job. vLLM's preemptions and token counters are read (triage) but
-# not re-exported: scrape vLLM's /metrics for them.
+# memory on the sidecar's own job. vLLM's preemptions and token counters are neither read nor
+# re-exported: scrape vLLM's /metrics for them.
 VLLM_INFO = _m(
     "dsv4_vllm_info",
     "info",

@@ -67,8 +67,6 @@ kv_cache_size_tokens="None"} 1.0
 def test_metrics_sum_engines_take_the_fullest_and_skip_non_finite() -> None:
     live = parse_vllm_metrics(TWO_ENGINES)
     assert (live.running, live.waiting, live.kv_usage) == (32.0, 3.0, 0.75)
-    assert (live.preemptions, live.prompt_tokens, live.generation_tokens) == (10.0, 1000.0, 5000.0)
-    assert live.engines == 2
     cache = live.cache
     assert cache is not None and (cache.block_size, cache.num_gpu_blocks) == (256, 1000)
     assert cache.cache_dtype == "fp8" and cache.capacity_tokens == 256_000  # engine 0's

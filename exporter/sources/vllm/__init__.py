@@ -1,8 +1,8 @@
 """vLLM as a source: pure parsers and a thin poller, and the engine seam.
 
 - :mod:`.version`: ``/version`` and ``/v1/models`` JSON -> :class:`VllmFacts`;
-- :mod:`.metrics_text`: vLLM's ``/metrics`` text -> :class:`VllmLive` (load, KV usage,
-  preemptions, token counters, ``vllm:cache_config_info``);
+- :mod:`.metrics_text`: vLLM's ``/metrics`` text -> :class:`VllmLive` (running and
+  waiting requests, KV usage, ``vllm:cache_config_info``);
 - :mod:`.source`: :class:`VllmSource`, the poller on the shared HTTP base;
 - :mod:`.engine`: which engine the sidecar sits beside (configured or discovered).
 """

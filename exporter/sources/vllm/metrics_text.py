@@ -3,11 +3,12 @@
 A pure parser: exposition text in, validated values out, no I/O. vLLM (v1 engine, 0.23.0 on)
 exports one series per engine core (label ``engine``, data parallelism) under ``vllm:``:
 gauges are summed over engines (running and waiting requests), the KV usage is the fullest
-engine's, counters are summed. ``vllm:cache_config_info`` (value 1) carries the KV cache
-configuration as labels: ``block_size``, ``num_gpu_blocks``, ``cache_dtype`` and (0.24)
-``kv_cache_size_tokens``; engine 0's is read. Non-finite values are skipped, numbers are
-bounded, ``cache_dtype`` becomes a label value only when it is a short name (else ``other``);
-only the families read are parsed, each capped at MAX_SAMPLES_PER_FAMILY samples.
+engine's. Preemptions and token counters are not read (the boards take them from vLLM).
+``vllm:cache_config_info`` (value 1) carries the KV cache configuration as labels:
+``block_size``, ``num_gpu_blocks``, ``cache_dtype`` and (0.24) ``kv_cache_size_tokens``;
+engine 0's is read. Non-finite values are skipped, numbers are bounded, ``cache_dtype``
+becomes a label value only when it is a short name (else ``other``); only the families read
+are parsed, each capped at MAX_SAMPLES_PER_FAMILY samples.
 """
 
 from __future__ import annotations
@@ -29,9 +30,6 @@ _DTYPE = re.compile(r"[a-z0-9_]{1,32}")
 _SUMMED = {
     "num_requests_running": "running",
     "num_requests_waiting": "waiting",
-    "num_preemptions": "preemptions",
-    "prompt_tokens": "prompt_tokens",
-    "generation_tokens": "generation_tokens",
 }
 # the KV usage gauge: kv_cache_usage_perc (v1), gpu_cache_usage_perc before 0.10
 _USAGE = ("kv_cache_usage_perc", "gpu_cache_usage_perc")
@@ -65,17 +63,13 @@ class VllmLive:
     running: float | None = None
     waiting: float | None = None
     kv_usage: float | None = None
-    preemptions: float | None = None
-    prompt_tokens: float | None = None
-    generation_tokens: float | None = None
     cache: CacheConfig | None = None
-    engines: int = 0  # engine cores seen (the `engine` label's values)
     dropped_samples: int = 0  # lines past MAX_SAMPLES_PER_FAMILY, not parsed
 
     @property
     def empty(self) -> bool:
         """No family this parser reads was there: not vLLM's /metrics (or not yet)."""
-        values = (self.running, self.waiting, self.kv_usage, self.preemptions)
+        values = (self.running, self.waiting, self.kv_usage)
         return self.cache is None and all(v is None for v in values)
 
 
@@ -106,12 +100,11 @@ def cache_config_of(labels: Mapping[str, str]) -> CacheConfig:
 
 
 def parse_vllm_metrics(text: str) -> VllmLive:
-    """Sum the per-engine gauges and counters, take the fullest engine's KV usage."""
+    """Sum the per-engine gauges, take the fullest engine's KV usage."""
     text, dropped = capped_lines(text, _WANTED)
     sums: dict[str, float] = {}
     usage: float | None = None
     cache: tuple[str, CacheConfig] | None = None
-    engines: set[str] = set()
     for fam in text_string_to_metric_families(text):
         if not fam.name.startswith(PREFIX):
             continue
@@ -124,7 +117,6 @@ def parse_vllm_metrics(text: str) -> VllmLive:
             counter_sample = s.name in (fam.name, fam.name + "_total")
             if field is not None and counter_sample:
                 sums[field] = sums.get(field, 0.0) + s.value
-                engines.add(engine)
             elif short in _USAGE and s.name == fam.name:
                 usage = s.value if usage is None else max(usage, s.value)
             elif short in _CACHE_INFO and (cache is None or engine < cache[0]):
@@ -133,10 +125,6 @@ def parse_vllm_metrics(text: str) -> VllmLive:
         running=sums.get("running"),
         waiting=sums.get("waiting"),
         kv_usage=usage,
-        preemptions=sums.get("preemptions"),
-        prompt_tokens=sums.get("prompt_tokens"),
-        generation_tokens=sums.get("generation_tokens"),
         cache=cache[1] if cache is not None else None,
-        engines=len(engines),
         dropped_samples=dropped,
     )
