@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
+.PHONY: gpu-bundle gpu-check gpu-check-simulated
 .PHONY: help venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image deb-image clean
 
 help:
@@ -20,6 +21,9 @@ help:
 	@echo "make mixin  - regenerate docker/mixin/mixin.libsonnet (monitoring mixin)"
 	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py)"
 	@echo "make lock   - re-resolve docker/requirements.lock (the image's Python packages; needs PyPI)"
+	@echo "make gpu-bundle - (where pip works) wheels + SGLang sources a GPU machine without network needs"
+	@echo "make gpu-check  - (on a CUDA machine) every GPU claim in one table: docs/gpu-validation.md"
+	@echo "make gpu-check-simulated - the same command's CPU mode (CI runs it in tests/gpu)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -130,6 +134,19 @@ demo: venv native deb-demo
 
 bench: venv native deb-bench
 	$(PY) -m bench
+
+# Every GPU claim checked in one call (docs/gpu-validation.md). `make gpu-bundle` runs where pip
+# works and fills .gpu-bundle/ (ignored by git); carry it to the GPU machine, where
+# `make gpu-check` unpacks it (no network needed) and prints the table, JSON in $$OUT or
+# GPU_CHECK_JSON. The CPU mode runs in `make test` (tests/gpu/test_gpu_check.py).
+gpu-bundle: venv
+	$(PY) -m tests.gpu.bundle
+
+gpu-check:
+	tests/gpu/run-on-gpu.sh $(if $(GPU_CHECK_JSON),--json $(GPU_CHECK_JSON)) $(GPU_CHECK_ARGS)
+
+gpu-check-simulated: venv
+	$(PY) -m tests.gpu.check --simulated
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so

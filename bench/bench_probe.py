@@ -4,7 +4,7 @@ Each case calls the same method on an unwrapped class and on a copy wrapped by t
 alternating rounds, and reports the median per-call time of each and the difference. The
 classes mirror the call shapes the probe wraps (a DSV4-like pool whose index-K accessor waits
 on a LayerDoneCounter). The ungated case uses the host-bound gap clock; with CUDA events the
-ungated path adds one event record per read (measured by tests/gpu/race_harness.py).
+ungated path adds one event record per read (measured by `make gpu-check`, tests/gpu/check.py).
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def run(quick: bool) -> str:
     lines += [
         "",
         "With CUDA events the ungated index-K path also records one timing event per read and "
-        "the load path one per layer; tests/gpu/race_harness.py prints those on a GPU.",
+        "the load path one per layer; `make gpu-check` measures those on a GPU "
+        "(docs/gpu-validation.md).",
     ]
     return "\n".join(lines)
 

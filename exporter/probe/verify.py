@@ -31,6 +31,17 @@ class Verifier:
         self._rng = rng or random.random
         self._side: dict[int, Any] = {}
         self.pending: deque[tuple[Any, Any]] = deque()
+        # Made now, at the first load's start, not inside a forward pass: page-locked memory for
+        # every pending check, and the current device's side stream with a small block of the
+        # caching allocator cached on it (cudaMalloc, too, can synchronise the device).
+        self._host = torch_module.zeros((MAX_PENDING, 2), dtype=torch_module.int64, pin_memory=True)
+        self._free = list(range(MAX_PENDING))
+        if self._cuda.is_available() and self._cuda.is_initialized():
+            device = self._cuda.current_device()
+            side = self._side.setdefault(device, self._cuda.Stream(device=device))
+            with self._cuda.stream(side):
+                warm = torch_module.empty(4096, dtype=torch_module.uint8, device="cuda")
+            del warm
 
     def maybe_check(self, buf: Any, done_marks: Sequence[Any]) -> bool:
         """Enqueue one check when sampled; returns whether it did."""
@@ -39,6 +50,9 @@ class Verifier:
             return False
         if not isinstance(buf, torch.Tensor) or not buf.is_cuda:
             return False
+        if not self._free:
+            return False
+        row = self._free.pop()
         device = buf.device
         side = self._side.get(device.index)
         if side is None:
@@ -50,19 +64,20 @@ class Verifier:
             for mark in done_marks:
                 side.wait_event(mark)
             after = flat.sum(dtype=torch.int64)
-            host = torch.empty(2, dtype=torch.int64, pin_memory=True)
+            host = self._host[row]
             host.copy_(torch.stack((before, after)), non_blocking=True)
             finished = cuda.Event()
             finished.record(side)
-        self.pending.append((finished, host))
+        self.pending.append((finished, row))
         return True
 
     def resolve(self, counters: ProbeCounters) -> None:
         """On the reporter thread: count the checks whose side-stream work has finished."""
         for _ in range(len(self.pending)):
-            finished, host = self.pending.popleft()
+            finished, row = self.pending.popleft()
             if not finished.query():
-                self.pending.append((finished, host))
+                self.pending.append((finished, row))
                 continue
-            before, after = (int(v) for v in host.tolist())
+            before, after = (int(v) for v in self._host[row].tolist())
+            self._free.append(row)
             counters.count_check(before != after)

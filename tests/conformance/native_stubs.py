@@ -140,6 +140,58 @@ class _FirstFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+# Installed on the GPU machine's image but not in the CPU oracle's environment: SGLang's CUDA
+# import branches reach them there (a newer transformers whose names moved, compressed_tensors,
+# gguf, ...). Stubbed when SGLang imports them, so the release imports the same on both.
+ABSENT_FROM_ORACLE = (
+    "transformers",
+    "huggingface_hub",
+    "safetensors",
+    "tokenizers",
+    "sentencepiece",
+    "tiktoken",
+    "einops",
+    "numba",
+    "cupy",
+    "jax",
+    "timm",
+    "peft",
+    "accelerate",
+    "pandas",
+    "pyarrow",
+    "psutil",
+    "tqdm",
+    "regex",
+    "xxhash",
+    "cv2",
+    "compressed_tensors",
+    "gguf",
+    "datasets",
+    "deep_gemm",
+    "vllm",
+)
+
+
+def _caller_is_torch() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None and (
+        frame.f_code.co_filename.startswith("<frozen") or frame.f_code.co_filename == __file__
+    ):
+        frame = frame.f_back
+    return frame is not None and "/torch/" in frame.f_code.co_filename
+
+
+class _AbsentFinder(importlib.abc.MetaPathFinder):
+    """Stubs :data:`ABSENT_FROM_ORACLE` for every importer but torch."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name.split(".")[0] in ABSENT_FROM_ORACLE and not _caller_is_torch():
+            return _spec(name)
+        return None
+
+
 class _LastFinder(importlib.abc.MetaPathFinder):
     """Answers imports no real finder could: a missing optional dependency of SGLang."""
 
@@ -171,6 +223,7 @@ def install(release_dir: str) -> None:
 
     sys.path.insert(0, release_dir)
     sys.meta_path.insert(0, _FirstFinder())
+    sys.meta_path.insert(0, _AbsentFinder())
     sys.meta_path.append(_LastFinder())
     for name, sub in (("sglang", "sglang"), ("sglang.srt", "sglang/srt")):
         pkg = types.ModuleType(name)

@@ -291,7 +291,11 @@ def _resolve_max_num_reqs(runner: SimpleNamespace, token_capacity: int) -> int:
         return int(ModelRunnerKVCacheMixin._resolve_max_num_reqs(runner, token_capacity))
 
 
-def run_case(case: dict[str, Any], version: tuple[int, int, int]) -> dict[str, Any]:
+def run_case(
+    case: dict[str, Any], version: tuple[int, int, int], keep: list[Any] | None = None
+) -> dict[str, Any]:
+    """One raw deployment through the release. ``case["device"]`` (default ``meta``) is where
+    the pool is built (``cuda`` in the GPU check); ``keep``, when given, receives the pool."""
     _apply_env(case.get("env", {}))
     import sglang.srt.model_executor.pool_configurator as pc
     from sglang.srt.distributed.utils import get_pp_indices
@@ -331,12 +335,14 @@ def run_case(case: dict[str, Any], version: tuple[int, int, int]) -> dict[str, A
         **sizes,
     }
     if case.get("build_pool", True):
-        result["pool_tensors"] = _pool_tensor_bytes(sa, runner, sizes, mrr)
+        result["pool_tensors"] = _pool_tensor_bytes(
+            sa, runner, sizes, mrr, case.get("device", "meta"), keep
+        )
     return result
 
 
 def _pool_kwargs(
-    sa: Any, runner: SimpleNamespace, sizes: dict[str, int], mrr: int
+    sa: Any, runner: SimpleNamespace, sizes: dict[str, int], mrr: int, device: str = "meta"
 ) -> dict[str, Any]:
     """Every argument any release's DeepSeekV4TokenToKVPool takes, as its model runner passes it."""
     import sglang.srt.model_executor.pool_configurator as pc
@@ -369,7 +375,7 @@ def _pool_kwargs(
         "qk_rope_head_dim": mc.qk_rope_head_dim,
         "indexer_head_dim": mc.index_head_dim,
         "layer_num": runner.end_layer - runner.start_layer,
-        "device": "meta",
+        "device": device,
         "enable_memory_saver": False,
         "compression_ratios": list(mc.compress_ratios),
         "start_layer": runner.start_layer,
@@ -382,15 +388,21 @@ def _pool_kwargs(
 
 
 def _pool_tensor_bytes(
-    sa: Any, runner: SimpleNamespace, sizes: dict[str, int], mrr: int
+    sa: Any,
+    runner: SimpleNamespace,
+    sizes: dict[str, int],
+    mrr: int,
+    device: str = "meta",
+    keep: list[Any] | None = None,
 ) -> dict[str, int]:
-    """Build the release's device pool on the meta device; bytes of every tensor by path."""
+    """Build the release's device pool (on ``device``; ``keep`` receives it); bytes of every
+    tensor, summed by sub-pool."""
     import inspect
 
     import sglang.srt.mem_cache.deepseek_v4_memory_pool as mp
     import torch
 
-    wanted = _pool_kwargs(sa, runner, sizes, mrr)
+    wanted = _pool_kwargs(sa, runner, sizes, mrr, device)
     params = inspect.signature(mp.DeepSeekV4TokenToKVPool.__init__).parameters
     if "select_dsv4_kv_layout" in vars(mp) and "kv_layout" in params:
         wanted["kv_layout"], wanted["compressed_kv_layout"] = mp.select_dsv4_kv_layout()
@@ -418,6 +430,8 @@ def _pool_tensor_bytes(
                 walk(item, f"{path}.{k}" if path else k, depth + 1)
 
     walk(pool, "", 0)
+    if keep is not None:
+        keep.append(pool)
     return _by_pool(found, wanted["compression_ratios"])
 
 

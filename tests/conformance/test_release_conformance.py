@@ -31,21 +31,9 @@ from typing import Any
 
 import pytest
 
-from exporter.footprint import (
-    allocated_bytes,
-    geometry_from_config,
-    plan_for_budget,
-    stage_slice,
-)
-from exporter.footprint.launch import LaunchError, parse_launch, resolve
-from exporter.footprint.pricing import (
-    BudgetError,
-    counts_for_full_tokens,
-    resolved_max_running_requests,
-)
-from exporter.footprint.refusals import Refused
-from exporter.footprint.releases import PUBLISHED_RELEASES, rules_for_version
+from exporter.footprint.releases import PUBLISHED_RELEASES
 from exporter.units import GIB
+from tests.conformance.model_side import model_for_case
 from tests.sglang_release import run_in_release
 
 # Fail, never skip: a skipped oracle would let a wrong model pass silently.
@@ -240,37 +228,6 @@ _SIZE_KEYS = {
 }
 
 
-def _model(version: str, case: dict[str, Any]) -> dict[str, Any]:
-    """The model on the raw deployment, through plan's own path."""
-    geom = geometry_from_config(case["config"])
-    choice = rules_for_version(version)
-    try:
-        resolved = resolve(parse_launch(case["argv"], case["env"]), geom, choice)
-    except LaunchError as exc:
-        return {"not_modelled": str(exc)}
-    except Refused as exc:
-        return {"refused": str(exc)}
-    try:
-        stage = stage_slice(geom, resolved.pp_size, case["pp_rank"], partition=resolved.partition)
-        fp = plan_for_budget(
-            geom, resolved.settings, "legacy", case["available_bytes"], stage, choice
-        )
-    except Refused as exc:
-        return {"refused": str(exc)}
-    except BudgetError as exc:  # SGLang sizes 0 tokens there (its server then cannot start)
-        return {"no_tokens": str(exc)}
-    counts = counts_for_full_tokens(geom, fp.settings, fp.full_tokens, choice.rules, stage)
-    target = allocated_bytes(geom, stage, fp.settings, counts, choice.rules, include_draft=False)
-    return {
-        "layers": [stage.start, stage.end],
-        "full": fp.full_tokens,
-        "counts": counts,
-        "pools": target,
-        "mrr": resolved_max_running_requests(fp.settings, fp.full_tokens),
-        "switches": resolved.not_modelled,
-    }
-
-
 @pytest.mark.parametrize("version", PUBLISHED_RELEASES)
 def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: str) -> None:
     mismatches = []
@@ -279,7 +236,7 @@ def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: 
         argv = " ".join(case["argv"])
         label = f"case {i} ({case['model']} {argv} {case['env']} rank {case['pp_rank']})"
         assert real["ok"] or real["refused"], f"{label}: the oracle failed: {real['error']}"
-        model = _model(version, case)
+        model = model_for_case(version, case)
         if "not_modelled" in model:  # counted: the bound below keeps it rare
             skipped += 1
             continue
