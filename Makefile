@@ -52,11 +52,13 @@ $(KUSTOMIZE): | $(STAMP)
 
 kustomize: $(KUSTOMIZE)
 
-# Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
+# Debian packages the tests and benchmarks use (promtool/prometheus, nginx, jsonnet, chromium for
+# the triage report's rendering); installed when missing. Every test that runs one of them asks
+# tests/support.py's require(): a skip locally when it is missing, a failure in CI (CI=true).
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
 # present, else Debian's docker-compose (pure Python, no daemon needed for `config`).
 deb-test:
-	@scripts/ensure-debian-packages.sh prometheus nginx jsonnet
+	@scripts/ensure-debian-packages.sh prometheus nginx jsonnet chromium
 	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
 # The image build and its test: Debian's podman/buildah, runc (crun refuses this machine's
 # hybrid cgroups: docker/podman/containers.conf) and mmdebstrap (the base when no registry).

@@ -26,8 +26,8 @@ from exporter.metrics.catalog import CATALOG
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.settings import SimSettings
 from exporter.units import GIB
-from tests.deploy.conftest import DOCKER, SIDECAR_UID, require_tool
-from tests.support import free_port, sample_value, wait_for
+from tests.deploy.conftest import DOCKER, SIDECAR_UID
+from tests.support import free_port, require, sample_value, wait_for
 
 pytestmark = pytest.mark.e2e
 MIB = 1 << 20
@@ -44,7 +44,7 @@ def _image_module() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def image() -> tuple[ModuleType, dict]:
-    require_tool("podman", "`make deb-image` installs Debian's podman")
+    require("podman")
     mod = _image_module()
     try:
         result = mod.build_all(os.environ.get("DSV4_IMAGE_BASE", "auto"), probe=True)
