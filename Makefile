@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
-	@echo "make test   - lint, docs freshness and the whole test suite"
+	@echo "make test   - lint, docs freshness, dist and the images, then the whole test suite"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
 	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"

@@ -354,11 +354,12 @@ def stamp_revision(tag: str, rev: str) -> None:
     """Set ``tag``'s revision label without rebuilding it. podman cannot edit a label, so this
     builds an image of nothing but ``FROM`` it and a LABEL: the same layers under a new config
     (a LABEL adds no layer), the HEALTHCHECK and every other label inherited."""
-    BUILD.mkdir(exist_ok=True)
-    containerfile = BUILD / "Containerfile.revision"
+    context = BUILD / "revision-stamp"  # empty but for the Containerfile: nothing to send
+    context.mkdir(parents=True, exist_ok=True)
+    containerfile = context / "Containerfile"
     containerfile.write_text(f'FROM {image_id(tag)}\nLABEL {REVISION_LABEL}="{rev}"\n')
     args = ["build", "--format", "docker", "--pull=never", "--network", "none", *limits()]
-    podman(*args, "--file", str(containerfile), "--tag", tag, str(BUILD))
+    podman(*args, "--file", str(containerfile), "--tag", tag, str(context))
 
 
 def build(
