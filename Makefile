@@ -6,11 +6,11 @@ PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: gpu-bundle gpu-check gpu-check-simulated
-.PHONY: help venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image deb-image clean
+.PHONY: help venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
-	@echo "make test   - lint, docs freshness and the whole test suite"
+	@echo "make test   - lint, docs freshness, dist and the images, then the whole test suite"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
 	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
@@ -19,7 +19,10 @@ help:
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
 	@echo "make mixin  - regenerate docker/mixin/mixin.libsonnet (monitoring mixin)"
-	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py)"
+	@echo "make image  - build the sidecar image with Debian's podman (cached; docker/image.py),"
+	@echo "              tagged as the Kubernetes manifests reference it"
+	@echo "make image-probe - the image, and the probe image's layer on a stand-in for SGLang's"
+	@echo "make dist   - the sdist and wheel in dist/, checked with twine"
 	@echo "make lock   - re-resolve docker/requirements.lock (the image's Python packages; needs PyPI)"
 	@echo "make gpu-bundle - (where pip works) wheels + SGLang sources a GPU machine without network needs"
 	@echo "make gpu-check  - (on a CUDA machine) every GPU claim in one table: docs/gpu-validation.md"
@@ -56,11 +59,13 @@ $(KUSTOMIZE): | $(STAMP)
 
 kustomize: $(KUSTOMIZE)
 
-# Debian packages the tests and benchmarks use (promtool/prometheus, nginx); installed when missing.
+# Debian packages the tests and benchmarks use (promtool/prometheus, nginx, jsonnet, chromium for
+# the triage report's rendering); installed when missing. Every test that runs one of them asks
+# tests/support.py's require(): a skip locally when it is missing, a failure in CI (CI=true).
 # tests/deploy validates the compose files with a compose implementation: Docker's plugin when
 # present, else Debian's docker-compose (pure Python, no daemon needed for `config`).
 deb-test:
-	@scripts/ensure-debian-packages.sh prometheus nginx jsonnet
+	@scripts/ensure-debian-packages.sh prometheus nginx jsonnet chromium
 	@docker compose version >/dev/null 2>&1 || scripts/ensure-debian-packages.sh docker-compose
 # The image build and its test: Debian's podman/buildah, runc (crun refuses this machine's
 # hybrid cgroups: docker/podman/containers.conf) and mmdebstrap (the base when no registry).
@@ -123,7 +128,24 @@ lock: venv
 image: venv deb-image
 	$(PY) docker/image.py
 
-test: venv native kustomize deb-test deb-image lint
+image-probe: venv deb-image
+	$(PY) docker/image.py --probe
+
+# The release artefacts: the sdist, then from it (so the sdist is known to build) a pure-Python
+# wheel: DSV4_SIDECAR_NO_NATIVE leaves the DSML accelerator out (setup.py), so the wheel is
+# py3-none-any and installs on any Python >= 3.10 and platform (an index refuses a bare
+# linux_x86_64 wheel); pip builds the accelerator from the sdist where asked to
+# (--no-binary dsv4-sidecar) and the image builds its own. Both checked by twine (metadata,
+# README rendering); tests/deploy/test_release.py installs the wheel into a clean venv.
+dist: venv
+	rm -rf dist
+	$(PY) -m build --sdist --outdir dist .
+	DSV4_SIDECAR_NO_NATIVE=1 $(PY) -m pip wheel -q --no-deps --wheel-dir dist dist/dsv4_sidecar-*.tar.gz
+	$(VENV)/bin/twine check --strict dist/*
+
+# The heavy builds (the image: minutes, cold, on a loaded machine; the wheel) are steps here,
+# before pytest, not fixtures under its per-test timeout; the tests use what they made.
+test: venv native kustomize deb-test lint dist image-probe
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
 	$(PY) docker/mixin/generate.py --check
 	$(PY) docker/lock.py --check
@@ -149,4 +171,4 @@ gpu-check-simulated: venv
 	$(PY) -m tests.gpu.check --simulated
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so

@@ -1,6 +1,8 @@
 """Build the sidecar image (and, with --probe, the probe image's layer) with Debian's podman.
 
-    python docker/image.py              # `make image`: localhost/dsv4-sidecar:dev
+    python docker/image.py              # `make image`: ghcr.io/dsv4-sidecar/dsv4-sidecar:<version>
+                                        #   (what docker/k8s* reference), localhost/dsv4-sidecar:dev
+    python docker/image.py --check      # exit 1 unless those images are this tree's (no build)
     python docker/image.py --probe      # also docker/Dockerfile.sglang-probe on a stand-in
     python docker/image.py --base debian|upstream|auto   (default auto; env DSV4_IMAGE_BASE)
 
@@ -21,12 +23,16 @@ index of its own and no certificate of this machine's network.
 
 Cached: the image carries a label with the digest of its inputs (the Dockerfile, the lock, the
 build context .dockerignore admits, the base image's id); a build whose inputs did not change
-is skipped.
+is skipped. The version (exporter/__init__.py, the one place it is set) is in those inputs; the
+git revision is not (a commit that changes nothing the image holds reuses it) and is stamped
+onto the reused image's labels instead, so org.opencontainers.image.revision always names the
+tree `make image` last ran on.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import hashlib
 import html
@@ -46,9 +52,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 BUILD = REPO / "build"
+# The local name (compose's `dsv4-sidecar:dev`, the tests) and the registry repository the
+# Kubernetes manifests reference, tagged with the package version (release_image()).
 IMAGE = "localhost/dsv4-sidecar:dev"
+REGISTRY_REPOSITORY = "ghcr.io/dsv4-sidecar/dsv4-sidecar"
 PROBE_IMAGE = "localhost/sglang-dsv4-probe:dev"
 INPUTS_LABEL = "io.dsv4-sidecar.inputs"
+VERSION_LABEL = "org.opencontainers.image.version"
+REVISION_LABEL = "org.opencontainers.image.revision"
+BASE_LABEL = "org.opencontainers.image.base.name"
 # The Debian bases: packages and mirrors (bookworm, its updates and security fixes).
 SUITE = "bookworm"
 MIRRORS = (
@@ -61,6 +73,7 @@ BASE_PACKAGES = ("python3", "python3-venv")
 # managed, as on SGLang's Ubuntu base, which the probe Dockerfile's PIP_BREAK_SYSTEM_PACKAGES
 # is for).
 STANDIN_PACKAGES = (*BASE_PACKAGES, "python3-pip")
+STANDIN_NAME = "dsv4-sidecar-sglang-standin"
 # Documentation, manual pages and translations stay out of the bases (copyright files stay).
 DPKG_OPTS = (
     "path-exclude=/usr/share/doc/*",
@@ -70,6 +83,25 @@ DPKG_OPTS = (
     "path-exclude=/usr/share/locale/*",
 )
 SIDECAR_CONTEXT_TOP = ("pyproject.toml", "setup.py", "README.md", "LICENSE")
+
+
+def version() -> str:
+    """``exporter.__version__``, read from the source (not imported: this script may run under a
+    Python whose installed ``exporter`` is another tree's, and the image is built from this one)."""
+    tree = ast.parse((REPO / "exporter" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            if isinstance(value, str):
+                return value
+    raise RuntimeError("exporter/__init__.py sets no __version__ string")
+
+
+def release_image() -> str:
+    """The reference the Kubernetes manifests pull: the registry repository at the version."""
+    return f"{REGISTRY_REPOSITORY}:{version()}"
 
 
 class ImageError(RuntimeError):
@@ -148,10 +180,15 @@ def upstream_base() -> str:
     return m.group(1)
 
 
+def debian_base_tag(packages: Sequence[str], name: str) -> str:
+    """The tag of a Debian base: its name and the digest of the recipe that makes it."""
+    recipe = json.dumps([SUITE, MIRRORS, sorted(packages), DPKG_OPTS])
+    return f"localhost/{name}:{SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+
+
 def debian_base(packages: Sequence[str], name: str) -> str:
     """A Debian root filesystem by mmdebstrap, imported; tagged by what made it."""
-    recipe = json.dumps([SUITE, MIRRORS, sorted(packages), DPKG_OPTS])
-    tag = f"localhost/{name}:{SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    tag = debian_base_tag(packages, name)
     if exists(tag):
         return tag
     if not shutil.which("mmdebstrap"):
@@ -305,24 +342,49 @@ def serve_index(house: Path) -> Iterator[str]:
 # --- builds ----------------------------------------------------------------------------------
 
 
-def build(
-    dockerfile: Path, tag: str, build_args: dict[str, str], index_house: Path
-) -> tuple[bool, float]:
-    """Build ``tag`` unless its inputs label matches; (built?, seconds)."""
+def inputs_of(dockerfile: Path, build_args: dict[str, str]) -> str:
+    """The inputs digest of a build of ``dockerfile`` with ``build_args``, bases by image id."""
     base_id = image_id(build_args.get("BASE_IMAGE") or build_args["SGLANG_IMAGE"])
     if "SGLANG_IMAGE" in build_args:
         base_id += image_id(build_args["WHEEL_BASE_IMAGE"])
-    digest = inputs_digest(dockerfile, base_id, build_args)
+    return inputs_digest(dockerfile, base_id, build_args)
+
+
+def stamp_revision(tag: str, rev: str) -> None:
+    """Set ``tag``'s revision label without rebuilding it. podman cannot edit a label, so this
+    builds an image of nothing but ``FROM`` it and a LABEL: the same layers under a new config
+    (a LABEL adds no layer), the HEALTHCHECK and every other label inherited."""
+    context = BUILD / "revision-stamp"  # empty but for the Containerfile: nothing to send
+    context.mkdir(parents=True, exist_ok=True)
+    containerfile = context / "Containerfile"
+    containerfile.write_text(f'FROM {image_id(tag)}\nLABEL {REVISION_LABEL}="{rev}"\n')
+    args = ["build", "--format", "docker", "--pull=never", "--network", "none", *limits()]
+    podman(*args, "--file", str(containerfile), "--tag", tag, str(context))
+
+
+def build(
+    dockerfile: Path, tags: Sequence[str], build_args: dict[str, str], index_house: Path, rev: str
+) -> tuple[bool, float]:
+    """Build ``tags`` unless the first one's inputs label matches; (built?, seconds). ``rev``,
+    the revision label, is not an input: an image of the same inputs is re-stamped, not rebuilt."""
+    tag = tags[0]
+    digest = inputs_of(dockerfile, build_args)
     if label(tag, INPUTS_LABEL) == digest:
         log(f"{tag}: inputs unchanged, not rebuilt")
+        if label(tag, REVISION_LABEL) != rev:
+            log(f"{tag}: revision label set to {rev}")
+            stamp_revision(tag, rev)
+        for other in tags[1:]:
+            podman("tag", tag, other)
         return False, 0.0
     start = time.monotonic()
     with serve_index(index_house) as index:
         args = ["build", "--format", "docker", "--network", "host", "--pull=never", *limits()]
-        args += ["--file", str(dockerfile), "--tag", tag, "--label", f"{INPUTS_LABEL}={digest}"]
-        for key, value in {**build_args, "PIP_INDEX_URL": index}.items():
+        args += ["--file", str(dockerfile), "--label", f"{INPUTS_LABEL}={digest}"]
+        args += [a for t in tags for a in ("--tag", t)]
+        for key, value in {**build_args, "REVISION": rev, "PIP_INDEX_URL": index}.items():
             args += ["--build-arg", f"{key}={value}"]
-        log(f"building {tag} from {dockerfile.relative_to(REPO)}")
+        log(f"building {', '.join(tags)} from {dockerfile.relative_to(REPO)}")
         res = podman(*args, str(REPO), check=False, timeout=1800)
         if res.returncode != 0:
             log(res.stdout[-3000:])
@@ -331,11 +393,42 @@ def build(
     return True, time.monotonic() - start
 
 
+# What the image holds (the build context .dockerignore admits) and how it is built: a change to
+# any of these, uncommitted or untracked, makes the revision "<HEAD>-dirty".
+REVISION_PATHS = (
+    *SIDECAR_CONTEXT_TOP,
+    "exporter",
+    "docker/requirements.lock",
+    "docker/Dockerfile",
+    "docker/Dockerfile.sglang-probe",
+    ".dockerignore",
+)
+
+
 def revision() -> str:
-    res = subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True
+    """The git revision the image is built from (org.opencontainers.image.revision): HEAD's full
+    hash, suffixed ``-dirty`` when what the image holds differs from HEAD, so a label never names
+    a commit whose tree is not what the image carries; ``unknown`` outside a git checkout."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    if head.returncode != 0 or not head.stdout.strip():
+        return "unknown"
+    status = subprocess.run(
+        [*git, "status", "--porcelain", "--", *REVISION_PATHS],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    return res.stdout.strip() or "unknown"
+    dirty = status.returncode != 0 or bool(status.stdout.strip())
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def sidecar_args(base: str) -> dict[str, str]:
+    return {"BASE_IMAGE": base, "VERSION": version()}
+
+
+def probe_args(standin: str, base: str) -> dict[str, str]:
+    return {"SGLANG_IMAGE": standin, "WHEEL_BASE_IMAGE": base, "VERSION": version()}
 
 
 def build_all(base_mode: str = "auto", probe: bool = False) -> dict[str, object]:
@@ -344,20 +437,55 @@ def build_all(base_mode: str = "auto", probe: bool = False) -> dict[str, object]
     base = choose_base(base_mode)
     py, glibc = python_tags(base)
     house = wheelhouse(py, glibc)
-    # REVISION is not an input: a commit that changes nothing the image holds reuses it.
-    args = {"BASE_IMAGE": base}
-    built, seconds = build(DOCKER / "Dockerfile", IMAGE, args, house)
-    out: dict[str, object] = {"image": IMAGE, "base": base, "built": built, "seconds": seconds}
+    rev = revision()
+    tags = (IMAGE, release_image())
+    built, seconds = build(DOCKER / "Dockerfile", tags, sidecar_args(base), house, rev)
+    out: dict[str, object] = {"image": IMAGE, "tags": list(tags), "revision": rev}
+    out.update(base=base, built=built, seconds=seconds)
     out["size"] = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout.strip())
     if probe:
-        standin = debian_base(STANDIN_PACKAGES, "dsv4-sidecar-sglang-standin")
+        standin = debian_base(STANDIN_PACKAGES, STANDIN_NAME)
         sp, sg = python_tags(standin)
-        probe_args = {"SGLANG_IMAGE": standin, "WHEEL_BASE_IMAGE": base}
         pbuilt, pseconds = build(
-            DOCKER / "Dockerfile.sglang-probe", PROBE_IMAGE, probe_args, wheelhouse(sp, sg)
+            DOCKER / "Dockerfile.sglang-probe",
+            (PROBE_IMAGE,),
+            probe_args(standin, base),
+            wheelhouse(sp, sg),
+            rev,
         )
         out.update(probe_image=PROBE_IMAGE, probe_base=standin, probe_built=pbuilt)
         out["probe_seconds"] = pseconds
+    return out
+
+
+def stale(probe: bool = False) -> list[str]:
+    """Why the images `make image` builds are not this tree's, one line each (empty: they are):
+    missing, built from other inputs, another revision, or the registry tag on another image.
+    Builds nothing; the image tests run on what `make image` made, and ask this first."""
+    if not shutil.which("podman"):
+        return ["podman is missing (scripts/ensure-debian-packages.sh podman buildah)"]
+    rebuild = "run `make image`"
+    if not exists(IMAGE):
+        return [f"{IMAGE} does not exist ({rebuild})"]
+    base = label(IMAGE, BASE_LABEL) or ""
+    if not exists(base):
+        return [f"{IMAGE}'s base {base or '(no label)'} does not exist ({rebuild})"]
+    out = []
+    rev = revision()
+    images = [(IMAGE, DOCKER / "Dockerfile", sidecar_args(base))]
+    if probe:
+        standin = debian_base_tag(STANDIN_PACKAGES, STANDIN_NAME)
+        if not (exists(PROBE_IMAGE) and exists(standin)):
+            return [f"{PROBE_IMAGE} or its base {standin} does not exist (`make image-probe`)"]
+        images.append((PROBE_IMAGE, DOCKER / "Dockerfile.sglang-probe", probe_args(standin, base)))
+    for tag, dockerfile, args in images:
+        if label(tag, INPUTS_LABEL) != inputs_of(dockerfile, args):
+            out.append(f"{tag} was built from other inputs than this tree's ({rebuild})")
+        elif label(tag, REVISION_LABEL) != rev:
+            out.append(f"{tag} is labelled revision {label(tag, REVISION_LABEL)}, not {rev}")
+    release = release_image()
+    if not exists(release) or image_id(release) != image_id(IMAGE):
+        out.append(f"{release} is not the image {IMAGE} names ({rebuild})")
     return out
 
 
@@ -371,7 +499,17 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("DSV4_IMAGE_BASE", "auto"),
     )
     ap.add_argument("--probe", action="store_true", help="also build the probe image's layer")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="build nothing; exit 1 naming each image that is missing or not this tree's",
+    )
     args = ap.parse_args(argv)
+    if args.check:
+        problems = stale(args.probe)
+        for line in problems:
+            print(f"image: {line}", file=sys.stderr)
+        return 1 if problems else 0
     try:
         result = build_all(args.base, args.probe)
     except (ImageError, subprocess.CalledProcessError) as exc:

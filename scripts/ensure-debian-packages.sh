@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the named Debian packages when their programs are missing. The tests need promtool and
-# prometheus (end-to-end), the benchmarks need nginx, the image build and its test podman,
-# buildah, runc and mmdebstrap. Idempotent; quiet when all is present.
+# prometheus (end-to-end), nginx, jsonnet and chromium (tests/support.py's require() fails in CI
+# without them), the benchmarks nginx, the image build podman, buildah, runc and mmdebstrap.
+# Idempotent; quiet when all is present.
 set -euo pipefail
 declare -A probe=([prometheus]=promtool [nginx]=nginx)
 missing=()

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
 import pytest
@@ -109,20 +109,66 @@ def sample_value(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-def prometheus_binary() -> str | None:
-    return shutil.which("prometheus") or (
-        "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
-    )
+# --- the one skip policy -----------------------------------------------------------------------
+
+# What puts each external program a test runs on the machine: `make test` runs these steps, so
+# in CI (CI=true, .ci/run) a missing one is a broken setup, never a reason to pass unchecked.
+INSTALLED_BY = {
+    "promtool": "`make deb-test` installs Debian's prometheus",
+    "prometheus": "`make deb-test` installs Debian's prometheus",
+    "nginx": "`make deb-test` installs Debian's nginx",
+    "jsonnet": "`make deb-test` installs Debian's jsonnet",
+    "chromium": "`make deb-test` installs Debian's chromium",
+    "docker-compose": "`make deb-test` installs Debian's docker-compose (no compose plugin here)",
+    "kubectl": "`make kustomize` installs pykustomize, which the tests use before kubectl",
+    "podman": "`make deb-image` installs Debian's podman",
+}
+# Where Debian puts daemons, off a non-root user's PATH.
+SBIN_DIRS = ("/usr/sbin", "/usr/bin", "/sbin")
 
 
-def require_prometheus() -> str:
-    """The Debian package is installed by `make test`; in CI its absence is a failure."""
-    binary = prometheus_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is not installed: `make test` should have installed it")
-        pytest.skip("prometheus not installed (run `make test`, which installs it)")
-    return binary
+def in_ci() -> bool:
+    """CI=true (.ci/run exports it, as every CI service does)."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def unavailable(what: str, how: str) -> NoReturn:
+    """The one rule for a test whose prerequisite is missing: locally a skip saying ``how`` to
+    get it; in CI a failure, because there `make test` provides it and a skip would let a run
+    pass without the check."""
+    if in_ci():
+        pytest.fail(f"{what} (CI=true: `make test` provides it; {how})")
+    pytest.skip(f"{what}; {how}")
+
+
+def find(*names: str) -> str | None:
+    """The first of ``names`` on PATH or in the sbin directories, else None."""
+    for name in names:
+        path = shutil.which(name) or next(
+            (f"{d}/{name}" for d in SBIN_DIRS if os.access(f"{d}/{name}", os.X_OK)), None
+        )
+        if path:
+            return path
+    return None
+
+
+def require(tool: str, *alternatives: str) -> str:
+    """The path of an external program a test needs (``tool``, else the first alternative
+    found: ``require("chromium", "chromium-browser")``); missing, :func:`unavailable`."""
+    path = find(tool, *alternatives)
+    if path is None:
+        unavailable(f"{tool} is not installed", INSTALLED_BY.get(tool, f"install {tool}"))
+    return path
+
+
+def optional(tool: str) -> str | None:
+    """For a test that covers both running with ``tool`` and without it (the demo, with or
+    without its Prometheus): the path, or None locally; in CI a missing ``tool`` fails, as in
+    :func:`require`, so CI always takes the branch with it."""
+    path = find(tool)
+    if path is None and in_ci():
+        unavailable(f"{tool} is not installed", INSTALLED_BY.get(tool, f"install {tool}"))
+    return path
 
 
 @contextlib.contextmanager
@@ -135,7 +181,7 @@ def prometheus(
 ) -> Iterator[str]:
     """A real Prometheus on a free loopback port with its own data dir; yields its URL.
     ``scrape_configs`` replaces the default job (one static job over ``targets``)."""
-    binary = require_prometheus()
+    binary = require("prometheus")
     tmp = Path(tempfile.mkdtemp(prefix="dsv4-prom-"))
     port = free_port()
     rules = "".join(f"\n  - {p}" for p in (rule_files or []))

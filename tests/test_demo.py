@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import pytest
 import yaml
 
 from exporter.demo import DEMO_KNOBS, DEMO_WINDOWS, alerts_page, demo_rules
-from tests.support import prometheus, prometheus_binary, wait_for
+from tests.support import optional, prometheus, require, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,13 +46,9 @@ DEMO_SECONDS = 120  # the demo's own promise is three minutes; the test needs le
 
 
 def _with_prometheus() -> bool:
-    """Whether the demo runs its Prometheus here; in CI (where `make test` installs it) its
-    absence fails instead of leaving the alert checks quietly unrun."""
-    if prometheus_binary() is not None:
-        return True
-    if os.environ.get("CI"):
-        pytest.fail("prometheus is not installed: `make test` should have installed it")
-    return False
+    """Whether the demo runs its Prometheus here (tests.support.optional: in CI, where `make
+    test` installs it, its absence fails instead of leaving the alert checks quietly unrun)."""
+    return optional("prometheus") is not None
 
 
 def _demo_dirs() -> set[str]:
@@ -230,9 +225,7 @@ def test_demo_rules_are_the_short_window_rules(tmp_path):
     most 20s, and production (the committed rules) waits longer for the same alerts."""
     from tests.obs.conftest import RULE_FILE, run_promtool
 
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed; `make deb-test` installs it")
+    promtool = require("promtool")
     files, windows = demo_rules(tmp_path)
     assert windows == DEMO_WINDOWS and files == [str(tmp_path / "demo.rules.yaml")]
     check = run_promtool(promtool, "check", "rules", files[0])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.support import require
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
@@ -40,17 +41,6 @@ def venv_tool(name: str) -> str:
     pytest.fail(f"{name} is not installed: run `make venv` (it is in the dev extra)")
 
 
-def require_tool(name: str, hint: str) -> str:
-    """A system tool: missing skips locally but fails in CI (CI=true), where `make deb-test`
-    installs it, so a CI run never passes without the check."""
-    path = shutil.which(name)
-    if path:
-        return path
-    if os.environ.get("CI"):
-        pytest.fail(f"{name} is not installed ({hint})")
-    pytest.skip(f"{name} not installed; {hint}")
-
-
 def run(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None):
     return subprocess.run(
         args, capture_output=True, text=True, timeout=60, cwd=cwd, env=env, check=False
@@ -60,19 +50,13 @@ def run(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = N
 def kustomize_build(path: Path) -> list[dict[str, Any]]:
     """Render a kustomization with a real kustomize: PyPI's pykustomize (kustomize's Go API,
     installed by `make kustomize`), else `kubectl kustomize` where kubectl is on PATH. Missing
-    both skips locally and fails in CI."""
+    both: tests.support.require's rule (a skip locally, a failure in CI)."""
     try:
         import asyncio
 
         import pykustomize
     except ImportError:
-        kubectl = shutil.which("kubectl")
-        if kubectl is None:
-            hint = "`make kustomize` installs pykustomize (kustomize's Go API)"
-            if os.environ.get("CI"):
-                pytest.fail(f"no kustomize ({hint})")
-            pytest.skip(f"no kustomize; {hint}")
-        res = run([kubectl, "kustomize", str(path)])
+        res = run([require("kubectl"), "kustomize", str(path)])
         assert res.returncode == 0, res.stderr
         text = res.stdout
     else:
@@ -121,7 +105,7 @@ def compose(path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    return require_tool("promtool", "`make deb-test` installs Debian's prometheus")
+    return require("promtool")
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,23 @@
-"""The sidecar image, built (docker/image.py, cached on its inputs) and run the way users run it:
+"""The sidecar image `make image-probe` built (docker/image.py; `make test` runs it before pytest),
+run the way users run it:
 read-only root, non-root (65532), every capability dropped, a tmpfs /tmp, against the simulated
 SGLang running on this machine (host network). Scraped: /readyz ready, the contract metrics, the
 over-commit the footprint model predicts for the simulator's default deployment (legacy
 configurator, bf16 index-K: ~4.3 GiB per rank), and the image's own HEALTHCHECK healthy with
 the port given as `--port`. The probe image's layer is built on a stand-in for SGLang's image
-(a Debian base with python3-pip: SGLang's image cannot be pulled here).
+(a Debian base with python3-pip: SGLang's image cannot be pulled here). Labelled with the
+version and the git revision, and tagged as the Kubernetes manifests reference it.
 
-Needs podman (`make deb-image`); skipped without it locally, a failure in CI."""
+Nothing is built here: a cold build takes minutes (7.5 on a loaded machine), past the per-test
+timeout. Needs podman and images that are this tree's (tests.support.require / unavailable: a
+skip locally, a failure in CI)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +27,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import exporter
 from exporter.metrics.catalog import CATALOG
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.settings import SimSettings
 from exporter.units import GIB
-from tests.deploy.conftest import DOCKER, SIDECAR_UID, require_tool
-from tests.support import free_port, sample_value, wait_for
+from tests.deploy.conftest import DOCKER, SIDECAR_UID
+from tests.support import free_port, require, sample_value, unavailable, wait_for
 
 pytestmark = pytest.mark.e2e
 MIB = 1 << 20
@@ -44,13 +50,16 @@ def _image_module() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def image() -> tuple[ModuleType, dict]:
-    require_tool("podman", "`make deb-image` installs Debian's podman")
+    """The images as `make image-probe` left them, when they are this tree's (image.py's own
+    check: built from these inputs, at this revision, under both tags)."""
+    require("podman")
     mod = _image_module()
-    try:
-        result = mod.build_all(os.environ.get("DSV4_IMAGE_BASE", "auto"), probe=True)
-    except mod.ImageError as exc:
-        pytest.fail(f"the image does not build: {exc}")
-    return mod, result
+    problems = mod.stale(probe=True)
+    if problems:
+        unavailable("; ".join(problems), "`make image-probe` builds them")
+    size = int(mod.podman("image", "inspect", "--format", "{{.Size}}", mod.IMAGE).stdout.strip())
+    result = {"image": mod.IMAGE, "base": mod.label(mod.IMAGE, mod.BASE_LABEL), "size": size}
+    return mod, {**result, "probe_image": mod.PROBE_IMAGE}
 
 
 @pytest.fixture(scope="module")
@@ -110,14 +119,49 @@ def test_image_is_small_and_carries_the_inputs_label(image):
 
 
 def test_a_second_build_is_cached(image):
-    mod, _ = image
+    mod, result = image
     built, _ = mod.build(
         DOCKER / "Dockerfile",
-        mod.IMAGE,
-        {"BASE_IMAGE": image[1]["base"]},
-        mod.wheelhouse(*mod.python_tags(image[1]["base"])),
+        (mod.IMAGE, mod.release_image()),
+        mod.sidecar_args(result["base"]),
+        mod.wheelhouse(*mod.python_tags(result["base"])),
+        mod.revision(),
     )
     assert built is False
+
+
+def test_image_is_labelled_with_the_version_and_revision_under_the_manifests_tag(image):
+    mod, result = image
+    assert mod.label(result["image"], mod.VERSION_LABEL) == exporter.__version__
+    revision = mod.label(result["image"], mod.REVISION_LABEL)
+    assert revision == mod.revision() and re.fullmatch(r"[0-9a-f]{40}(-dirty)?", revision)
+    # The reference docker/k8s* pull (tests/deploy/test_release.py) is this very image.
+    assert mod.image_id(mod.release_image()) == mod.image_id(result["image"])
+    assert mod.label(result["probe_image"], mod.VERSION_LABEL) == exporter.__version__
+    assert mod.label(result["probe_image"], mod.REVISION_LABEL) == revision
+
+
+def test_a_new_revision_is_stamped_without_a_rebuild(image):
+    """What `make image` does after a commit that changed nothing the image holds: the same
+    layers under a new revision label, the HEALTHCHECK and the inputs label kept."""
+    mod, result = image
+    scratch = f"localhost/dsv4-sidecar:stamp-test-{os.getpid()}"
+    mod.podman("tag", result["image"], scratch)
+    try:
+        mod.stamp_revision(scratch, "0" * 40)
+        assert mod.label(scratch, mod.REVISION_LABEL) == "0" * 40
+        assert mod.label(scratch, mod.INPUTS_LABEL) == mod.label(result["image"], mod.INPUTS_LABEL)
+        layers = "{{json .RootFS.Layers}}"
+        inspect = ["image", "inspect", "--format"]
+        assert (
+            mod.podman(*inspect, layers, scratch).stdout
+            == mod.podman(*inspect, layers, result["image"]).stdout
+        )
+        hc = json.loads(mod.podman(*inspect, "{{json .Config.Healthcheck}}", scratch).stdout)
+        assert hc["Test"] == ["CMD", "python", "-I", "-m", "exporter.healthcheck"]
+        assert mod.label(result["image"], mod.REVISION_LABEL) == mod.revision()  # untouched
+    finally:
+        mod.podman("rmi", scratch, check=False)
 
 
 def test_container_runs_locked_down_and_reports_the_overcommit(container):

@@ -6,16 +6,20 @@ that reaches the head only, and every node's sidecar is scraped exactly once."""
 from __future__ import annotations
 
 import itertools
-import shutil
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from exporter.config_loader import load_settings
 from exporter.topology import Topology
-from tests.deploy.conftest import DOCKER, METRICS_PORT, SGLANG_PORT, load_yaml_all, run
+from tests.deploy.conftest import (
+    DOCKER,
+    METRICS_PORT,
+    SGLANG_PORT,
+    kustomize_build,
+    load_yaml_all,
+)
 
 MULTI = DOCKER / "k8s-multinode"
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
@@ -130,12 +134,7 @@ def test_group_pods_reach_each_other(lws):
 
 
 def test_kustomize_build_replaces_the_deployment(tmp_path):
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        pytest.skip("kubectl not installed")
-    res = run([kubectl, "kustomize", str(MULTI)])
-    assert res.returncode == 0, res.stderr
-    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    docs = kustomize_build(MULTI)
     kinds = [d["kind"] for d in docs]
     assert "Deployment" not in kinds and kinds.count("LeaderWorkerSet") == 1
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}

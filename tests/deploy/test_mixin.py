@@ -14,7 +14,8 @@ import yaml
 
 from alerts import config as alert_config
 from alerts.rules import build
-from tests.deploy.conftest import DOCKER, REPO, require_tool, run
+from tests.deploy.conftest import DOCKER, REPO, run
+from tests.support import require
 
 MIXIN = DOCKER / "mixin" / "mixin.libsonnet"
 RULE_FILE = REPO / "alerts" / "dsv4-sidecar.rules.yaml"
@@ -22,7 +23,7 @@ RULE_FILE = REPO / "alerts" / "dsv4-sidecar.rules.yaml"
 
 @pytest.fixture(scope="module")
 def jsonnet() -> str:
-    return require_tool("jsonnet", "`make deb-test` installs Debian's jsonnet")
+    return require("jsonnet")
 
 
 def _evaluate(jsonnet: str, tmp_path: Path, config: dict | None = None) -> dict:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.support import require
 
 REPO = Path(__file__).resolve().parents[2]
 ALERTS_DIR = REPO / "alerts"
@@ -18,14 +18,8 @@ RUNBOOKS = REPO / "docs" / "runbooks"
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    """Path of promtool. Missing promtool skips locally but fails in CI (CI=true), where
-    `make deb-test` installs it: a CI run must never pass without checking the rules."""
-    path = shutil.which("promtool")
-    if path:
-        return path
-    if os.environ.get("CI"):
-        pytest.fail("promtool is not installed (make deb-test installs Debian's prometheus)")
-    pytest.skip("promtool not installed; `make deb-test` installs it")
+    """Path of promtool (tests.support.require: a skip locally, a failure in CI)."""
+    return require("promtool")
 
 
 def run_promtool(promtool: str, *args: str | Path, cwd: Path | None = None):

@@ -29,7 +29,7 @@ from tests.oncall.scenarios import (
     wait_counted,
     wait_scraping,
 )
-from tests.support import prometheus
+from tests.support import prometheus, require
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -105,11 +105,10 @@ def test_transfer_race(deployed, tmp_path):
 
 
 def test_race_report_renders_in_chromium(deployed, tmp_path):
-    """Skips without Chromium (CI need not install it); DSV4_UPDATE_SCREENSHOT=1 also
-    refreshes the committed docs image."""
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        pytest.skip("headless chromium not installed (apt-get install chromium)")
+    """Needs Chromium (tests.support.require: `make deb-test` installs it; a skip locally
+    without it, a failure in CI); DSV4_UPDATE_SCREENSHOT=1 also refreshes the committed docs
+    image."""
+    binary = require("chromium", "chromium-browser")
     prom, stacks = deployed
     html = _triage(prom, stacks["race"], tmp_path).html_path
     png = html.with_suffix(".png")

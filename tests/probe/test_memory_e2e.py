@@ -11,7 +11,6 @@ drifts on c4_index_k only, and DSV4FootprintModelDrift fires on exactly that scr
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -25,7 +24,7 @@ from exporter.footprint.pricing import POOLS
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from exporter.units import GIB
-from tests.support import ServerThread, sample_value, scrape, wait_for
+from tests.support import ServerThread, require, sample_value, scrape, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -121,8 +120,7 @@ ALERT = (
 
 
 def _promtool_fires(tmp_path: Path, drift: int) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is installed by `make test` (Debian package prometheus)"
+    promtool = require("promtool")
     rules = REPO / "alerts" / "dsv4-sidecar.rules.yaml"
     groups = [g["name"] for g in yaml.safe_load(rules.read_text())["groups"]]
     test = tmp_path / "drift.test.yaml"

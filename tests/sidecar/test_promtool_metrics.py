@@ -4,8 +4,6 @@ expects them (a gauge named ``*_count`` reads as a histogram's count to every to
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 
 import pytest
@@ -14,18 +12,13 @@ from exporter.app import create_app
 from exporter.config_loader import load_settings
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
-from tests.support import ServerThread, sample_value, scrape, wait_for
+from tests.support import ServerThread, require, sample_value, scrape, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
 def _promtool() -> str:
-    binary = shutil.which("promtool")
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is not installed: `make test` should have installed it")
-        pytest.skip("promtool not installed (`make deb-test` installs Debian's prometheus)")
-    return binary
+    return require("promtool")
 
 
 def test_sidecar_exposition_passes_promtool_check_metrics():
