@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 SCREEN = (80, 24)
 """Columns and rows the live screen fits (tests/test_demo_screen.py renders the fullest one)."""
-ALERT_LINES = 4
+ALERT_LINES = 6
 """Lines the alert list may take; a longer one ends in "…" (the rest are in Prometheus)."""
 
 
