@@ -114,7 +114,12 @@ class AlertLog:
     """When each alert first fired, in seconds since the demo started, kept over the run: the
     screen says what fired even after an alert resolved, and so does its last frame."""
 
-    first_fired: dict[str, float] = field(default_factory=dict)
+    first_fired: dict[str, float | None] = field(default_factory=dict)  # None: not known
+
+    @classmethod
+    def seen_in(cls, snap: Snapshot) -> AlertLog:
+        """What fires in one snapshot, with no time known (a frame drawn without a log)."""
+        return cls({n: None for n, st in alert_states(snap.alerts).items() if st == "firing"})
 
     def update(self, snap: Snapshot, elapsed: float) -> None:
         for name, state in alert_states(snap.alerts).items():
@@ -174,10 +179,7 @@ def render(
         f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated{gap}",
         style="red" if snap.ungated else "",
     )
-    if log is None:
-        log = AlertLog()
-        log.update(snap, elapsed)
-        log.first_fired = dict.fromkeys(log.first_fired, float("nan"))
+    log = log if log is not None else AlertLog.seen_in(snap)
     alerts = _Fitted(_alerts_text(stack, snap, log, final), ALERT_LINES)
     return Group(
         head,
@@ -225,8 +227,9 @@ def _alerts_text(stack: Stack, snap: Snapshot, log: AlertLog, final: bool) -> Te
         return Text("Alerts: Prometheus is not running (`make deb-demo` installs it)")
     now = alert_states(snap.alerts)
     fired = []
-    for name, at in sorted(log.first_fired.items(), key=lambda kv: (kv[1], kv[0])):
-        when = "" if at != at else f" {at:.0f}s"  # NaN: fired, time unknown
+    order = sorted(log.first_fired.items(), key=lambda kv: (kv[1] is None, kv[1] or 0, kv[0]))
+    for name, at in order:
+        when = "" if at is None else f" {at:.0f}s"
         resolved = "" if final or now.get(name) == "firing" else " (resolved)"
         fired.append(f"{name}{when}{resolved}")
     pending = sorted(n for n, st in now.items() if st != "firing" and n not in log.first_fired)
