@@ -6,10 +6,10 @@ PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: gpu-bundle gpu-check gpu-check-simulated
-.PHONY: help venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
+.PHONY: help venv demo-venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
 
 help:
-	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs)"
+	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs); its own venv, runtime deps only"
 	@echo "make test   - lint, docs freshness, dist and the images, then the whole test suite"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
@@ -36,6 +36,25 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 venv: $(STAMP)
+
+# The demo's own venv: the package and its runtime dependencies only (pyproject's
+# `dependencies`), not the test toolchain of $(VENV) (torch, scipy: about 1.6 GB). What the
+# demo runs (`python -m exporter`: demo, simulator, sidecar; `python -m alerts.generate` from
+# this checkout for its short-window rules) imports nothing else: tests/test_demo_install.py.
+# The editable install also builds the DSML accelerator in place, so its stamp follows the C
+# source as `native` does for $(VENV).
+DEMO_VENV  ?= .venv-demo
+DEMO_PY    := $(DEMO_VENV)/bin/python
+DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml setup.py exporter/dsml/_textscan.c | sha1sum | cut -c1-12)
+
+$(DEMO_STAMP): pyproject.toml setup.py exporter/dsml/_textscan.c
+	@test -x $(DEMO_PY) || $(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_PY) -m pip install -q --upgrade pip
+	$(DEMO_PY) -m pip install -q -e .
+	@rm -f $(DEMO_VENV)/.installed-*
+	@touch $@
+
+demo-venv: $(DEMO_STAMP)
 
 # The DSML grader's C accelerator (exporter/dsml/_textscan.c). `pip install -e` builds
 # it once; this rebuilds it in place whenever its C source changes, so the tests never run a stale one.
@@ -151,8 +170,8 @@ test: venv native kustomize deb-test lint dist image-probe
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
 
-demo: venv native deb-demo
-	$(VENV)/bin/dsv4-sidecar demo
+demo: demo-venv deb-demo
+	$(DEMO_VENV)/bin/dsv4-sidecar demo
 
 bench: venv native deb-bench
 	$(PY) -m bench
@@ -171,4 +190,4 @@ gpu-check-simulated: venv
 	$(PY) -m tests.gpu.check --simulated
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so
+	rm -rf $(VENV) $(DEMO_VENV) build dist *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so

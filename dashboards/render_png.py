@@ -25,6 +25,8 @@ from typing import Any
 
 from dashboards import readme
 from exporter.demo import (
+    SCREEN,
+    AlertLog,
     DemoOptions,
     LoadState,
     Snapshot,
@@ -142,11 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.time()
         _settle(prom, t1)
         snap = read_snapshot(stack)
-        _render_terminal(plt, stack, snap, args.out, t1 - t0)
+        fired = _first_firing(prom, t0, t1)
+        log = AlertLog()
+        log.first_fired.update(fired)
+        _render_terminal(plt, stack, snap, args.out, t1 - t0, log)
         _render_memory(plt, prom, t0, t1, args.out)
         _render_corruption(plt, prom, t0, t1, args.out)
         _render_hicache(plt, prom, t0, t1, args.out)
-        run = record(snap, t1 - t0, _first_firing(prom, t0, t1), args.out)
+        run = record(snap, t1 - t0, fired, args.out)
     finally:
         stack.stop()
     (args.out / readme.RECORD.name).write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
@@ -156,11 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _render_terminal(plt: Any, stack: Any, snap: Snapshot, out: Path, elapsed: float) -> None:
+def _render_terminal(
+    plt: Any, stack: Any, snap: Snapshot, out: Path, elapsed: float, log: AlertLog
+) -> None:
     from rich.console import Console
 
-    console = Console(record=True, width=92, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(render(stack, snap, 96, elapsed))
+    # The live screen at the size it is laid out for (exporter.demo.SCREEN).
+    console = Console(record=True, width=SCREEN[0], file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render(stack, snap, 96, elapsed, log))
     text = console.export_text()
     lines = text.splitlines()
     fig = plt.figure(figsize=(9.6, 0.19 * len(lines) + 0.4), facecolor="#1e1e1e")

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from exporter import __version__
+from exporter import __version__, api_docs
 from exporter.config import SidecarSettings
 from exporter.metrics.exposition import Exposition
 from exporter.samplers.ingest import IngestError, parse_buffer
@@ -52,7 +52,9 @@ def create_app(
         title="dsv4-sidecar",
         version=__version__,
         lifespan=lifespan,
-        docs_url="/docs",
+        # Swagger UI and ReDoc load their assets from a CDN (blank offline): /docs is
+        # exporter.api_docs's self-contained page instead.
+        docs_url=None,
         redoc_url=None,
     )
     app.state.sidecar = sc
@@ -71,6 +73,7 @@ def create_app(
 
     @app.get("/api/v1/footprint")
     async def footprint() -> dict[str, Any]:
+        """KV-pool plan, allocation and over-commit per rank, with the facts they rest on."""
         return sc.footprint.as_json()
 
     ingest_slots = asyncio.Semaphore(settings.ingest_concurrency)
@@ -158,6 +161,7 @@ def create_app(
     async def landing() -> str:
         return _landing(sc)
 
+    api_docs.register(app, extra=(("GET", "/metrics", "Prometheus exposition"),))
     return app
 
 

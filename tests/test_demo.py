@@ -98,21 +98,46 @@ def _check_printed_urls(lines: list[str]) -> None:
         wait_for(both_up, timeout=30)
 
 
+def _frames(out: str) -> list[str]:
+    """Each frame the demo printed (every 10 s, then the last one), in order."""
+    return ["dsv4-sidecar demo · " + f for f in out.split("dsv4-sidecar demo · ")[1:]]
+
+
+def _alerts_of(frame: str) -> tuple[list[str], list[str]]:
+    """(fired, pending) alert names of one frame."""
+    part = frame.split("Alerts fired", 1)[1].split("Alert windows", 1)[0]
+    fired, _, pending = re.sub(r"\s+", " ", part).partition(" · pending")
+    return re.findall(r"DSV4\w+", fired), re.findall(r"DSV4\w+", pending)
+
+
 def _alert_states(out: str) -> dict[str, list[str]]:
-    """Alert name -> the states each screen (printed every 10 s) showed, in order."""
+    """Alert name -> the states each frame showed, in order (fired: `firing`)."""
     states: dict[str, list[str]] = {}
-    for block in out.split("Alerts: ")[1:]:
-        line = block.split("Alert windows", 1)[0].replace("\n", " ")
-        for name, state in re.findall(r"(DSV4\w+) \(([^)]*)\)", line):
-            states.setdefault(name, []).append(state)
+    for frame in _frames(out):
+        fired, pending = _alerts_of(frame)
+        for name in fired:
+            states.setdefault(name, []).append("firing")
+        for name in pending:
+            states.setdefault(name, []).append("pending")
     return states
 
 
-def _last_table(out: str, title: str) -> dict[str, tuple[int, float]]:
-    """bucket -> (graded, rate) from the last rendering of a screen table."""
-    block = out.rsplit(title, 1)[1].split("└", 1)[0]
-    rows = re.findall(r"│\s*(\S+)\s*│\s*(\d+)\s*│\s*\d+\s*│\s*([\d.]+)%\s*│", block)
-    return {le: (int(n), float(rate)) for le, n, rate in rows}
+def _last_tables(out: str) -> tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]]]:
+    """bucket -> (graded, rate) of the last frame's two tables, by concurrency and by output
+    length, drawn side by side: a row belongs to the right one from where its rule starts."""
+    lines = _frames(out)[-1].splitlines()
+    (rule,) = [i for i, line in enumerate(lines) if "──" in line]
+    right = re.search(r"─\s+─", lines[rule])
+    assert right, lines[rule]
+    tables: tuple[dict[str, tuple[int, float]], dict[str, tuple[int, float]]] = ({}, {})
+    for line in lines[rule + 1 :]:
+        rows = list(re.finditer(r"(\S+)\s+(\d+)\s+\d+\s+([\d.]+)%", line))
+        if not rows:
+            break
+        for row in rows:
+            le, n, rate = row.groups()
+            tables[row.start() > right.start()][le] = (int(n), float(rate))
+    return tables
 
 
 def test_demo_runs_and_cleans_up():
@@ -154,9 +179,12 @@ def test_demo_runs_and_cleans_up():
     if _with_prometheus():
         assert "Alert windows: DEMO" in out
         states = _alert_states(out)
-        fired = {a for a, seen in states.items() if any("firing" in s for s in seen)}
+        fired = {a for a, seen in states.items() if "firing" in seen}
         assert fired >= DEMO_ALERTS, f"not fired within {DEMO_SECONDS}s: {DEMO_ALERTS - fired}"
         assert fired == set(states), f"listed, never fired: {set(states) - fired}"
+        last = _frames(out)[-1]
+        assert "Alerts fired during the run:" in last
+        assert set(_alerts_of(last)[0]) == fired, "the last frame tells everything that fired"
     else:
         assert "Alert windows: no Prometheus" in out
     for needle in (
@@ -172,8 +200,7 @@ def test_demo_runs_and_cleans_up():
         assert needle in out, needle
     # Corruption rises with concurrency and with output length (the long answers that loop
     # until max_tokens): the top bucket's rate over the bottom's.
-    for title in ("corruption by concurrency", "corruption by output length"):
-        table = _last_table(out, title)
+    for title, table in zip(("by concurrency", "by output length"), _last_tables(out), strict=True):
         filled = [v for v in table.values() if v[0] >= 20]
         assert len(filled) >= 2 and filled[-1][1] > filled[0][1], (title, table)
     assert _demo_dirs() <= before
@@ -190,27 +217,46 @@ def test_alerts_page_is_the_one_this_prometheus_serves():
 
 
 def test_demo_stops_cleanly_on_ctrl_c():
+    """Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group, the
+    stack's Prometheus and sidecar included. Once a frame shows an alert fired (with
+    Prometheus), the last frame after Ctrl-C still tells it (it said `Alerts: none yet`)."""
     before = _demo_dirs()
+    prom = _with_prometheus()
+    argv = [sys.executable, "-m", "exporter", "demo", "--tp-size", "1"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "demo", "--no-prometheus", "--tp-size", "1"],
+        [*argv] if prom else [*argv, "--no-prometheus"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
     )
+    seen: list[str] = []
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         assert proc.stdout is not None
-        # the first screen is drawn once the load is running: then interrupt it
+        # Interrupt once a whole frame is drawn (the next one has begun) and, with Prometheus,
+        # shows an alert fired.
+        head = ""
         for line in proc.stdout:
-            if "KV over-commit per rank" in line or time.monotonic() > deadline:
+            head += line
+            done = _frames(head)[:-1]
+            seen = _alerts_of(done[-1])[0] if done and prom else []
+            if (done and (seen or not prom)) or time.monotonic() > deadline:
                 break
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)
         rest, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0
+    assert proc.returncode == 0, rest[-2000:]
     assert "demo stopped" in rest
+    last = _frames(head + rest)[-1]
+    if prom:
+        assert seen, "no alert fired within 90 s"
+        assert "Alerts fired during the run:" in last
+        assert set(seen) <= set(_alerts_of(last)[0]), last
+    else:
+        assert "Prometheus is not running" in last
     assert _demo_dirs() <= before
     assert not _demo_processes()
 

@@ -5,7 +5,15 @@ drives the load; :mod:`exporter.demo.screen` reads and draws what they show and 
 together. The names below are what the CLI, tests and picture renderers use.
 """
 
-from exporter.demo.screen import Snapshot, read_snapshot, render, run_demo, windows_note
+from exporter.demo.screen import (
+    SCREEN,
+    AlertLog,
+    Snapshot,
+    read_snapshot,
+    render,
+    run_demo,
+    windows_note,
+)
 from exporter.demo.stack import (
     DEMO_KNOBS,
     DEMO_WINDOWS,
@@ -25,6 +33,8 @@ __all__ = [
     "DEMO_KNOBS",
     "DEMO_WINDOWS",
     "PRODUCTION_WINDOWS",
+    "SCREEN",
+    "AlertLog",
     "DemoOptions",
     "LoadState",
     "Snapshot",

@@ -1,6 +1,14 @@
 """The demo's live screen: what it reads (the sidecar's /metrics, Prometheus' alerts), how it
 draws it (rich), and the loop that runs the stack, the load and the screen together until
-Ctrl-C or --duration."""
+Ctrl-C or --duration.
+
+The screen is laid out for an 80x24 terminal (:data:`SCREEN`): the deployment in two lines,
+over-commit in one (every rank of a deployment is priced alike, so one line with the range
+says what a table of ranks said), the two corruption tables side by side, and the alerts cut
+to a fixed number of lines. Its last frame, after Ctrl-C or --duration, says which alerts
+fired during the run and when (:class:`AlertLog`), kept by the demo as it ran: after Ctrl-C
+in a terminal, Prometheus has had the SIGINT too.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +38,14 @@ from exporter.thresholds import DEFAULTS, seconds
 from exporter.units import GIB
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.table import Table
+    from rich.text import Text
+
+SCREEN = (80, 24)
+"""Columns and rows the live screen fits (tests/test_demo_screen.py renders the fullest one)."""
+ALERT_LINES = 6
+"""Lines the alert list may take; a longer one ends in "…" (the rest are in Prometheus)."""
 
 
 @dataclass
@@ -95,72 +109,163 @@ def _absorb(snap: Snapshot, name: str, labels: dict[str, str], value: float) -> 
         snap.deployment = dict(labels)
 
 
-def render(stack: Stack, snap: Snapshot, level: int | None, elapsed: float) -> RenderableType:
+@dataclass
+class AlertLog:
+    """When each alert first fired, in seconds since the demo started, kept over the run: the
+    screen says what fired even after an alert resolved, and so does its last frame."""
+
+    first_fired: dict[str, float | None] = field(default_factory=dict)  # None: not known
+
+    @classmethod
+    def seen_in(cls, snap: Snapshot) -> AlertLog:
+        """What fires in one snapshot, with no time known (a frame drawn without a log)."""
+        return cls({n: None for n, st in alert_states(snap.alerts).items() if st == "firing"})
+
+    def update(self, snap: Snapshot, elapsed: float) -> None:
+        for name, state in alert_states(snap.alerts).items():
+            if state == "firing":
+                self.first_fired.setdefault(name, elapsed)
+
+
+def render(
+    stack: Stack,
+    snap: Snapshot,
+    level: int | None,
+    elapsed: float,
+    log: AlertLog | None = None,
+    final: bool = False,
+) -> RenderableType:
+    """One frame; ``log`` is what fired so far (without one, what fires in ``snap``), and the
+    ``final`` frame reports the whole run."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
     dep = snap.deployment
+    load = (
+        f"stopped after {elapsed:.0f}s"
+        if final
+        else (f"load: {level if level is not None else '-'} sessions · {elapsed:.0f}s")
+    )
     head = Text.assemble(
-        ("dsv4-sidecar demo (simulated SGLang + GPUs)  ", "bold"),
+        ("dsv4-sidecar demo", "bold"),
+        " · simulated SGLang + GPUs · ",
+        load,
+        "\n",
         f"index-K {dep.get('index_k_dtype', '?')}, "
         f"HiCache {'on' if dep.get('hicache') == 'true' else 'off'}, "
-        f"{dep.get('configurator', '?')} configurator  ·  load: "
-        f"{level if level is not None else '-'} sessions  ·  {elapsed:.0f}s",
+        f"{dep.get('configurator', '?')} configurator",
     )
-    mem = Table(title="KV over-commit per rank", title_justify="left")
-    for col in ("rank", "over-commit GiB", "reserve GiB", "share of reserve"):
-        mem.add_column(col, justify="right")
-    for rank in sorted(snap.overcommit, key=int):
-        over, res = snap.overcommit[rank], snap.reserve.get(rank)
-        share = f"{over / res:.0%}" if res else "-"
-        mem.add_row(
-            rank,
-            f"{over / GIB:.2f}",
-            f"{res / GIB:.1f}" if res else "-",
-            share,
-            style="red" if over > DEFAULTS.kv_overcommit_warning_bytes else None,
-        )
     corr = _rate_table(
-        "Tool-call corruption by concurrency (tap, canary, ingest)",
-        "concurrency ≤",
+        "Tool-call corruption by concurrency",
+        "sessions ≤",
         snap.by_bucket,
         ("1", "4", "8", "16", "32", "64", "128", "+Inf"),
     )
     by_len = _rate_table(
-        "Tool-call corruption by output length (tokens)",
-        "output tokens ≤",
+        "by output length",
+        "tokens ≤",
         snap.by_length,
         ("256", "1024", "4096", "16384", "+Inf"),
     )
+    tables = Table.grid(padding=(0, 3))
+    tables.add_row(corr, by_len)
     gap = (
         f", mean transfer gap {snap.gap_sum / snap.gap_count * 1e6:.0f} µs"
         if snap.gap_count
         else ""
     )
     probe = Text(
-        f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated{gap}"
-        + ("  ← the transfer race is live" if snap.ungated else ""),
+        f"HiCache index-K reads: {snap.gated:.0f} gated, {snap.ungated:.0f} ungated{gap}",
         style="red" if snap.ungated else "",
     )
-    alerts = Text(
-        "Alerts: "
-        + (
-            alert_summary(snap.alerts)
-            or ("none yet" if "prometheus" in stack.ports else "Prometheus not running")
-        )
+    log = log if log is not None else AlertLog.seen_in(snap)
+    alerts = _Fitted(_alerts_text(stack, snap, log, final), ALERT_LINES)
+    return Group(
+        head,
+        _overcommit_line(snap),
+        tables,
+        probe,
+        alerts,
+        Text(windows_note(stack), style="dim"),
     )
-    return Group(head, mem, corr, by_len, probe, alerts, Text(windows_note(stack), style="dim"))
+
+
+def _span(values: list[float], fmt: str) -> str:
+    """``4.34`` when every value prints alike, else ``4.30-4.34``."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _overcommit_line(snap: Snapshot) -> Text:
+    """Over-commit of every rank in one line: the ranks of a deployment are priced alike, so
+    the range (a single figure, normally) says what a table of identical rows said."""
+    from rich.text import Text
+
+    if not snap.overcommit:
+        return Text("KV over-commit per rank: not read yet")
+    over = list(snap.overcommit.values())
+    reserves = [snap.reserve[r] for r in snap.overcommit if snap.reserve.get(r)]
+    shares = [snap.overcommit[r] / snap.reserve[r] for r in snap.overcommit if snap.reserve.get(r)]
+    text = f"KV over-commit per rank: {_span([o / GIB for o in over], '.2f')} GiB"
+    text += f" ({len(over)} rank{'s' if len(over) > 1 else ''})"
+    if shares:
+        text += (
+            f", {_span(shares, '.0%')} of the "
+            f"{_span([r / GIB for r in reserves], '.1f')} GiB reserve"
+        )
+    red = max(over) > DEFAULTS.kv_overcommit_warning_bytes
+    return Text(text, style="red" if red else "")
+
+
+def _alerts_text(stack: Stack, snap: Snapshot, log: AlertLog, final: bool) -> Text:
+    """What fired (with when, once known) and what is pending; the final frame says it of the
+    whole run."""
+    from rich.text import Text
+
+    if "prometheus" not in stack.ports:
+        return Text("Alerts: Prometheus is not running (`make deb-demo` installs it)")
+    now = alert_states(snap.alerts)
+    fired = []
+    order = sorted(log.first_fired.items(), key=lambda kv: (kv[1] is None, kv[1] or 0, kv[0]))
+    for name, at in order:
+        when = "" if at is None else f" {at:.0f}s"
+        resolved = "" if final or now.get(name) == "firing" else " (resolved)"
+        fired.append(f"{name}{when}{resolved}")
+    pending = sorted(n for n, st in now.items() if st != "firing" and n not in log.first_fired)
+    head = "Alerts fired during the run: " if final else "Alerts fired: "
+    text = head + (", ".join(fired) or ("none" if final else "none yet"))
+    if pending:
+        text += (" · pending at the end: " if final else " · pending: ") + ", ".join(pending)
+    return Text(text, style="bold" if final and fired else "")
+
+
+class _Fitted:
+    """Text wrapped at the width it is drawn at and cut to ``lines`` lines, the last ending in
+    "…" when cut: the alert list is the one part of the screen that grows with what happens."""
+
+    def __init__(self, text: Text, lines: int) -> None:
+        self.text, self.lines = text, lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = list(self.text.wrap(console, options.max_width))
+        if len(lines) > self.lines:
+            lines = lines[: self.lines]
+            last = lines[-1]
+            last.truncate(options.max_width - 1)
+            last.append("…")
+        yield from lines
 
 
 def _rate_table(
     title: str, bucket: str, rows: dict[str, list[float]], order: tuple[str, ...]
 ) -> Table:
     """Graded, degenerate and their rate per bucket (in ``order``; empty buckets left out)."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
-    for col in (bucket, "graded", "degenerate", "rate"):
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    for col in (bucket, "graded", "degen.", "rate"):
         table.add_column(col, justify="right")
     for le in order:
         total, bad = rows.get(le, [0.0, 0.0])
@@ -176,25 +281,17 @@ def _rate_table(
     return table
 
 
-def alert_summary(alerts: list[tuple[str, str, str]]) -> str:
-    """One entry per alert name, its rules' states by severity: ``A (firing)`` when every rule
-    of it that is active fires, else ``A (warning firing, critical pending)``."""
-    states: dict[str, dict[str, str]] = {}
-    for name, severity, state in alerts:
-        by_sev = states.setdefault(name, {})
-        if by_sev.get(severity) != "firing":
-            by_sev[severity] = state
-    out = []
-    for name in sorted(states):
-        by_sev = states[name]
-        if len(set(by_sev.values())) == 1:
-            out.append(f"{name} ({next(iter(by_sev.values()))})")
-        else:
-            out.append(f"{name} ({', '.join(f'{s} {st}' for s, st in sorted(by_sev.items()))})")
-    return ", ".join(out)
+def alert_states(alerts: list[tuple[str, str, str]]) -> dict[str, str]:
+    """Each alert's state: ``firing`` when a rule of it fires at any severity, else the state
+    of its active rules (``pending``)."""
+    states: dict[str, str] = {}
+    for name, _severity, state in alerts:
+        if states.get(name) != "firing":
+            states[name] = state
+    return states
 
 
-def _span(suffix: str) -> str:
+def _knob_span(suffix: str) -> str:
     """The shortest and longest of DEMO_KNOBS' durations whose names end in ``suffix``."""
     values = [str(v) for k, v in DEMO_KNOBS.items() if k.endswith(suffix)]
     ordered = sorted(values, key=seconds)
@@ -207,11 +304,26 @@ def windows_note(stack: Stack) -> str:
         return "Alert windows: no Prometheus, no alerts."
     if stack.alert_windows == DEMO_WINDOWS:
         return (
-            f"Alert windows: DEMO (for: {_span('_for')}, windows {_span('_window')}) so alerts "
-            "fire within three minutes; production rules (alerts/dsv4-sidecar.rules.yaml) wait "
-            "1-30 minutes."
+            f"Alert windows: DEMO (for: {_knob_span('_for')}, windows {_knob_span('_window')}) "
+            "so alerts fire within three minutes; production rules "
+            "(alerts/dsv4-sidecar.rules.yaml) wait 1-30 minutes."
         )
     return "Alert windows: production (for: 1-30 minutes): most alerts stay pending in a demo."
+
+
+# Ctrl-C, kill, and the terminal closing: each stops the stack and removes its files.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def size_note(console: Console) -> str | None:
+    """A line to print when the terminal is smaller than :data:`SCREEN` (the frame is cut)."""
+    width, height = console.size
+    if width >= SCREEN[0] and height >= SCREEN[1]:
+        return None
+    return (
+        f"The live screen needs {SCREEN[0]}x{SCREEN[1]}; this terminal is {width}x{height}: "
+        "enlarge it or the screen is cut off."
+    )
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> int:
@@ -220,10 +332,13 @@ async def run_demo(opts: DemoOptions, console: Console) -> int:
     stack = start_stack(opts)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     state = LoadState()
+    log = AlertLog()
+    last: list[Snapshot] = []
     t0 = time.monotonic()
+    live_screen = opts.live and console.is_terminal
     try:
         console.print(
             "[bold]dsv4-sidecar demo[/bold]: everything runs on 127.0.0.1; Ctrl-C stops it."
@@ -231,34 +346,46 @@ async def run_demo(opts: DemoOptions, console: Console) -> int:
         for line in urls(stack):
             console.print("  " + line)
         console.print(windows_note(stack))
+        note = size_note(console) if live_screen else None
+        if note:
+            console.print(note, style="yellow")
         load = asyncio.create_task(drive(stack, opts, state, stop))
         deadline = t0 + opts.duration if opts.duration else float("inf")
 
-        async def tick() -> RenderableType:
+        async def tick(final: bool = False) -> RenderableType:
             snap = await asyncio.to_thread(read_snapshot, stack)
-            return render(stack, snap, state.level, time.monotonic() - t0)
+            if final and not snap.overcommit and last:
+                # A terminal's Ctrl-C reaches the whole process group: the stack may be gone
+                # already. The last numbers read stand, and the log keeps what fired.
+                snap = last[0]
+            last[:] = [snap]
+            elapsed = time.monotonic() - t0
+            log.update(snap, elapsed)
+            return render(stack, snap, state.level, elapsed, log, final=final)
 
-        if opts.live and console.is_terminal:
+        if live_screen:
             with Live(await tick(), console=console, refresh_per_second=2) as live:
                 while not stop.is_set() and time.monotonic() < deadline:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(stop.wait(), timeout=1.0)
                     live.update(await tick())
+                stop.set()
+                live.update(await tick(final=True))
         else:
-            last = 0.0
+            printed = 0.0
             while not stop.is_set() and time.monotonic() < deadline:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
-                if time.monotonic() - last >= 10:
+                if time.monotonic() - printed >= 10:
                     console.print(await tick())
-                    last = time.monotonic()
-        stop.set()
-        console.print(await tick())
+                    printed = time.monotonic()
+            stop.set()
+            console.print(await tick(final=True))
         await asyncio.wait_for(load, timeout=30)
     finally:
         stop.set()
         stack.stop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
     console.print("demo stopped; every process it started has exited and its files are removed.")
     return 0

@@ -1,12 +1,15 @@
 """docker/k8s-join: the kustomize Component that adds the sidecar to an SGLang workload someone
 else deployed. An SGLang Deployment, a StatefulSet and SGLang's multi-node LeaderWorkerSet
 (tests/deploy/join/, written as their users write them) are rendered through it with a real
-kustomize; every pod template gains the sidecar, keeps its own containers and validates against
-the bundled Kubernetes schemas; the PodMonitor scrapes the sidecar and SGLang's own /metrics."""
+kustomize; every pod template gains the sidecar, keeps its own containers, mounts no
+service-account token and validates against the bundled Kubernetes schemas; the PodMonitor
+scrapes the sidecar and SGLang's own /metrics; the PrometheusRule and dashboards come along.
+The settings overlay of docs/deploy.md is rendered as written."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,12 +20,14 @@ import yaml
 
 from tests.deploy.conftest import (
     DOCKER,
+    K8S,
     METRICS_PORT,
     REPO,
     SCRAPE_JOB,
     SGLANG_PORT,
     kustomize_build,
     load_yaml,
+    load_yaml_all,
 )
 
 JOIN = DOCKER / "k8s-join"
@@ -106,6 +111,47 @@ def test_every_pod_template_gains_the_sidecar_and_keeps_its_own(rendered, kind, 
         }.items()
 
 
+def test_no_service_account_token(rendered):
+    """Neither SGLang nor the sidecar calls the Kubernetes API: the token is mounted in
+    neither container of a joined pod."""
+    for kind in KINDS:
+        for role, tpl in _templates(_of(rendered, kind)).items():
+            assert tpl["spec"]["automountServiceAccountToken"] is False, (kind, role)
+
+
+def _generated(name: str) -> list[dict[str, Any]]:
+    return load_yaml_all(K8S / "generated" / name)
+
+
+def test_rules_and_dashboards_come_along(rendered):
+    """An overlay that lists only the Component gets docker/k8s's generated PrometheusRule and
+    dashboard ConfigMaps, as generated, in its own namespace."""
+    (rule,) = _generated("prometheusrule.yaml")
+    got = _of(rendered, "PrometheusRule")
+    assert got["metadata"]["name"] == rule["metadata"]["name"]
+    assert got["metadata"]["namespace"] == "inference"
+    assert got["spec"] == rule["spec"]
+    dashboards = {d["metadata"]["name"]: d["data"] for d in _generated("dashboards.yaml")}
+    assert dashboards, "docker/k8s/generated/dashboards.yaml has no dashboards"
+    got_dashboards = {
+        d["metadata"]["name"]: d
+        for d in rendered
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] in dashboards
+    }
+    assert set(got_dashboards) == set(dashboards)
+    for name, cm in got_dashboards.items():
+        assert cm["data"] == dashboards[name], name
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["namespace"] == "inference"
+
+
+def test_settings_object_stays_out_of_the_output(rendered):
+    """dsv4-sidecar-join-settings is read while building (local-config), never applied."""
+    names = {d["metadata"]["name"] for d in rendered}
+    assert "dsv4-sidecar-join-settings" not in names
+    assert "dsv4-sidecar-join" in names
+
+
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_rendered_objects_validate(rendered, version):
     """Built-in kinds as they are; a LeaderWorkerSet's pod templates as Pods (the CRD has no
@@ -128,15 +174,14 @@ def test_rendered_objects_validate(rendered, version):
             except kubernetes_validate.ValidationError as exc:
                 pytest.fail(f"{what}: {exc.message} at {'.'.join(map(str, exc.path))}")
             checked += 1
-    assert checked == 5  # Deployment, StatefulSet, 2 LWS templates, the ConfigMap
+    # Deployment, StatefulSet, 2 LWS templates, the sidecar's ConfigMap, the dashboards
+    assert checked == 5 + len(_generated("dashboards.yaml"))
 
 
 def test_configmap_reference_resolves(rendered):
     names = {d["metadata"]["name"] for d in rendered if d["kind"] == "ConfigMap"}
-    for obj in rendered:
-        for tpl in (
-            _templates(obj).values() if "spec" in obj and obj["kind"] != "PodMonitor" else []
-        ):
+    for obj in (d for d in rendered if d["kind"] in KINDS):
+        for tpl in _templates(obj).values():
             (sc,) = [c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR]
             required = {
                 e["configMapRef"]["name"]
@@ -181,3 +226,96 @@ def test_pod_monitor_scrapes_the_sidecar_and_sglang(rendered):
     assert drop["regex"] == "[1-9][0-9]*", "workers (index > 0) serve no HTTP"
     # No metricRelabelings: SGLang's series keep every label (tp_rank, ...).
     assert "metricRelabelings" not in sglang
+
+
+# --- the settings, as docs/deploy.md writes them ----------------------------------------------
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
+DOC_OVERLAY_MARK = "# your overlay's kustomization.yaml"
+DOC_REPO = "../dsv4-sidecar/docker/"
+
+
+def _doc_overlay() -> dict[str, Any]:
+    """The overlay docs/deploy.md shows, parsed (the one YAML block that starts with the mark)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", DEPLOY_DOC.read_text(encoding="utf-8"), re.S)
+    (block,) = [b for b in blocks if b.startswith(DOC_OVERLAY_MARK)]
+    return yaml.safe_load(block)
+
+
+def _settings_overlay(tmp_path: Path, overlay: dict[str, Any]) -> list[dict[str, Any]]:
+    """``overlay`` with our workloads for the user's, and the docs' path to this repository
+    replaced by the real relative one."""
+    workloads = ("deployment.yaml", "statefulset.yaml", "leaderworkerset.yaml")
+    for name in workloads:
+        shutil.copy(WORKLOADS / name, tmp_path / name)
+    here = os.path.relpath(DOCKER, tmp_path) + "/"
+
+    def local(paths: list[str]) -> list[str]:
+        assert all(p.startswith(DOC_REPO) for p in paths), paths
+        return [here + p.removeprefix(DOC_REPO) for p in paths]
+
+    doc = {
+        **overlay,
+        "namespace": "inference",
+        "resources": list(workloads),
+        "components": local(overlay["components"]),
+    }
+    if "transformers" in overlay:
+        doc["transformers"] = local(overlay["transformers"])
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return kustomize_build(tmp_path)
+
+
+def _patched(overlay: dict[str, Any], name: str) -> dict[str, str]:
+    """The ``data`` the overlay's patch of ConfigMap ``name`` sets."""
+    for patch in overlay["patches"]:
+        body = yaml.safe_load(patch["patch"])
+        if isinstance(body, dict) and body["metadata"]["name"] == name:
+            return body["data"]
+    raise AssertionError(f"docs/deploy.md's overlay patches no ConfigMap {name}")
+
+
+def _sglang_ports(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Where each joined object says SGLang's port is: the sidecar's URL (env, or a
+    LeaderWorkerSet's args) per pod template, and the PodMonitor's SGLang target."""
+    out = {}
+    for obj in (d for d in docs if d["kind"] in KINDS):
+        for role, tpl in _templates(obj).items():
+            (sc,) = [c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR]
+            urls = [e["value"] for e in sc["env"] if e["name"] == "DSV4_SIDECAR_SGLANG_URL"]
+            urls += [a for a in sc.get("args", []) if a.startswith("http://")]
+            (url,) = urls
+            out[f"{obj['kind']} {role}"] = url.rsplit(":", 1)[1]
+    (_sidecar, sglang) = _of(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    (addr,) = [r for r in sglang["relabelings"] if r.get("targetLabel") == "__address__"]
+    out["PodMonitor"] = addr["replacement"].rsplit(":", 1)[1]
+    return out
+
+
+def test_the_documented_settings_overlay(tmp_path):
+    """docs/deploy.md's overlay, rendered: SGLang's port everywhere it is used, the selector
+    label on the operator's objects only, the model in the sidecar's ConfigMap."""
+    overlay = _doc_overlay()
+    docs = _settings_overlay(tmp_path, overlay)
+    port = _patched(overlay, "dsv4-sidecar-join-settings")["sglangPort"]
+    assert port != str(SGLANG_PORT), "the documented example must change the default"
+    ports = _sglang_ports(docs)
+    assert len(ports) == 5  # Deployment, StatefulSet, LWS leader and worker, PodMonitor
+    assert set(ports.values()) == {port}, ports
+
+    labelled = {d["kind"] for d in docs if d["metadata"].get("labels", {}).get("release")}
+    assert labelled == {"PodMonitor", "PrometheusRule"}
+
+    preset = _patched(overlay, "dsv4-sidecar-join")["DSV4_SIDECAR_MODEL_PRESET"]
+    (join_env,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "dsv4-sidecar-join"
+    ]
+    assert join_env["data"]["DSV4_SIDECAR_MODEL_PRESET"] == preset != "deepseek-v4-flash"
+
+
+def test_settings_transformer_without_a_patch_changes_nothing(tmp_path, rendered):
+    """Listing docker/k8s-join/settings alone keeps every default: its replacements read the
+    Component's own settings, which carry deployment.yaml's port."""
+    overlay = {k: v for k, v in _doc_overlay().items() if k != "patches"}
+    docs = _settings_overlay(tmp_path, overlay)
+    assert set(_sglang_ports(docs).values()) == {str(SGLANG_PORT)}
+    assert sorted(map(yaml.safe_dump, docs)) == sorted(map(yaml.safe_dump, rendered))
