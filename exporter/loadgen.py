@@ -32,6 +32,8 @@ class Exchange:
     status: int
     response: Any  # parsed JSON object, or list of SSE chunk objects when streaming
     latency: float
+    # why there is no response: an outbound cause ("connection refused"), "HTTP 503" or
+    # "non-JSON body"; bounded words, never a URL or a body (`repro` counts them)
     error: str | None = None
 
 
@@ -161,7 +163,7 @@ class LoadGenerator:
             status, raw = reply.status, reply.body
         except outbound.OutboundError as exc:
             stats.errors += 1
-            return Exchange(concurrency, body, 0, None, time.perf_counter() - t0, exc.reason)
+            return Exchange(concurrency, body, 0, None, time.perf_counter() - t0, exc.cause)
         finally:
             self.inflight -= 1
         latency = time.perf_counter() - t0
