@@ -12,6 +12,10 @@ Examples:
       --selector 'job="dsv4-sidecar",instance="node-3:9400"' --window 2h --out /tmp/triage
   dsv4-sidecar triage --sidecar http://127.0.0.1:9400 --repro runs/ab1 --scan runs/ab1/samples.jsonl
 
+A `repro --out` directory's samples.jsonl given with --scan next to that run's --repro adds
+per-sample reasons, not counts: its lines are recognised (arm, URL, time) and counted once.
+The same file given twice is read once.
+
 The samples token is read from DSV4_SIDECAR_SAMPLES_TOKEN or --samples-token-file, never
 from the command line (it would end up in shell history and process lists).
 """

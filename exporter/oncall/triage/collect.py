@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from exporter.metrics import catalog as m
 from exporter.metrics.catalog import MetricSpec
-from exporter.oncall.samples import read_graded
+from exporter.oncall.samples import GradedLine, read_graded
 from exporter.oncall.triage.evidence import (
     BAD_VERDICTS,
     BucketCount,
@@ -532,22 +532,84 @@ def _collect_repro(ev: Evidence, path: Path) -> None:
     ev.repro = doc
 
 
+# Slack around a repro run's recorded window when matching its sample lines' times (the
+# report's start is taken before the first request, a line's time after its answer).
+REPRO_TIME_SLACK_S = 5.0
+
+
+def _repro_lines(repro: dict[str, Any] | None) -> Callable[[GradedLine], bool]:
+    """A predicate: was this sample line written by the repro run whose result triage also
+    reads? Such a line is one of the answers the repro result already counts: `triage --repro
+    DIR --scan DIR/samples.jsonl` (the example in `triage --help`) gives every answer twice.
+    A line matches by the metadata `repro --out` writes: an arm label and URL of that result,
+    and a time inside its run, so lines another run appended to the same file still count."""
+    if not repro:
+        return lambda line: False
+    arms = {
+        (a.get("label") or a.get("url"), a.get("url"))
+        for a in repro.get("arms") or []
+        if isinstance(a, dict)
+    }
+    try:
+        start = float(repro.get("started_at") or 0.0)
+        end = start + float(repro.get("seconds") or 0.0)
+    except (TypeError, ValueError):
+        return lambda line: False
+    if not start:
+        return lambda line: False
+
+    def match(line: GradedLine) -> bool:
+        return (
+            (line.arm, line.url) in arms
+            and line.time is not None
+            and start - REPRO_TIME_SLACK_S <= line.time <= end + REPRO_TIME_SLACK_S
+        )
+
+    return match
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _collect_scan(ev: Evidence, paths: list[Path]) -> None:
     scan = ScanSummary()
     buckets: dict[str, BucketCount] = {}
     verdicts: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    in_repro = _repro_lines(ev.repro)
+    seen: set[tuple[int, int]] = set()
     for path in paths:
+        key = _file_key(path)
+        if key is not None and key in seen:  # the same file twice (also via a link or ./)
+            ev.notes.append(f"scan {path}: given more than once, read once")
+            continue
         try:
             lines = list(read_graded(path))
         except OSError as exc:
             ev.notes.append(f"scan {path}: {exc.strerror or exc}")
             continue
+        if key is not None:
+            seen.add(key)
         scan.files.append(str(path))
+        repeated = 0
         for line in lines:
             scan.lines += 1
             if line is None:
                 scan.unreadable += 1
+                continue
+            if line.verdict in BAD_VERDICTS and len(ev.samples) < MAX_SAMPLE_RECORDS:
+                ev.samples.append(
+                    SampleRecord(
+                        line.verdict, list(line.reasons), line.concurrency, f"scan:{path.name}"
+                    )
+                )
+            if in_repro(line):
+                repeated += 1
                 continue
             le = bucket_label(line.concurrency) if line.concurrency is not None else "unknown"
             b = buckets.setdefault(le, BucketCount(le))
@@ -558,12 +620,12 @@ def _collect_scan(ev: Evidence, paths: list[Path]) -> None:
                 b.degenerate += 1
             elif line.verdict == "suspect":
                 b.suspect += 1
-            if line.verdict in BAD_VERDICTS and len(ev.samples) < MAX_SAMPLE_RECORDS:
-                ev.samples.append(
-                    SampleRecord(
-                        line.verdict, list(line.reasons), line.concurrency, f"scan:{path.name}"
-                    )
-                )
+        if repeated:
+            scan.in_repro += repeated
+            ev.notes.append(
+                f"scan {path}: {repeated} lines are answers the repro result already counts "
+                "(written by that run); counted once, their reasons read from the file"
+            )
     scan.buckets = sorted(buckets.values(), key=lambda b: bucket_order(b.le))
     scan.verdicts = dict(verdicts)
     scan.reasons = dict(reasons.most_common())
