@@ -218,3 +218,46 @@ def test_serve_refuses_a_bad_web_config_with_one_line(tmp_path: Path, capsys) ->
         err = capsys.readouterr().err.strip()
         assert rc == 2 and err.startswith("dsv4-sidecar serve: error: web config")
         assert "basic_auth_users.prometheus" in err and "\n" not in err
+
+
+def test_unknown_users_pay_a_bcrypt_check_and_good_ones_are_cached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unknown user name costs a bcrypt check at the configured cost (against a dummy
+    hash), so the answer's timing does not tell which users exist; good credentials are
+    checked once and then remembered (a scrape every 15 s does not pay bcrypt each time)."""
+    import asyncio
+    import base64
+
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(5)).decode()
+    auth = webconfig.BasicAuth(lambda *a: None, {USER: hashed.encode()})  # type: ignore[arg-type]
+    calls: list[bytes] = []
+    real = webconfig._checkpw
+
+    def counting(password: bytes, h: bytes) -> bool:
+        calls.append(h)
+        return real(password, h)
+
+    monkeypatch.setattr(webconfig, "_checkpw", counting)
+
+    def header(user: str, password: str) -> bytes:
+        return b"Basic " + base64.b64encode(f"{user}:{password}".encode())
+
+    check = lambda h: asyncio.run(auth.check(h))  # noqa: E731
+    assert not check(header("nobody", PASSWORD))
+    assert len(calls) == 1 and calls[0] != hashed.encode() and calls[0][:7] == b"$2b$05$"
+    assert not check(header(USER, "wrong"))
+    assert len(calls) == 2 and calls[1] == hashed.encode()
+    assert check(header(USER, PASSWORD)) and check(header(USER, PASSWORD))
+    assert len(calls) == 3  # the second good request came from the cache
+    # nothing to check at all: no bcrypt call (malformed, other scheme, over-long password)
+    for bad in (b"", b"Bearer x", b"Basic ###", header(USER, "p" * 73)):
+        assert not check(bad)
+    assert len(calls) == 3
+    # the cache is bounded: a full cache drops its oldest entry for a new good credential
+    auth._good.clear()
+    for i in range(webconfig.CACHE_SIZE):
+        auth._good[i.to_bytes(4, "big")] = None
+    assert check(header(USER, PASSWORD))
+    assert len(calls) == 4  # not cached any more: checked again
+    assert len(auth._good) == webconfig.CACHE_SIZE and (0).to_bytes(4, "big") not in auth._good
