@@ -21,3 +21,10 @@ CAUSES = (
     "body too large",
     "body nested too deep",
 )
+# An answer that came back but could not be read: not JSON (or nested too deep to parse).
+NON_JSON = "non-JSON body"
+
+
+def http_status(status: int) -> str:
+    """``HTTP 503``: an answer with a status that is not success (100-599, else ``HTTP ?``)."""
+    return f"HTTP {status}" if 100 <= status <= 599 else "HTTP ?"

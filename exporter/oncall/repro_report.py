@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.causes import CAUSES
+from exporter.causes import CAUSES, NON_JSON
 from exporter.stats import SIGNIFICANCE, fisher_exact, two_proportion_z, wilson_interval
 
 DEFAULT_LEVELS: tuple[int, ...] = (1, 8, 16, 32, 64)
@@ -22,12 +22,11 @@ DEFAULT_REQUESTS = 100
 DEFAULT_ALPHA = SIGNIFICANCE.alpha  # `--alpha` overrides it per run; the report records it
 P_FLOOR = 1e-20  # below this a p-value is printed as "p < 1e-20": more digits mean nothing
 # Why a request counts as an error, beyond the outbound causes ("connection refused", ...).
-NON_JSON = "non-JSON body"
 UNGRADABLE = "ungradable answer"  # HTTP 200 and JSON, but no completion the grader can read
 NO_ANSWER = "no answer"
 OTHER_CAUSE = "other"
 _OWN_CAUSES = frozenset((NON_JSON, UNGRADABLE, NO_ANSWER, OTHER_CAUSE))
-_HTTP_CAUSE = re.compile(r"HTTP [1-5][0-9][0-9]")
+_HTTP_CAUSE = re.compile(r"HTTP [1-5][0-9][0-9]")  # causes.http_status()
 
 
 def error_cause(text: str | None) -> str:

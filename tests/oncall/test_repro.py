@@ -153,6 +153,23 @@ def test_unreachable_endpoint_counts_errors(capsys):
     assert "3 errors (connection refused: 3)" in out  # the summary line
 
 
+def test_http_errors_are_counted_by_status(capsys):
+    async def unavailable(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 503, "headers": []})
+        await send({"type": "http.response.body", "body": b"overloaded, see http://x/?k=v"})
+
+    with ServerThread(unavailable, lifespan="off") as srv:
+        rc = main(
+            ["repro", srv.url, "--model", "m", "--concurrency", "1", "--requests", "3",
+             "--timeout", "5", "--json", "--quiet"]
+        )  # fmt: skip
+    assert rc == 1
+    level = json.loads(capsys.readouterr().out)["arms"][0]["levels"][0]
+    assert level["error_causes"] == {"HTTP 503": 3}  # the status, never the body
+
+
 def test_error_causes_are_bounded_words():
     from collections import Counter
 
