@@ -20,6 +20,7 @@ map to their own error-counter label values; the message never holds a body.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -251,14 +252,23 @@ def get_sync(
     timeout: float,
     headers: Mapping[str, str] | None = None,
     follow_redirects: int = 0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Reply:
-    """``GET url`` with the same policy as :class:`Outbound`, with the standard library."""
+    """``GET url`` with the same policy as :class:`Outbound`, with the standard library.
+    ``ssl_context``: how to verify an https server (a private CA); default: the system's."""
     hdrs = dict(headers or {})
     hops = 0
+    opener = _OPENER
+    if ssl_context is not None:
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}),
+            _NoRedirect(),
+            urllib.request.HTTPSHandler(context=ssl_context),
+        )
     while True:
         req = urllib.request.Request(url, headers=hdrs)
         try:
-            with _OPENER.open(req, timeout=timeout) as resp:
+            with opener.open(req, timeout=timeout) as resp:
                 return Reply(resp.status, _read_sync(resp, limit, strict=True), url)
         except urllib.error.HTTPError as exc:
             target = exc.headers.get("Location") if exc.headers else None

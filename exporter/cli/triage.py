@@ -17,7 +17,9 @@ per-sample reasons, not counts: its lines are recognised (arm, URL, time) and co
 The same file given twice is read once.
 
 The samples token is read from DSV4_SIDECAR_SAMPLES_TOKEN or --samples-token-file, never
-from the command line (it would end up in shell history and process lists).
+from the command line (it would end up in shell history and process lists). A sidecar behind
+a web config file (TLS, basic auth): --sidecar-ca-file for its certificate's CA, --sidecar-user
+with the password from DSV4_SIDECAR_BASIC_AUTH_PASSWORD or --sidecar-password-file.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from exporter.oncall.triage.collect import CollectOptions
+    from exporter.oncall.triage.http import SidecarAuth
     from exporter.thresholds import AlertConfig
 
 
@@ -63,6 +66,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="range of increase() in the over-time plots (default: 4 steps, >= 60s)",
     )
     p.add_argument("--samples-token-file", type=Path, help="file holding the samples token")
+    p.add_argument("--sidecar-user", metavar="NAME", help="basic auth user of the sidecar")
+    p.add_argument(
+        "--sidecar-password-file",
+        type=Path,
+        metavar="FILE",
+        help="file holding that user's password (or DSV4_SIDECAR_BASIC_AUTH_PASSWORD)",
+    )
+    p.add_argument(
+        "--sidecar-ca-file",
+        type=Path,
+        metavar="FILE",
+        help="CA (PEM) that signed the sidecar's TLS certificate (default: the system's)",
+    )
     p.add_argument("--repro", type=Path, help="`repro --json` output, or a `repro --out` DIR")
     p.add_argument("--scan", type=Path, action="append", default=[], help="JSONL samples file")
     p.add_argument("--out", type=Path, help="report directory (default: ./triage-<time>)")
@@ -113,6 +129,37 @@ def _token(args: argparse.Namespace) -> str | None:
     return os.environ.get("DSV4_SIDECAR_SAMPLES_TOKEN") or None
 
 
+def _sidecar_auth(args: argparse.Namespace) -> SidecarAuth | None:
+    """The sidecar's web config credentials; the password never from a flag (shell history)."""
+    from exporter.oncall.triage.http import SidecarAuth
+
+    basic = None
+    if args.sidecar_user:
+        if args.sidecar_password_file is not None:
+            try:
+                text = args.sidecar_password_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot read --sidecar-password-file {args.sidecar_password_file}: "
+                    f"{exc.strerror}"
+                ) from None
+            password = text.rstrip("\r\n")
+        else:
+            password = os.environ.get("DSV4_SIDECAR_BASIC_AUTH_PASSWORD", "")
+        if not password:
+            raise UsageError(
+                "--sidecar-user needs a password: set DSV4_SIDECAR_BASIC_AUTH_PASSWORD or "
+                "--sidecar-password-file"
+            )
+        basic = (args.sidecar_user, password)
+    elif args.sidecar_password_file is not None:
+        raise UsageError("--sidecar-password-file needs --sidecar-user")
+    ca = args.sidecar_ca_file
+    if ca is not None and not ca.is_file():
+        raise UsageError(f"--sidecar-ca-file {ca} is not a readable file")
+    return SidecarAuth(basic, ca) if basic or ca else None
+
+
 def options(args: argparse.Namespace) -> CollectOptions:
     from exporter.oncall.triage.collect import CollectOptions
     from exporter.oncall.triage.http import parse_duration
@@ -143,6 +190,7 @@ def options(args: argparse.Namespace) -> CollectOptions:
         step_s=step,
         rate_window_s=rate_window,
         samples_token=_token(args),
+        sidecar_auth=_sidecar_auth(args),
         repro_path=args.repro,
         scan_paths=list(args.scan),
         timeout=args.timeout,

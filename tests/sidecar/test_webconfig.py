@@ -4,6 +4,7 @@ httpx as the client (what Prometheus does when it scrapes with tls_config and ba
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import ssl
@@ -261,3 +262,54 @@ def test_unknown_users_pay_a_bcrypt_check_and_good_ones_are_cached(
     assert check(header(USER, PASSWORD))
     assert len(calls) == 4  # not cached any more: checked again
     assert len(auth._good) == webconfig.CACHE_SIZE and (0).to_bytes(4, "big") not in auth._good
+
+
+def test_triage_reaches_a_sidecar_behind_tls_and_basic_auth(
+    pki: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The on-call tool keeps working once the port is protected: the CA and the basic
+    auth user from flags, the password from the environment, never from a flag."""
+    path = _write(
+        tmp_path,
+        f"tls_server_config:\n  cert_file: {pki['server_crt']}\n  key_file: {pki['server_key']}\n"
+        f"basic_auth_users:\n  {USER}: '{_hash(PASSWORD)}'\n",
+    )
+    monkeypatch.delenv("DSV4_SIDECAR_SAMPLES_TOKEN", raising=False)
+    with _Server(webconfig.load(path)) as srv:
+        url = f"https://127.0.0.1:{srv.port}"
+        base = ["triage", "--sidecar", url, "--no-plots", "--json"]
+        # without credentials: the report says what is missing
+        assert main([*base, "--sidecar-ca-file", str(pki["ca_crt"]), "--out",
+                     str(tmp_path / "a")]) == 1  # fmt: skip
+        doc = json.loads(capsys.readouterr().out)
+        assert any("--sidecar-user" in n for n in doc["evidence"]["notes"])
+        # with them: the sidecar is a source, its footprint and /metrics were read
+        monkeypatch.setenv("DSV4_SIDECAR_BASIC_AUTH_PASSWORD", PASSWORD)
+        rc = main([*base, "--sidecar-ca-file", str(pki["ca_crt"]), "--sidecar-user", USER,
+                   "--out", str(tmp_path / "b")])  # fmt: skip
+        out = capsys.readouterr().out
+        assert rc == 0 and PASSWORD not in out
+        doc = json.loads(out)
+        assert doc["evidence"]["sources"] == [f"sidecar {url}"]
+        assert not any("HTTP 401" in n for n in doc["evidence"]["notes"])
+        assert PASSWORD not in "".join(p.read_text() for p in (tmp_path / "b").iterdir())
+        # the certificate is verified: without the CA, the system's trust store refuses it
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "nothing.pem"))
+        assert main([*base, "--sidecar-user", USER, "--out", str(tmp_path / "c")]) == 1
+        doc = json.loads(capsys.readouterr().out)
+        assert any("CERTIFICATE_VERIFY_FAILED" in n or "certificate" in n.lower()
+                   for n in doc["evidence"]["notes"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--sidecar-user", "u"], {}, "--sidecar-user needs a password"),
+        (["--sidecar-password-file", "/nonexistent"], {}, "needs --sidecar-user"),
+        (["--sidecar-ca-file", "/nonexistent.pem"], {}, "is not a readable file"),
+    ],
+)
+def test_triage_sidecar_credential_flags(argv, env, message, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("DSV4_SIDECAR_BASIC_AUTH_PASSWORD", raising=False)
+    assert main(["triage", "--sidecar", "https://127.0.0.1:1", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -44,6 +44,7 @@ from exporter.oncall.triage.evidence import (
 from exporter.oncall.triage.http import (
     FetchError,
     Prometheus,
+    SidecarAuth,
     get,
     get_json,
     parse_exposition,
@@ -182,6 +183,7 @@ class CollectOptions:
     step_s: float | None = None
     rate_window_s: float | None = None
     samples_token: str | None = None
+    sidecar_auth: SidecarAuth | None = None  # the sidecar's web config: basic auth, its CA
     repro_path: Path | None = None
     scan_paths: list[Path] = field(default_factory=list)
     timeout: float = 10.0
@@ -223,22 +225,29 @@ def collect(opts: CollectOptions) -> Evidence:
 def _collect_sidecar(ev: Evidence, opts: CollectOptions) -> str | None:
     base = opts.sidecar_url.rstrip("/") if opts.sidecar_url else ""
     try:
-        status, doc = get_json(base + "/api/v1/footprint", timeout=opts.timeout)
+        status, doc = get_json(
+            base + "/api/v1/footprint", timeout=opts.timeout, auth=opts.sidecar_auth
+        )
         if status == 200 and isinstance(doc, dict):
             _from_footprint(ev, doc)
         else:
             ev.notes.append(f"sidecar /api/v1/footprint: HTTP {status}")
     except FetchError as exc:
         ev.notes.append(str(exc))
+        if "HTTP 401" in str(exc):
+            ev.notes.append(
+                "the sidecar asks for basic auth (its web config file): give --sidecar-user "
+                "and the password in DSV4_SIDECAR_BASIC_AUTH_PASSWORD or --sidecar-password-file"
+            )
         return None  # the sidecar is not answering: skip its other endpoints
     try:
-        _status, doc = get_json(base + "/readyz", timeout=opts.timeout)
+        _status, doc = get_json(base + "/readyz", timeout=opts.timeout, auth=opts.sidecar_auth)
         ev.readiness = doc if isinstance(doc, dict) else None
     except FetchError as exc:
         ev.notes.append(str(exc))
     metrics = None
     try:
-        status, body = get(base + "/metrics", timeout=opts.timeout)
+        status, body = get(base + "/metrics", timeout=opts.timeout, auth=opts.sidecar_auth)
         if status == 200:
             metrics = body.decode("utf-8", "replace")
         else:
@@ -262,6 +271,7 @@ def _collect_samples_endpoint(ev: Evidence, base: str, opts: CollectOptions) -> 
             params={"limit": 1000},
             timeout=opts.timeout,
             token=opts.samples_token,
+            auth=opts.sidecar_auth,
         )
     except FetchError as exc:
         ev.notes.append(str(exc))
