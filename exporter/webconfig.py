@@ -188,13 +188,15 @@ def _tls(path: Path, raw: Any) -> TLSConfig:
         )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:  # load now, so a wrong key or a non-PEM file fails here, by name, not in uvicorn
-        ctx.load_cert_chain(cert, key_file)
+        # an encrypted key would make OpenSSL prompt on a terminal the container does not
+        # have: a password callback that gives none turns that into the error below
+        ctx.load_cert_chain(cert, key_file, password=lambda: b"")
     except (ssl.SSLError, OSError) as exc:
         raise _fail(
             path,
             f"{key}.cert_file/key_file",
             f"cannot load the pair ({getattr(exc, 'reason', None) or type(exc).__name__})",
-            "give a PEM certificate and the PEM private key that belongs to it",
+            "give a PEM certificate and the unencrypted PEM private key that belongs to it",
         ) from None
     if ca_file is not None:
         try:
@@ -267,7 +269,8 @@ def load(path: Path) -> WebConfig:
             raise _fail(path, str(k), UNSUPPORTED[k], f"remove {k}")
         if k not in TOP_KEYS:
             raise _fail(path, str(k), "unknown key", f"use only {', '.join(TOP_KEYS)}")
-    tls = _tls(path, doc["tls_server_config"]) if doc.get("tls_server_config") else None
+    # present but empty is a mistake (TLS asked for, nothing to serve it with), not "no TLS"
+    tls = _tls(path, doc["tls_server_config"]) if "tls_server_config" in doc else None
     users = _users(path, doc["basic_auth_users"]) if doc.get("basic_auth_users") else {}
     return WebConfig(path, tls, users)
 

@@ -187,6 +187,7 @@ def test_client_certificates_and_min_version(pki: dict[str, Path], tmp_path: Pat
         ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n",
          "tls_server_config.min_version", "use one of TLS12, TLS13"),
         ("tls_server_config: [\n", "web_config_file", "not valid YAML at line"),
+        ("tls_server_config:\n", "tls_server_config", "give cert_file and key_file"),
     ],
 )  # fmt: skip
 def test_a_malformed_web_config_names_the_key_and_the_fix(
@@ -209,6 +210,18 @@ def test_a_key_that_does_not_match_the_certificate(pki: dict[str, Path], tmp_pat
         f"tls_server_config:\n  cert_file: {pki['server_crt']}\n  key_file: {pki['client_key']}\n",
     )
     with pytest.raises(webconfig.WebConfigError, match="cert_file/key_file: cannot load"):
+        webconfig.load(path)
+    # an encrypted key is refused at once (OpenSSL would otherwise prompt for its password)
+    encrypted = tmp_path / "encrypted.key"
+    subprocess.run(
+        [_openssl(), "pkey", "-in", str(pki["server_key"]), "-aes256", "-passout", "pass:x",
+         "-out", str(encrypted)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    path = _write(
+        tmp_path, f"tls_server_config:\n  cert_file: {pki['server_crt']}\n  key_file: {encrypted}\n"
+    )
+    with pytest.raises(webconfig.WebConfigError, match="unencrypted PEM private key"):
         webconfig.load(path)
 
 
