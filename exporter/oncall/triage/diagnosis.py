@@ -387,19 +387,16 @@ def _over(f: Facts, threshold: int) -> list[str]:
     return lines
 
 
+def _trend_line(t: Trend) -> str:
+    return f"corruption {SIGNIFICANCE.trend_words(t.rises)} ({t.origin}: {t.describe()})"
+
+
 def _trend_lines(f: Facts) -> list[str]:
-    return [
-        f"corruption {SIGNIFICANCE.trend_words(t.rises)} ({t.origin}: {t.describe()})"
-        for t in f.trends
-    ]
+    return [_trend_line(t) for t in f.trends]
 
 
 def _rising_lines(f: Facts) -> list[str]:
-    return [
-        f"corruption {SIGNIFICANCE.trend_words(True)} ({t.origin}: {t.describe()})"
-        for t in f.trends
-        if t.rises
-    ]
+    return [_trend_line(t) for t in f.trends if t.rises]
 
 
 def _race(f: Facts) -> list[str]:
