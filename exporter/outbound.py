@@ -20,6 +20,7 @@ map to their own error-counter label values; the message never holds a body.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import urllib.error
 import urllib.parse
@@ -59,9 +60,6 @@ class OutboundError(Exception):
 def connection_cause(exc: BaseException) -> str:
     """One of :data:`CAUSES` for an exception raised while connecting or reading; walks the
     exception's OS error (aiohttp wraps ``ConnectionRefusedError`` and ``socket.gaierror``)."""
-    import socket
-    import ssl
-
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "server disconnected"
     seen: BaseException | None = exc
