@@ -19,7 +19,7 @@ The same file given twice is read once.
 The samples token is read from DSV4_SIDECAR_SAMPLES_TOKEN or --samples-token-file, never
 from the command line (it would end up in shell history and process lists). A sidecar behind
 a web config file (TLS, basic auth): --sidecar-ca-file for its certificate's CA, --sidecar-user
-with the password from DSV4_SIDECAR_BASIC_AUTH_PASSWORD or --sidecar-password-file.
+with the password from DSV4_TRIAGE_SIDECAR_PASSWORD or --sidecar-password-file.
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from exporter.oncall.triage.collect import CollectOptions
     from exporter.oncall.triage.http import SidecarAuth
     from exporter.thresholds import AlertConfig
+
+
+# The sidecar's basic auth password for triage: not DSV4_SIDECAR_* (those are the sidecar's own
+# settings, and serve warns about unknown ones); never a flag (shell history, process lists).
+PASSWORD_ENV = "DSV4_TRIAGE_SIDECAR_PASSWORD"
 
 
 class UsageError(Exception):
@@ -71,7 +76,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--sidecar-password-file",
         type=Path,
         metavar="FILE",
-        help="file holding that user's password (or DSV4_SIDECAR_BASIC_AUTH_PASSWORD)",
+        help=f"file holding that user's password (or {PASSWORD_ENV})",
     )
     p.add_argument(
         "--sidecar-ca-file",
@@ -145,11 +150,10 @@ def _sidecar_auth(args: argparse.Namespace) -> SidecarAuth | None:
                 ) from None
             password = text.rstrip("\r\n")
         else:
-            password = os.environ.get("DSV4_SIDECAR_BASIC_AUTH_PASSWORD", "")
+            password = os.environ.get(PASSWORD_ENV, "")
         if not password:
             raise UsageError(
-                "--sidecar-user needs a password: set DSV4_SIDECAR_BASIC_AUTH_PASSWORD or "
-                "--sidecar-password-file"
+                f"--sidecar-user needs a password: set {PASSWORD_ENV} or --sidecar-password-file"
             )
         basic = (args.sidecar_user, password)
     elif args.sidecar_password_file is not None:

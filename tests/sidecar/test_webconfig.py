@@ -297,7 +297,7 @@ def test_triage_reaches_a_sidecar_behind_tls_and_basic_auth(
         doc = json.loads(capsys.readouterr().out)
         assert any("--sidecar-user" in n for n in doc["evidence"]["notes"])
         # with them: the sidecar is a source, its footprint and /metrics were read
-        monkeypatch.setenv("DSV4_SIDECAR_BASIC_AUTH_PASSWORD", PASSWORD)
+        monkeypatch.setenv("DSV4_TRIAGE_SIDECAR_PASSWORD", PASSWORD)
         rc = main([*base, "--sidecar-ca-file", str(pki["ca_crt"]), "--sidecar-user", USER,
                    "--out", str(tmp_path / "b")])  # fmt: skip
         out = capsys.readouterr().out
@@ -323,6 +323,6 @@ def test_triage_reaches_a_sidecar_behind_tls_and_basic_auth(
     ],
 )
 def test_triage_sidecar_credential_flags(argv, env, message, monkeypatch, capsys) -> None:
-    monkeypatch.delenv("DSV4_SIDECAR_BASIC_AUTH_PASSWORD", raising=False)
+    monkeypatch.delenv("DSV4_TRIAGE_SIDECAR_PASSWORD", raising=False)
     assert main(["triage", "--sidecar", "https://127.0.0.1:1", *argv]) == 2
     assert message in capsys.readouterr().err

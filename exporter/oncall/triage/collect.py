@@ -237,7 +237,7 @@ def _collect_sidecar(ev: Evidence, opts: CollectOptions) -> str | None:
         if "HTTP 401" in str(exc):
             ev.notes.append(
                 "the sidecar asks for basic auth (its web config file): give --sidecar-user "
-                "and the password in DSV4_SIDECAR_BASIC_AUTH_PASSWORD or --sidecar-password-file"
+                "and the password in DSV4_TRIAGE_SIDECAR_PASSWORD or --sidecar-password-file"
             )
         return None  # the sidecar is not answering: skip its other endpoints
     try:
