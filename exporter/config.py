@@ -57,6 +57,8 @@ FIXES: dict[str, str] = {
     "from a Kubernetes Secret), or unset the key",
     "samples_token": "set a token of letters, digits and -._~+/ (e.g. `openssl rand -hex 32`, "
     "from a Kubernetes Secret), or unset the key",
+    "web_config_file": "point it at a readable YAML file with tls_server_config and/or "
+    "basic_auth_users (docs/deploy.md, 'TLS and basic auth'), or unset it",
     "samples_token_file": "mount the Secret holding the token at that path, or unset the key "
     "(GET /api/v1/samples is then off)",
 }
@@ -95,6 +97,19 @@ class SidecarSettings(BaseSettings):
         None,
         description="File serve writes the address it listens on to (JSON), for the image's "
         "HEALTHCHECK (`python -m exporter.healthcheck`); the image sets it under /tmp.",
+    )
+    web_config_file: Path | None = Field(
+        None,
+        description="Web config file (YAML, as Prometheus exporter-toolkit's "
+        "--web.config.file): tls_server_config {cert_file, key_file, client_ca_file, "
+        "client_auth_type, min_version} serves /metrics and the API over TLS; "
+        "basic_auth_users {user: bcrypt hash} requires basic auth on every path but /healthz "
+        "and /api/v1/samples (bearer tokens). Also --web.config.file. docs/deploy.md.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines on stderr: text, or json (one object per line: time, level, "
+        "logger, message) for log pipelines. Never a prompt, an output or a token.",
     )
     engine: Literal["auto", "sglang", "vllm"] = Field(
         "auto",

@@ -23,11 +23,13 @@ DEFAULT_PORT = 9400
 LISTEN_FILE_ENV = "DSV4_SIDECAR_LISTEN_FILE"
 
 
-def write_listen_file(path: Path, host: str, port: int) -> None:
-    """Record the bound address atomically (a reader never sees half a file)."""
+def write_listen_file(path: Path, host: str, port: int, *, tls: bool = False) -> None:
+    """Record the bound address atomically (a reader never sees half a file), and whether it
+    speaks TLS (a web config file's tls_server_config), so the probe uses the right scheme."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"host": host, "port": port, "pid": os.getpid()}), "utf-8")
+    doc = {"host": host, "port": port, "pid": os.getpid(), "tls": tls}
+    tmp.write_text(json.dumps(doc), "utf-8")
     os.replace(tmp, path)
 
 
@@ -40,28 +42,51 @@ def _connect_host(host: str) -> str:
     return host
 
 
+def _record(env: Mapping[str, str]) -> dict | None:
+    listen_file = env.get(LISTEN_FILE_ENV)
+    if not listen_file:
+        return None
+    try:
+        data = json.loads(Path(listen_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # not written yet (starting) or unreadable: the settings' address
+    return data if isinstance(data, dict) else None
+
+
 def probe_address(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
     env = os.environ if environ is None else environ
-    listen_file = env.get(LISTEN_FILE_ENV)
-    if listen_file:
+    data = _record(env)
+    if data is not None:
         try:
-            data = json.loads(Path(listen_file).read_text(encoding="utf-8"))
             return _connect_host(str(data["host"])), int(data["port"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not written yet (starting) or unreadable: the settings' address
+        except (ValueError, KeyError, TypeError):
+            pass
     host = env.get("DSV4_SIDECAR_HOST", "0.0.0.0")
     port = int(env.get("DSV4_SIDECAR_PORT") or DEFAULT_PORT)
     return _connect_host(host), port
 
 
-def url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/healthz" if ":" in host else f"http://{host}:{port}/healthz"
+def url(host: str, port: int, tls: bool = False) -> str:
+    scheme = "https" if tls else "http"
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"{scheme}://{netloc}/healthz"
 
 
 def main(environ: Mapping[str, str] | None = None, timeout: float = 2.0) -> int:
-    target = url(*probe_address(environ))
+    env = os.environ if environ is None else environ
+    tls = bool((_record(env) or {}).get("tls"))
+    target = url(*probe_address(env), tls=tls)
+    context = None
+    if tls:
+        import ssl
+
+        # Liveness of the server in this very container, over loopback: the certificate names
+        # the service, not 127.0.0.1, and no credential is sent, so it is not verified.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     try:
-        with urllib.request.urlopen(target, timeout=timeout) as resp:
+        with urllib.request.urlopen(target, timeout=timeout, context=context) as resp:
             ok = resp.status == 200
     except (OSError, ValueError) as exc:
         print(f"unhealthy: {target}: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter import outbound
+from exporter import causes, outbound
 from exporter.samplers.prompts import load_prompts
 from exporter.sources import bounded
 
@@ -32,6 +32,8 @@ class Exchange:
     status: int
     response: Any  # parsed JSON object, or list of SSE chunk objects when streaming
     latency: float
+    # why there is no response: an outbound cause ("connection refused"), "HTTP 503" or
+    # "non-JSON body"; bounded words, never a URL or a body (`repro` counts them)
     error: str | None = None
 
 
@@ -161,18 +163,18 @@ class LoadGenerator:
             status, raw = reply.status, reply.body
         except outbound.OutboundError as exc:
             stats.errors += 1
-            return Exchange(concurrency, body, 0, None, time.perf_counter() - t0, exc.reason)
+            return Exchange(concurrency, body, 0, None, time.perf_counter() - t0, exc.cause)
         finally:
             self.inflight -= 1
         latency = time.perf_counter() - t0
         if status != 200:
             stats.errors += 1
-            return Exchange(concurrency, body, status, None, latency, f"HTTP {status}")
+            return Exchange(concurrency, body, status, None, latency, causes.http_status(status))
         try:
             response: Any = _parse_sse(raw) if self.stream else bounded.loads_bounded(raw, len(raw))
         except ValueError:  # not JSON, or bounded.BodyRejected (nested too deep)
             stats.errors += 1
-            return Exchange(concurrency, body, status, None, latency, "non-JSON body")
+            return Exchange(concurrency, body, status, None, latency, causes.NON_JSON)
         stats.ok += 1
         stats.latencies.append(latency)
         return Exchange(concurrency, body, status, response, latency)

@@ -20,6 +20,8 @@ map to their own error-counter label values; the message never holds a body.
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,11 +31,18 @@ from typing import Any
 
 import aiohttp
 
+from exporter.causes import CAUSES, CONNECTION_REFUSED
 from exporter.sources import bounded
 
 UNREACHABLE = "unreachable"
 TIMEOUT = "timeout"
 REASONS = (UNREACHABLE, TIMEOUT, *bounded.REASONS)
+_CAUSE_OF_REASON = {
+    UNREACHABLE: "connection error",
+    TIMEOUT: "timeout",
+    bounded.TOO_LARGE: "body too large",
+    bounded.TOO_DEEP: "body nested too deep",
+}
 # A non-2xx answer's body is kept only this far: enough for an error message, never a dump.
 ERROR_BODY_MAX_BYTES = 4 << 10
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
@@ -42,9 +51,33 @@ _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 class OutboundError(Exception):
     """A request that got no usable answer; ``reason`` is one of :data:`REASONS`."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, cause: str | None = None) -> None:
         super().__init__(detail)
         self.reason = reason
+        self.cause = cause if cause in CAUSES else _CAUSE_OF_REASON.get(reason, "connection error")
+
+
+def connection_cause(exc: BaseException) -> str:
+    """One of :data:`CAUSES` for an exception raised while connecting or reading; walks the
+    exception's OS error (aiohttp wraps ``ConnectionRefusedError`` and ``socket.gaierror``)."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server disconnected"
+    seen: BaseException | None = exc
+    for _ in range(4):  # the wrapped OS error is at most a few levels down
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError):
+            return CONNECTION_REFUSED
+        if isinstance(seen, ConnectionResetError):
+            return "connection reset"
+        if isinstance(seen, socket.gaierror):
+            return "name not resolved"
+        if isinstance(seen, (ssl.SSLError, aiohttp.ClientSSLError)):
+            return "TLS error"
+        seen = getattr(seen, "os_error", None) or seen.__cause__ or getattr(seen, "reason", None)
+        if not isinstance(seen, BaseException):
+            break
+    return "connection error"
 
 
 @dataclass(frozen=True)
@@ -172,7 +205,9 @@ class Outbound:
                 ) from None
             except aiohttp.ClientError as exc:
                 raise OutboundError(
-                    UNREACHABLE, f"{method} {_safe(url)}: {type(exc).__name__}"
+                    UNREACHABLE,
+                    f"{method} {_safe(url)}: {type(exc).__name__}",
+                    connection_cause(exc),
                 ) from None
 
 
@@ -215,14 +250,23 @@ def get_sync(
     timeout: float,
     headers: Mapping[str, str] | None = None,
     follow_redirects: int = 0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Reply:
-    """``GET url`` with the same policy as :class:`Outbound`, with the standard library."""
+    """``GET url`` with the same policy as :class:`Outbound`, with the standard library.
+    ``ssl_context``: how to verify an https server (a private CA); default: the system's."""
     hdrs = dict(headers or {})
     hops = 0
+    opener = _OPENER
+    if ssl_context is not None:
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}),
+            _NoRedirect(),
+            urllib.request.HTTPSHandler(context=ssl_context),
+        )
     while True:
         req = urllib.request.Request(url, headers=hdrs)
         try:
-            with _OPENER.open(req, timeout=timeout) as resp:
+            with opener.open(req, timeout=timeout) as resp:
                 return Reply(resp.status, _read_sync(resp, limit, strict=True), url)
         except urllib.error.HTTPError as exc:
             target = exc.headers.get("Location") if exc.headers else None
@@ -236,7 +280,9 @@ def get_sync(
             raise OutboundError(TIMEOUT, f"GET {_safe(url)} exceeded {timeout}s") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise OutboundError(UNREACHABLE, f"GET {_safe(url)}: {reason}") from None
+            raise OutboundError(
+                UNREACHABLE, f"GET {_safe(url)}: {reason}", connection_cause(exc)
+            ) from None
 
 
 def _read_sync(resp: Any, cap: int, *, strict: bool) -> bytes:

@@ -11,8 +11,15 @@ runtime dependency: the sidecar image stays small, and the tests cross-check aga
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-__all__ = ["fisher_exact", "two_proportion_z", "wilson_interval"]
+__all__ = [
+    "SIGNIFICANCE",
+    "SignificanceRule",
+    "fisher_exact",
+    "two_proportion_z",
+    "wilson_interval",
+]
 
 # Relative tolerance when deciding which tables are "at least as extreme" as the observed one:
 # tables with equal probability must be included although floating point makes them differ in
@@ -102,3 +109,43 @@ def two_proportion_z(a_bad: int, a_n: int, b_bad: int, b_n: int) -> tuple[float,
         return 0.0, 1.0
     z = (a_bad / a_n - b_bad / b_n) / se
     return z, math.erfc(abs(z) / math.sqrt(2))
+
+
+@dataclass(frozen=True)
+class SignificanceRule:
+    """The one rule by which `repro` and `triage` call a difference between two rates real.
+
+    Both tools claim "corruption rises with concurrency" (and `repro --ab` "significant") on
+    the same kind of evidence; with a threshold each they disagreed on the same data (repro
+    said it rises at p = 0.013, triage that it did not). So the test, the level and the words
+    live here once and both tools call :meth:`rises` and :meth:`trend_words`.
+
+    Fisher's exact test, two-sided: exact at the small counts on-call runs produce. alpha =
+    0.01 rather than 0.05: a verdict feeds a diagnosis that tells someone to turn HiCache off,
+    and an on-call run compares several levels and arms, so the stricter level keeps the
+    false-alarm rate of the whole report near 5%.
+    """
+
+    test: str = "fisher_exact"
+    alpha: float = 0.01
+
+    def p_value(self, low_k: int, low_n: int, high_k: int, high_n: int) -> float:
+        """The rule's test on [[low_k, low_n - low_k], [high_k, high_n - high_k]]."""
+        return fisher_exact(low_k, low_n, high_k, high_n)
+
+    def significant(self, p_value: float, alpha: float | None = None) -> bool:
+        return p_value < (self.alpha if alpha is None else alpha)
+
+    def rises(
+        self, p_value: float, low_rate: float, high_rate: float, alpha: float | None = None
+    ) -> bool:
+        """A rise is a significant difference in the rising direction."""
+        return self.significant(p_value, alpha) and high_rate > low_rate
+
+    @staticmethod
+    def trend_words(rises: bool) -> str:
+        """The one wording of the verdict, so a ticket reads the same from either tool."""
+        return "rises with concurrency" if rises else "does not rise significantly with concurrency"
+
+
+SIGNIFICANCE = SignificanceRule()

@@ -21,13 +21,43 @@ def log_level(value: str) -> str:
     return level
 
 
-def setup_logging(level: str = "INFO") -> None:
-    """Plain one-line logs on stderr. Nothing here ever logs prompts, outputs or headers."""
+def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
+    """One-line logs on stderr: plain text, or one JSON object per line (``fmt="json"``) for
+    log pipelines (Loki, Elasticsearch) that would otherwise parse text with regexes. Nothing
+    the project logs holds a prompt, an output, a header or a token (log calls pass types and
+    counts, not payloads); the JSON form adds no field beyond the text form's."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.DEBUG),  # uvicorn's "trace" -> DEBUG
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        handlers=[handler],
+        force=fmt == "json",  # replace any handler set earlier, so no line stays plain text
     )
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"time", "level", "logger", "message"}`` (plus ``exception`` with a traceback): the
+    fields of the text format, no more, so JSON adds structure and never data."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+        from datetime import datetime, timezone
+
+        doc = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False, default=str)
 
 
 def fail(command: str, message: str) -> int:

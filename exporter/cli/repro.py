@@ -78,7 +78,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " with --max-tokens this holds generation length fixed across concurrency levels",
     )
     p.add_argument("--grammar", choices=("v4", "v4.1", "v3.2"), default="v4", help="DSML grammar")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help="significance level of the trend and A/B tests (default %(default)s: the one rule "
+        "repro and triage share, exporter/stats.py); recorded in the report, which triage "
+        "then reads at the same level",
+    )
     p.add_argument(
         "--out", type=Path, help="keep every graded sample (redacted) in DIR/samples.jsonl"
     )

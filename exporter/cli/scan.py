@@ -5,14 +5,18 @@ Each line is ``{"text": ..., "grammar": "v4"|"v3.2", "finish_reason": ..., "tool
 an OpenAI chat completion (or list of stream chunks), or ``{"response": <one of those>,
 "tools": [...]}`` -- the sample shapes the ingest API takes. A line that cannot be read
 (invalid JSON, nested deeper than 64 levels, a field of the wrong type) is reported as verdict
-``error`` and the scan goes on; blank lines are skipped.
+``error`` and the scan goes on; the summary names the first unreadable line numbers and
+counts the rest. Blank lines are skipped. On a terminal, progress (bytes read, lines graded)
+is drawn on stderr while the scan runs; piped or redirected, nothing extra is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +32,12 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 RANK = {"degenerate": 0, "error": 1, "truncated": 2, "suspect": 3}
+# The summary names this many unreadable line numbers and counts the rest: enough to open the
+# file at the first few, bounded however broken the input is.
+MAX_UNREADABLE_LINES = 20
+# Progress is updated every this many lines: a 547 MB file is millions of lines, and the bar
+# needs a few updates a second, not one per line.
+PROGRESS_EVERY = 512
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,11 +84,33 @@ class Summary:
     lines: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
+    unreadable: int = 0
+    unreadable_lines: list[int] = field(default_factory=list)  # the first MAX_UNREADABLE_LINES
 
     def add(self, result: Result) -> None:
         self.lines += 1
         self.verdicts[result.verdict] += 1
         self.reasons.update(set(result.reasons))
+
+    def add_unreadable(self, number: int) -> None:
+        """A line that is not a gradable object: verdict ``error``, and its number kept."""
+        self.lines += 1
+        self.verdicts["error"] += 1
+        self.reasons["bad_input"] += 1
+        self.unreadable += 1
+        if len(self.unreadable_lines) < MAX_UNREADABLE_LINES:
+            self.unreadable_lines.append(number)
+
+    def unreadable_text(self) -> str | None:
+        """ "3 unreadable lines: 4, 9, 12" (with "and N more" past the bound)."""
+        if not self.unreadable:
+            return None
+        shown = ", ".join(str(n) for n in self.unreadable_lines)
+        more = self.unreadable - len(self.unreadable_lines)
+        word = "line" if self.unreadable == 1 else "lines"
+        return f"{self.unreadable} unreadable {word}: {shown}" + (
+            f" and {more:,} more" if more else ""
+        )
 
     def _row(self, k: int) -> dict[str, Any]:
         lo, hi = wilson_interval(k, self.lines)
@@ -88,6 +120,7 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         return {
             "lines": self.lines,
+            "unreadable": {"count": self.unreadable, "first_lines": self.unreadable_lines},
             "verdicts": {v: self._row(self.verdicts[v]) for v in VERDICTS},
             "reasons": {
                 r: {
@@ -135,11 +168,76 @@ def error_json(message: str) -> dict[str, Any]:
     return {"verdict": "error", "reasons": ["bad_input"], "error": message}
 
 
-def _lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
+def _lines(stream: IO[bytes], progress: _Progress | None = None) -> Iterator[tuple[int, str]]:
     for number, raw in enumerate(stream, start=1):
+        if progress is not None:
+            progress.advance(number, len(raw))
         line = raw.decode("utf-8", "replace").strip()
         if line:
             yield number, line
+
+
+class _Progress:
+    """Bytes read and lines seen, drawn on stderr by rich while a scan runs.
+
+    Only on a terminal: a scan's stdout is often piped (``--json``) and its stderr collected
+    by a script, where a bar would be noise in a file. Transient: the summary replaces it.
+    """
+
+    def __init__(self, total: int | None, console_file: IO[str]) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("scan"),
+            BarColumn(),
+            DownloadColumn(),
+            TextColumn("{task.fields[lines]:,} lines"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(file=console_file),
+            transient=True,
+            # stdout is the scan's output (``--json`` lines): never routed through the bar
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._task = self._progress.add_task("scan", total=total, lines=0)
+        self._bytes = 0
+
+    def __enter__(self) -> _Progress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def advance(self, line: int, nbytes: int) -> None:
+        self._bytes += nbytes
+        if line % PROGRESS_EVERY == 0:
+            self._progress.update(self._task, completed=self._bytes, lines=line)
+
+
+def _progress_for(stream: IO[bytes], stderr: IO[str]) -> _Progress | None:
+    """A progress display when stderr is a terminal, sized by the file when it has a size."""
+    try:
+        if not stderr.isatty():
+            return None
+    except (AttributeError, ValueError):  # a closed or fake stream
+        return None
+    total: int | None = None
+    try:
+        size = os.fstat(stream.fileno()).st_size
+        total = size or None
+    except (OSError, AttributeError, ValueError):
+        total = None
+    return _Progress(total, stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -150,22 +248,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     summary = Summary()
     worst: list[tuple[tuple[int, int, int, int], int, Result]] = []
+    progress = _progress_for(stream, sys.stderr)
     try:
-        for number, line in _lines(stream):
-            try:
-                result = grade_line(loads_bounded(line), args)
-            except (SampleError, InputError) as exc:
-                message = f"line {number}: {exc}"
-                summary.lines += 1
-                summary.verdicts["error"] += 1
-                summary.reasons["bad_input"] += 1
-                if args.json:
-                    print(json.dumps({"line": number, **error_json(message)}), flush=False)
-                continue
-            summary.add(result)
-            if args.json:
-                print(_dumps({"line": number, **result.to_json()}))
-            _keep_worst(worst, number, result, args.examples)
+        with progress if progress is not None else contextlib.nullcontext():
+            _scan(stream, args, summary, worst, progress)
     except OSError as exc:
         print(f"dsv4-sidecar scan: read failed: {exc}", file=sys.stderr)
         return 2
@@ -185,6 +271,28 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_summary(summary, sorted(worst, reverse=True), file=sys.stdout)
     return 0
+
+
+def _scan(
+    stream: IO[bytes],
+    args: argparse.Namespace,
+    summary: Summary,
+    worst: list[tuple[tuple[int, int, int, int], int, Result]],
+    progress: _Progress | None,
+) -> None:
+    for number, line in _lines(stream, progress):
+        try:
+            result = grade_line(loads_bounded(line), args)
+        except (SampleError, InputError) as exc:
+            message = f"line {number}: {exc}"
+            summary.add_unreadable(number)
+            if args.json:
+                print(json.dumps({"line": number, **error_json(message)}), flush=False)
+            continue
+        summary.add(result)
+        if args.json:
+            print(_dumps({"line": number, **result.to_json()}))
+        _keep_worst(worst, number, result, args.examples)
 
 
 def _keep_worst(
@@ -229,6 +337,9 @@ def _print_summary(
         style = "bold red" if verdict == "degenerate" and k else None
         table.add_row(verdict, str(k), _pct(k, n), f"{lo:.1%} – {hi:.1%}", style=style)
     console.print(table)
+    unreadable = summary.unreadable_text()
+    if unreadable:
+        console.print(unreadable, markup=False, highlight=False, soft_wrap=True)
     if summary.reasons:
         reasons = Table(title="reasons (lines showing each)", title_justify="left")
         for col in ("reason", "family", "severity", "count", "rate", "95% CI (Wilson)"):

@@ -12,8 +12,14 @@ Examples:
       --selector 'job="dsv4-sidecar",instance="node-3:9400"' --window 2h --out /tmp/triage
   dsv4-sidecar triage --sidecar http://127.0.0.1:9400 --repro runs/ab1 --scan runs/ab1/samples.jsonl
 
+A `repro --out` directory's samples.jsonl given with --scan next to that run's --repro adds
+per-sample reasons, not counts: its lines are recognised (arm, URL, time) and counted once.
+The same file given twice is read once.
+
 The samples token is read from DSV4_SIDECAR_SAMPLES_TOKEN or --samples-token-file, never
-from the command line (it would end up in shell history and process lists).
+from the command line (it would end up in shell history and process lists). A sidecar behind
+a web config file (TLS, basic auth): --sidecar-ca-file for its certificate's CA, --sidecar-user
+with the password from DSV4_TRIAGE_SIDECAR_PASSWORD or --sidecar-password-file.
 """
 
 from __future__ import annotations
@@ -30,7 +36,13 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from exporter.oncall.triage.collect import CollectOptions
+    from exporter.oncall.triage.http import SidecarAuth
     from exporter.thresholds import AlertConfig
+
+
+# The sidecar's basic auth password for triage: not DSV4_SIDECAR_* (those are the sidecar's own
+# settings, and serve warns about unknown ones); never a flag (shell history, process lists).
+PASSWORD_ENV = "DSV4_TRIAGE_SIDECAR_PASSWORD"
 
 
 class UsageError(Exception):
@@ -59,6 +71,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="range of increase() in the over-time plots (default: 4 steps, >= 60s)",
     )
     p.add_argument("--samples-token-file", type=Path, help="file holding the samples token")
+    p.add_argument("--sidecar-user", metavar="NAME", help="basic auth user of the sidecar")
+    p.add_argument(
+        "--sidecar-password-file",
+        type=Path,
+        metavar="FILE",
+        help=f"file holding that user's password (or {PASSWORD_ENV})",
+    )
+    p.add_argument(
+        "--sidecar-ca-file",
+        type=Path,
+        metavar="FILE",
+        help="CA (PEM) that signed the sidecar's TLS certificate (default: the system's)",
+    )
     p.add_argument("--repro", type=Path, help="`repro --json` output, or a `repro --out` DIR")
     p.add_argument("--scan", type=Path, action="append", default=[], help="JSONL samples file")
     p.add_argument("--out", type=Path, help="report directory (default: ./triage-<time>)")
@@ -109,6 +134,36 @@ def _token(args: argparse.Namespace) -> str | None:
     return os.environ.get("DSV4_SIDECAR_SAMPLES_TOKEN") or None
 
 
+def _sidecar_auth(args: argparse.Namespace) -> SidecarAuth | None:
+    """The sidecar's web config credentials; the password never from a flag (shell history)."""
+    from exporter.oncall.triage.http import SidecarAuth
+
+    basic = None
+    if args.sidecar_user:
+        if args.sidecar_password_file is not None:
+            try:
+                text = args.sidecar_password_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot read --sidecar-password-file {args.sidecar_password_file}: "
+                    f"{exc.strerror}"
+                ) from None
+            password = text.rstrip("\r\n")
+        else:
+            password = os.environ.get(PASSWORD_ENV, "")
+        if not password:
+            raise UsageError(
+                f"--sidecar-user needs a password: set {PASSWORD_ENV} or --sidecar-password-file"
+            )
+        basic = (args.sidecar_user, password)
+    elif args.sidecar_password_file is not None:
+        raise UsageError("--sidecar-password-file needs --sidecar-user")
+    ca = args.sidecar_ca_file
+    if ca is not None and not ca.is_file():
+        raise UsageError(f"--sidecar-ca-file {ca} is not a readable file")
+    return SidecarAuth(basic, ca) if basic or ca else None
+
+
 def options(args: argparse.Namespace) -> CollectOptions:
     from exporter.oncall.triage.collect import CollectOptions
     from exporter.oncall.triage.http import parse_duration
@@ -139,6 +194,7 @@ def options(args: argparse.Namespace) -> CollectOptions:
         step_s=step,
         rate_window_s=rate_window,
         samples_token=_token(args),
+        sidecar_auth=_sidecar_auth(args),
         repro_path=args.repro,
         scan_paths=list(args.scan),
         timeout=args.timeout,

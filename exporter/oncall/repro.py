@@ -30,10 +30,12 @@ from exporter.oncall.repro_report import (
     DEFAULT_ALPHA,
     DEFAULT_LEVELS,
     DEFAULT_REQUESTS,
+    UNGRADABLE,
     Arm,
     ArmResult,
     LevelResult,
     ReproReport,
+    error_cause,
 )
 from exporter.oncall.samples import SampleWriter
 from exporter.sources import bounded
@@ -147,12 +149,14 @@ class ReproRunner:
     ) -> None:
         if ex.error is not None or ex.response is None:
             level.errors += 1
+            level.error_causes[error_cause(ex.error)] += 1
         else:
             tools = ex.request.get("tools")
             grammar = self._grammars[index] if self._grammars else self.grammar
             result = grade_openai_response(ex.response, tools=tools, grammar=grammar)
             if result.verdict == ERROR:
                 level.errors += 1
+                level.error_causes[UNGRADABLE] += 1
             else:
                 level.requests += 1
                 level.verdicts[result.verdict] += 1

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from rich.console import Console
 from rich.table import Table
 
-from exporter.oncall.repro_report import ReproReport, format_p
+from exporter.oncall.repro_report import ReproReport, causes_text, errors_cell, format_p
+from exporter.stats import SIGNIFICANCE
 
 
 def pct(x: float) -> str:
@@ -26,11 +27,9 @@ def summary_lines(report: ReproReport) -> list[str]:
         trend = arm.trend(report.alpha)
         total = f"{arm.arm.label}: {arm.degenerate}/{arm.requests} degenerate"
         if arm.errors:
-            total += f", {arm.errors} errors"
+            total += f", {arm.errors} errors ({causes_text(arm.error_causes)})"
         if trend is not None:
-            direction = (
-                "rises with concurrency" if trend.rises else "no significant rise with concurrency"
-            )
+            direction = SIGNIFICANCE.trend_words(trend.rises)
             total += (
                 f"; {direction} ({pct(trend.low_rate)} at {trend.low} -> "
                 f"{pct(trend.high_rate)} at {trend.high}, {format_p(trend.p_value)})"
@@ -64,7 +63,7 @@ def print_report(report: ReproReport, console: Console) -> None:
                 str(lv.degenerate),
                 pct(lv.rate),
                 f"{pct(low)}-{pct(high)}",
-                str(lv.errors),
+                errors_cell(lv.errors, lv.error_causes),
                 top_reasons(lv.reasons, 2),
                 style="bold red" if low > 0 else None,
             )

@@ -8,17 +8,46 @@ report without pulling in the load generator; :mod:`exporter.oncall.repro` is th
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.stats import fisher_exact, two_proportion_z, wilson_interval
+from exporter.causes import CAUSES, NON_JSON
+from exporter.stats import SIGNIFICANCE, fisher_exact, two_proportion_z, wilson_interval
 
 DEFAULT_LEVELS: tuple[int, ...] = (1, 8, 16, 32, 64)
 DEFAULT_REQUESTS = 100
-DEFAULT_ALPHA = 0.05
+DEFAULT_ALPHA = SIGNIFICANCE.alpha  # `--alpha` overrides it per run; the report records it
 P_FLOOR = 1e-20  # below this a p-value is printed as "p < 1e-20": more digits mean nothing
+# Why a request counts as an error, beyond the outbound causes ("connection refused", ...).
+UNGRADABLE = "ungradable answer"  # HTTP 200 and JSON, but no completion the grader can read
+NO_ANSWER = "no answer"
+OTHER_CAUSE = "other"
+_OWN_CAUSES = frozenset((NON_JSON, UNGRADABLE, NO_ANSWER, OTHER_CAUSE))
+_HTTP_CAUSE = re.compile(r"HTTP [1-5][0-9][0-9]")  # causes.http_status()
+
+
+def error_cause(text: str | None) -> str:
+    """The bounded cause string a failed request is counted under: one of outbound's
+    :data:`~exporter.outbound.CAUSES`, ``HTTP <status>``, or this module's own words; anything
+    else (a report file edited by hand) is ``other``, so a report never carries free text."""
+    if text is None:
+        return NO_ANSWER
+    if text in _OWN_CAUSES or text in CAUSES or _HTTP_CAUSE.fullmatch(text):
+        return text
+    return OTHER_CAUSE
+
+
+def causes_text(causes: Counter) -> str:
+    """ "connection refused: 5, HTTP 503: 2" (most frequent first)."""
+    return ", ".join(f"{c}: {n}" for c, n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def errors_cell(errors: int, causes: Counter) -> str:
+    """ "5 (connection refused: 5)": the count with why, so a dead arm is not a mystery."""
+    return f"{errors} ({causes_text(causes)})" if errors and causes else str(errors)
 
 
 @dataclass(frozen=True)
@@ -40,6 +69,7 @@ class LevelResult:
     requests: int = 0  # answers graded (HTTP 200 with a readable body)
     degenerate: int = 0
     errors: int = 0  # timeouts, connection errors, HTTP errors, unreadable bodies
+    error_causes: Counter = field(default_factory=Counter)  # error_cause() -> count
     verdicts: Counter = field(default_factory=Counter)
     reasons: Counter = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
@@ -64,6 +94,7 @@ class LevelResult:
             "ci_low": round(low, 6),
             "ci_high": round(high, 6),
             "errors": self.errors,
+            "error_causes": dict(self.error_causes.most_common()),
             "verdicts": dict(sorted(self.verdicts.items())),
             "reasons": dict(self.reasons.most_common()),
             "latency_p50_s": round(lat[len(lat) // 2], 4) if lat else None,
@@ -77,10 +108,21 @@ class LevelResult:
             requests=int(d["requests"]),
             degenerate=int(d["degenerate"]),
             errors=int(d.get("errors", 0)),
+            error_causes=_read_causes(d.get("error_causes")),
             verdicts=Counter(d.get("verdicts") or {}),
             reasons=Counter(d.get("reasons") or {}),
             seconds=float(d.get("seconds", 0.0)),
         )
+
+
+def _read_causes(raw: Any) -> Counter:
+    """Error causes from a saved report, re-bounded (the file is input like any other)."""
+    out: Counter = Counter()
+    if isinstance(raw, dict):
+        for cause, n in raw.items():
+            if isinstance(cause, str) and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                out[error_cause(cause)] += n
+    return out
 
 
 @dataclass(frozen=True)
@@ -111,9 +153,14 @@ def level_trend(levels: list[LevelResult], alpha: float = DEFAULT_ALPHA) -> Tren
     if len(populated) < 2 or populated[0].concurrency == populated[-1].concurrency:
         return None
     lo, hi = populated[0], populated[-1]
-    p = fisher_exact(lo.degenerate, lo.requests, hi.degenerate, hi.requests)
+    p = SIGNIFICANCE.p_value(lo.degenerate, lo.requests, hi.degenerate, hi.requests)
     return Trend(
-        lo.concurrency, hi.concurrency, lo.rate, hi.rate, p, p < alpha and hi.rate > lo.rate
+        lo.concurrency,
+        hi.concurrency,
+        lo.rate,
+        hi.rate,
+        p,
+        SIGNIFICANCE.rises(p, lo.rate, hi.rate, alpha),
     )
 
 
@@ -133,6 +180,13 @@ class ArmResult:
     @property
     def errors(self) -> int:
         return sum(lv.errors for lv in self.levels)
+
+    @property
+    def error_causes(self) -> Counter:
+        out: Counter = Counter()
+        for lv in self.levels:
+            out.update(lv.error_causes)
+        return out
 
     def trend(self, alpha: float = DEFAULT_ALPHA) -> Trend | None:
         return level_trend(self.levels, alpha)
@@ -156,6 +210,7 @@ class ArmResult:
                 "ci_low": round(low, 6),
                 "ci_high": round(high, 6),
                 "errors": self.errors,
+                "error_causes": dict(self.error_causes.most_common()),
                 "reasons": dict(reasons.most_common()),
             },
             "trend": trend.to_json() if trend else None,
@@ -181,7 +236,7 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        return self.a_n > 0 and self.b_n > 0 and self.p_value < self.alpha
+        return self.a_n > 0 and self.b_n > 0 and SIGNIFICANCE.significant(self.p_value, self.alpha)
 
     @property
     def summary(self) -> str:
@@ -211,7 +266,7 @@ class Comparison:
 
 
 def compare(a: ArmResult, b: ArmResult, alpha: float = DEFAULT_ALPHA) -> Comparison:
-    p = fisher_exact(a.degenerate, a.requests, b.degenerate, b.requests)
+    p = SIGNIFICANCE.p_value(a.degenerate, a.requests, b.degenerate, b.requests)
     z, zp = two_proportion_z(a.degenerate, a.requests, b.degenerate, b.requests)
     per_level = []
     b_levels = {lv.concurrency: lv for lv in b.levels}
@@ -271,6 +326,7 @@ class ReproReport:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "kind": "dsv4-sidecar/repro",
+            "alpha": self.alpha,
             "arms": [a.to_json(self.alpha) for a in self.arms],
             "interrupted": self.interrupted,
             "levels_planned": list(self.levels_planned),
@@ -295,7 +351,7 @@ class ReproReport:
         ]
         return cls(
             arms,
-            alpha=float((d.get("comparison") or {}).get("alpha", DEFAULT_ALPHA)),
+            alpha=float(d.get("alpha", (d.get("comparison") or {}).get("alpha", DEFAULT_ALPHA))),
             interrupted=bool(d.get("interrupted", False)),
             levels_planned=tuple(d.get("levels_planned") or ()),
             settings=dict(d.get("settings") or {}),

@@ -129,6 +129,10 @@ class GradedLine:
     reasons: tuple[str, ...]
     concurrency: int | None
     arm: str | None
+    # `repro --out` metadata: which run wrote the line (triage recognises the samples a
+    # repro result already counts by arm, URL and time)
+    url: str | None = None
+    time: float | None = None
 
 
 def grade_line(obj: Any) -> Result | None:
@@ -156,10 +160,15 @@ def read_graded(path: Path) -> Iterator[GradedLine | None]:
             if result.verdict == "error":
                 yield None
                 continue
-            arm = obj.get("arm") if isinstance(obj, dict) else None
+            meta = obj if isinstance(obj, dict) else {}
+            arm, url, when = meta.get("arm"), meta.get("url"), meta.get("time")
             yield GradedLine(
                 result.verdict,
                 result.reasons,
                 request.concurrency,
                 arm if isinstance(arm, str) else None,
+                url if isinstance(url, str) else None,
+                float(when)
+                if isinstance(when, (int, float)) and not isinstance(when, bool)
+                else None,
             )

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from exporter.cli import scan as scan_cli
 from exporter.dsml import VERDICTS, render_completion
 from tests.dsml.builders import openai_message
 
@@ -109,3 +110,50 @@ def test_v41_deployment(tmp_path: Path, capsys) -> None:
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
     assert lines[0]["reasons"] == ["dialect_mismatch"] and lines[0]["verdict"] == "degenerate"
     assert lines[1]["verdict"] == "well_formed" and lines[1]["grammar"] == "v4.1"
+
+
+def test_unreadable_lines_are_named_and_bounded(
+    jsonl: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    target = tmp_path / "summary.json"
+    assert main(["scan", str(jsonl), "--summary-json", str(target)]) == 0
+    out, _ = capsys.readouterr()
+    assert "3 unreadable lines: 4, 6, 7" in out  # physical line numbers (blank line 3 skipped)
+    assert json.loads(target.read_text())["unreadable"] == {"count": 3, "first_lines": [4, 6, 7]}
+    many = tmp_path / "many.jsonl"
+    bad_count = scan_cli.MAX_UNREADABLE_LINES + 7
+    many.write_text("".join(f"{{broken {i}\n" for i in range(bad_count)) + LINES[0] + "\n")
+    assert main(["scan", str(many), "--summary-json", str(target)]) == 0
+    out, _ = capsys.readouterr()
+    first = list(range(1, scan_cli.MAX_UNREADABLE_LINES + 1))
+    assert f"{bad_count} unreadable lines: {', '.join(map(str, first))} and 7 more" in out
+    doc = json.loads(target.read_text())["unreadable"]
+    assert doc == {"count": bad_count, "first_lines": first}
+
+
+class _Tty(io.StringIO):
+    """A stderr that says it is a terminal (rich then draws its live progress on it)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_stderr_only_when_it_is_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "long.jsonl"
+    path.write_text((LINES[0] + "\n") * (2 * scan_cli.PROGRESS_EVERY), encoding="utf-8")
+    # not a terminal (pytest's capture): nothing but the JSON lines and the summary
+    assert main(["scan", str(path), "--json", "--summary-json", str(tmp_path / "s.json")]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and len(out.splitlines()) == 2 * scan_cli.PROGRESS_EVERY
+    tty = _Tty()
+    monkeypatch.setattr("sys.stderr", tty)
+    assert main(["scan", str(path), "--json", "--summary-json", str(tmp_path / "s.json")]) == 0
+    out, _ = capsys.readouterr()
+    drawn = tty.getvalue()
+    assert "lines" in drawn and "scan" in drawn  # the progress line was drawn on stderr
+    # stdout is still exactly the JSON lines: the bar never captured them
+    assert [json.loads(line)["verdict"] for line in out.splitlines()] == ["well_formed"] * (
+        2 * scan_cli.PROGRESS_EVERY
+    )

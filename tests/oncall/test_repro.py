@@ -137,8 +137,68 @@ def test_unreachable_endpoint_counts_errors(capsys):
     )  # fmt: skip
     captured = capsys.readouterr()
     assert rc == 1 and "no answer could be graded" in captured.err
-    level = json.loads(captured.out)["arms"][0]["levels"][0]
+    arm = json.loads(captured.out)["arms"][0]
+    level = arm["levels"][0]
     assert level["errors"] == 4 and level["requests"] == 0
+    # why, not just how many: the port is closed, so every request was refused
+    assert level["error_causes"] == {"connection refused": 4}
+    assert arm["total"]["error_causes"] == {"connection refused": 4}
+    rc = main(
+        ["repro", f"http://127.0.0.1:{free_port()}", "--concurrency", "2", "--requests", "3",
+         "--timeout", "2"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "3 (connection refused: 3)" in out  # the table's errors cell
+    assert "3 errors (connection refused: 3)" in out  # the summary line
+
+
+def test_http_errors_are_counted_by_status(capsys):
+    async def unavailable(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 503, "headers": []})
+        await send({"type": "http.response.body", "body": b"overloaded, see http://x/?k=v"})
+
+    with ServerThread(unavailable, lifespan="off") as srv:
+        rc = main(
+            ["repro", srv.url, "--model", "m", "--concurrency", "1", "--requests", "3",
+             "--timeout", "5", "--json", "--quiet"]
+        )  # fmt: skip
+    assert rc == 1
+    level = json.loads(capsys.readouterr().out)["arms"][0]["levels"][0]
+    assert level["error_causes"] == {"HTTP 503": 3}  # the status, never the body
+
+
+def test_error_causes_are_bounded_words():
+    from collections import Counter
+
+    from exporter.causes import CAUSES
+    from exporter.oncall.repro_report import (
+        NO_ANSWER,
+        OTHER_CAUSE,
+        ArmResult,
+        error_cause,
+        errors_cell,
+    )
+
+    assert all(error_cause(c) == c for c in CAUSES)
+    assert error_cause("HTTP 503") == "HTTP 503" and error_cause(None) == NO_ANSWER
+    # a URL with a query string, a body, a status that is not one: never carried as they are
+    for text in ("http://h:1/v1?token=s3cret", '{"error": "boom"}', "HTTP 9999", "HTTP 5031"):
+        assert error_cause(text) == OTHER_CAUSE
+    assert errors_cell(0, Counter()) == "0"
+    assert errors_cell(5, Counter({"connection refused": 3, "HTTP 503": 2})) == (
+        "5 (connection refused: 3, HTTP 503: 2)"
+    )
+    # a saved report is input too: its causes are re-bounded when triage reads it
+    level = LevelResult.from_json(
+        {"concurrency": 1, "requests": 0, "degenerate": 0, "errors": 3,
+         "error_causes": {"timeout": 1, "GET http://x/?k=v failed": 2, "HTTP 502": "x"}}
+    )  # fmt: skip
+    assert level.error_causes == Counter({"timeout": 1, OTHER_CAUSE: 2})
+    doc = ArmResult(Arm("a", "http://a"), [level]).to_json()
+    assert doc["total"]["error_causes"] == {OTHER_CAUSE: 2, "timeout": 1}
 
 
 @pytest.mark.parametrize(

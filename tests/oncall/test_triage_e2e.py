@@ -168,6 +168,11 @@ def test_race_from_sidecar_alone_with_repro_and_scan(deployed, tmp_path):
     ev = result.evidence
     assert ev.corruption is not None and "since it started" in ev.corruption.source
     assert ev.scan is not None and ev.scan.lines == 60 and ev.scan.unreadable == 0
+    # the repro's own samples (`triage --help`'s example): counted once, by the repro result
+    assert ev.scan.in_repro == 60 and sum(b.graded for b in ev.scan.buckets) == 0
+    repro_graded = sum(lv["requests"] for a in ev.repro["arms"] for lv in a["levels"])
+    corruption_graded = ev.corruption.graded if ev.corruption is not None else 0
+    assert result.diagnosis.facts.graded == repro_graded + corruption_graded
     assert ev.repro is not None
     assert any("no samples token" in n for n in ev.notes)
     assert result.diagnosis.cause(RACE).rule == "R2"

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from exporter.metrics import catalog as m
 from exporter.metrics.catalog import MetricSpec
-from exporter.oncall.samples import read_graded
+from exporter.oncall.samples import GradedLine, read_graded
 from exporter.oncall.triage.evidence import (
     BAD_VERDICTS,
     BucketCount,
@@ -44,6 +44,7 @@ from exporter.oncall.triage.evidence import (
 from exporter.oncall.triage.http import (
     FetchError,
     Prometheus,
+    SidecarAuth,
     get,
     get_json,
     parse_exposition,
@@ -182,6 +183,7 @@ class CollectOptions:
     step_s: float | None = None
     rate_window_s: float | None = None
     samples_token: str | None = None
+    sidecar_auth: SidecarAuth | None = None  # the sidecar's web config: basic auth, its CA
     repro_path: Path | None = None
     scan_paths: list[Path] = field(default_factory=list)
     timeout: float = 10.0
@@ -223,22 +225,29 @@ def collect(opts: CollectOptions) -> Evidence:
 def _collect_sidecar(ev: Evidence, opts: CollectOptions) -> str | None:
     base = opts.sidecar_url.rstrip("/") if opts.sidecar_url else ""
     try:
-        status, doc = get_json(base + "/api/v1/footprint", timeout=opts.timeout)
+        status, doc = get_json(
+            base + "/api/v1/footprint", timeout=opts.timeout, auth=opts.sidecar_auth
+        )
         if status == 200 and isinstance(doc, dict):
             _from_footprint(ev, doc)
         else:
             ev.notes.append(f"sidecar /api/v1/footprint: HTTP {status}")
     except FetchError as exc:
         ev.notes.append(str(exc))
+        if "HTTP 401" in str(exc):
+            ev.notes.append(
+                "the sidecar asks for basic auth (its web config file): give --sidecar-user "
+                "and the password in DSV4_TRIAGE_SIDECAR_PASSWORD or --sidecar-password-file"
+            )
         return None  # the sidecar is not answering: skip its other endpoints
     try:
-        _status, doc = get_json(base + "/readyz", timeout=opts.timeout)
+        _status, doc = get_json(base + "/readyz", timeout=opts.timeout, auth=opts.sidecar_auth)
         ev.readiness = doc if isinstance(doc, dict) else None
     except FetchError as exc:
         ev.notes.append(str(exc))
     metrics = None
     try:
-        status, body = get(base + "/metrics", timeout=opts.timeout)
+        status, body = get(base + "/metrics", timeout=opts.timeout, auth=opts.sidecar_auth)
         if status == 200:
             metrics = body.decode("utf-8", "replace")
         else:
@@ -262,6 +271,7 @@ def _collect_samples_endpoint(ev: Evidence, base: str, opts: CollectOptions) -> 
             params={"limit": 1000},
             timeout=opts.timeout,
             token=opts.samples_token,
+            auth=opts.sidecar_auth,
         )
     except FetchError as exc:
         ev.notes.append(str(exc))
@@ -532,22 +542,84 @@ def _collect_repro(ev: Evidence, path: Path) -> None:
     ev.repro = doc
 
 
+# Slack around a repro run's recorded window when matching its sample lines' times (the
+# report's start is taken before the first request, a line's time after its answer).
+REPRO_TIME_SLACK_S = 5.0
+
+
+def _repro_lines(repro: dict[str, Any] | None) -> Callable[[GradedLine], bool]:
+    """A predicate: was this sample line written by the repro run whose result triage also
+    reads? Such a line is one of the answers the repro result already counts: `triage --repro
+    DIR --scan DIR/samples.jsonl` (the example in `triage --help`) gives every answer twice.
+    A line matches by the metadata `repro --out` writes: an arm label and URL of that result,
+    and a time inside its run, so lines another run appended to the same file still count."""
+    if not repro:
+        return lambda line: False
+    arms = {
+        (a.get("label") or a.get("url"), a.get("url"))
+        for a in repro.get("arms") or []
+        if isinstance(a, dict)
+    }
+    try:
+        start = float(repro.get("started_at") or 0.0)
+        end = start + float(repro.get("seconds") or 0.0)
+    except (TypeError, ValueError):
+        return lambda line: False
+    if not start:
+        return lambda line: False
+
+    def match(line: GradedLine) -> bool:
+        return (
+            (line.arm, line.url) in arms
+            and line.time is not None
+            and start - REPRO_TIME_SLACK_S <= line.time <= end + REPRO_TIME_SLACK_S
+        )
+
+    return match
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _collect_scan(ev: Evidence, paths: list[Path]) -> None:
     scan = ScanSummary()
     buckets: dict[str, BucketCount] = {}
     verdicts: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    in_repro = _repro_lines(ev.repro)
+    seen: set[tuple[int, int]] = set()
     for path in paths:
+        key = _file_key(path)
+        if key is not None and key in seen:  # the same file twice (also via a link or ./)
+            ev.notes.append(f"scan {path}: given more than once, read once")
+            continue
         try:
             lines = list(read_graded(path))
         except OSError as exc:
             ev.notes.append(f"scan {path}: {exc.strerror or exc}")
             continue
+        if key is not None:
+            seen.add(key)
         scan.files.append(str(path))
+        repeated = 0
         for line in lines:
             scan.lines += 1
             if line is None:
                 scan.unreadable += 1
+                continue
+            if line.verdict in BAD_VERDICTS and len(ev.samples) < MAX_SAMPLE_RECORDS:
+                ev.samples.append(
+                    SampleRecord(
+                        line.verdict, list(line.reasons), line.concurrency, f"scan:{path.name}"
+                    )
+                )
+            if in_repro(line):
+                repeated += 1
                 continue
             le = bucket_label(line.concurrency) if line.concurrency is not None else "unknown"
             b = buckets.setdefault(le, BucketCount(le))
@@ -558,12 +630,12 @@ def _collect_scan(ev: Evidence, paths: list[Path]) -> None:
                 b.degenerate += 1
             elif line.verdict == "suspect":
                 b.suspect += 1
-            if line.verdict in BAD_VERDICTS and len(ev.samples) < MAX_SAMPLE_RECORDS:
-                ev.samples.append(
-                    SampleRecord(
-                        line.verdict, list(line.reasons), line.concurrency, f"scan:{path.name}"
-                    )
-                )
+        if repeated:
+            scan.in_repro += repeated
+            ev.notes.append(
+                f"scan {path}: {repeated} lines are answers the repro result already counts "
+                "(written by that run); counted once, their reasons read from the file"
+            )
     scan.buckets = sorted(buckets.values(), key=lambda b: bucket_order(b.le))
     scan.verdicts = dict(verdicts)
     scan.reasons = dict(reasons.most_common())

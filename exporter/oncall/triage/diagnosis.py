@@ -27,7 +27,7 @@ from exporter.dsml.catalog import HARD
 from exporter.oncall.repro_report import ReproReport, format_p, level_trend
 from exporter.oncall.triage.evidence import BucketCount, Evidence
 from exporter.samplers.buckets import BUCKET_LABELS
-from exporter.stats import fisher_exact, wilson_interval
+from exporter.stats import SIGNIFICANCE, wilson_interval
 from exporter.thresholds import DEFAULTS, AlertConfig
 from exporter.units import GIB
 
@@ -35,7 +35,6 @@ from exporter.units import GIB
 # (exporter/thresholds.py: kv_overcommit_warning_bytes, corruption_min_samples), never copied,
 # so a site that changes one changes triage's verdicts with it (:func:`rules`, :func:`diagnose`).
 # The rest are triage's own statistics.
-TREND_ALPHA = 0.01  # Fisher p below which "rises with concurrency" is claimed
 AT_ONE_MIN_DEGENERATE = 2  # degeneration at concurrency 1 needs at least this many outputs...
 AT_ONE_MIN_LOW = 0.005  # ...and a Wilson 95% lower bound above 0.5%
 ARTEFACT_SHARE = 0.5  # artefact-only outputs must be at least this share of the bad ones
@@ -93,6 +92,9 @@ class Trend:
     high_k: int
     high_n: int
     p_value: float
+    # the significance level: the rule's own (exporter/stats.py), or the one a saved repro
+    # report ran with, so triage reads a repro result exactly as repro printed it
+    alpha: float = SIGNIFICANCE.alpha
 
     @property
     def low_rate(self) -> float:
@@ -104,7 +106,7 @@ class Trend:
 
     @property
     def rises(self) -> bool:
-        return self.p_value < TREND_ALPHA and self.high_rate > self.low_rate
+        return SIGNIFICANCE.rises(self.p_value, self.low_rate, self.high_rate, self.alpha)
 
     def describe(self) -> str:
         return (
@@ -195,7 +197,14 @@ def bucket_trend(buckets: list[BucketCount], origin: str) -> Trend | None:
     hk, hn = sum(b.degenerate for b in high), sum(b.graded for b in high)
     below = BUCKET_LABELS[BUCKET_LABELS.index(high[0].le) - 1]
     return Trend(
-        origin, f"<={low[-1].le}", f">{below}", lk, ln, hk, hn, fisher_exact(lk, ln, hk, hn)
+        origin,
+        f"<={low[-1].le}",
+        f">{below}",
+        lk,
+        ln,
+        hk,
+        hn,
+        SIGNIFICANCE.p_value(lk, ln, hk, hn),
     )
 
 
@@ -298,7 +307,7 @@ def derive_facts(ev: Evidence) -> Facts:
                         AtOne(f"repro arm {arm.arm.label} at 1", lv.degenerate, lv.requests)
                     )
             hard += _hard_lower_bound(reasons)
-            rt = level_trend(arm.levels)
+            rt = level_trend(arm.levels, report.alpha)
             if rt is not None:
                 lo = next(lv for lv in arm.levels if lv.concurrency == rt.low)
                 hi = next(lv for lv in arm.levels if lv.concurrency == rt.high)
@@ -312,6 +321,7 @@ def derive_facts(ev: Evidence) -> Facts:
                         hi.degenerate,
                         hi.requests,
                         rt.p_value,
+                        report.alpha,
                     )
                 )
     f.update(
@@ -377,17 +387,21 @@ def _over(f: Facts, threshold: int) -> list[str]:
     return lines
 
 
+def _trend_line(t: Trend) -> str:
+    return f"corruption {SIGNIFICANCE.trend_words(t.rises)} ({t.origin}: {t.describe()})"
+
+
 def _trend_lines(f: Facts) -> list[str]:
-    return [
-        f"corruption {'rises' if t.rises else 'does not rise significantly'} with concurrency "
-        f"({t.origin}: {t.describe()})"
-        for t in f.trends
-    ]
+    return [_trend_line(t) for t in f.trends]
+
+
+def _rising_lines(f: Facts) -> list[str]:
+    return [_trend_line(t) for t in f.trends if t.rises]
 
 
 def _race(f: Facts) -> list[str]:
     lines = [f"ungated index-K reads: {f.ungated:,.0f} (gated: {f.gated:,.0f})"]
-    lines += [line for line in _trend_lines(f) if "rises with" in line]
+    lines += _rising_lines(f)
     if f.mismatches:
         lines.append(f"sampled index-K checksum mismatches: {f.mismatches:,.0f} (stale data read)")
     lines.append(f"deployment: {f.config}")
@@ -488,7 +502,7 @@ def rules(t: AlertConfig = DEFAULTS) -> tuple[Rule, ...]:
             "HiCache on and corruption rises with concurrency, but no probe data to confirm",
             lambda f: f.hicache is True and not f.probe_present and f.rises,
             lambda f: [
-                *[line for line in _trend_lines(f) if "rises with" in line],
+                *_rising_lines(f),
                 "no probe data: install the in-process probe (docs/probe.md) to see ungated reads",
             ],
         ),
@@ -554,7 +568,7 @@ def rules(t: AlertConfig = DEFAULTS) -> tuple[Rule, ...]:
             RULED_OUT,
             "degeneration only under load, with ungated index-K reads: the race explains it",
             lambda f: f.rises and f.ungated > 0,
-            lambda f: [_degen(f), *[line for line in _trend_lines(f) if "rises with" in line]],
+            lambda f: [_degen(f), *_rising_lines(f)],
         ),
         Rule(
             "U7",

@@ -134,6 +134,9 @@ class ScanSummary:
     files: list[str] = field(default_factory=list)
     lines: int = 0
     unreadable: int = 0
+    # lines the repro result already counts (a `repro --out` file given with its own --repro):
+    # kept for their per-sample reasons, left out of every count so no answer counts twice
+    in_repro: int = 0
     buckets: list[BucketCount] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)

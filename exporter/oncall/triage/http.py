@@ -7,10 +7,14 @@ Only the URLs the operator gave are contacted (exporter.outbound: no redirects, 
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
+import ssl
 import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +22,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter import outbound
 
 MAX_BODY = 64 << 20  # a /metrics or query answer larger than this is refused, not parsed
+
+
+@dataclass(frozen=True)
+class SidecarAuth:
+    """How to reach a sidecar served behind its web config file (docs/deploy.md): basic auth
+    (user, password) and/or the CA that signed its certificate. Never printed (``repr`` hides
+    the password): it ends up in no report, note or log."""
+
+    basic: tuple[str, str] | None = field(default=None, repr=False)
+    ca_file: Path | None = None
+
+    def basic_header(self) -> str:
+        assert self.basic is not None
+        user, password = self.basic
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
 
 
 class FetchError(Exception):
@@ -30,17 +52,25 @@ def get(
     params: dict[str, Any] | None = None,
     timeout: float = 10.0,
     token: str | None = None,
+    auth: SidecarAuth | None = None,
 ) -> tuple[int, bytes]:
     """``GET url`` under the project's outbound policy (exporter.outbound): no proxy from the
     environment, no redirects (a 3xx comes back as its status; urllib would follow one to any
-    host with the samples bearer token attached), the body capped at MAX_BODY."""
+    host with the samples bearer token attached), the body capped at MAX_BODY. ``token`` is
+    the samples bearer token; ``auth`` the sidecar's web config credentials (basic auth, a
+    private CA), which the bearer token replaces where both would use Authorization."""
     if params:
         url = url + "?" + urllib.parse.urlencode(params)
     headers = {"Accept": "application/json, text/plain"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    elif auth is not None and auth.basic is not None:
+        headers["Authorization"] = auth.basic_header()
+    context = auth.ssl_context() if auth is not None else None
     try:
-        reply = outbound.get_sync(url, limit=MAX_BODY, timeout=timeout, headers=headers)
+        reply = outbound.get_sync(
+            url, limit=MAX_BODY, timeout=timeout, headers=headers, ssl_context=context
+        )
     except outbound.OutboundError as exc:
         raise FetchError(str(exc)) from None
     return reply.status, reply.body

@@ -10,9 +10,10 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from exporter.oncall.repro_report import ReproReport, format_p
+from exporter.oncall.repro_report import ReproReport, errors_cell, format_p
 from exporter.oncall.triage.diagnosis import GIB, Diagnosis, gib, pct
 from exporter.oncall.triage.evidence import BucketCount, Evidence
+from exporter.stats import SIGNIFICANCE
 
 
 @dataclass
@@ -329,7 +330,7 @@ def _repro(ev: Evidence) -> Section:
                     str(lv.degenerate),
                     pct(lv.rate),
                     f"{pct(low)}-{pct(high)}",
-                    str(lv.errors),
+                    errors_cell(lv.errors, lv.error_causes),
                 ]
             )
     s.tables.append(
@@ -339,8 +340,9 @@ def _repro(ev: Evidence) -> Section:
         t = arm.trend(report.alpha)
         if t is not None:
             s.lines.append(
-                f"{arm.arm.label}: {pct(t.low_rate)} at {t.low} -> {pct(t.high_rate)} at "
-                f"{t.high} ({format_p(t.p_value)})"
+                f"{arm.arm.label}: corruption {SIGNIFICANCE.trend_words(t.rises)} "
+                f"({pct(t.low_rate)} at {t.low} -> {pct(t.high_rate)} at {t.high}, "
+                f"{format_p(t.p_value)})"
             )
     cmp = report.comparison
     if cmp is not None:
@@ -359,6 +361,11 @@ def _scan(ev: Evidence) -> Section:
         f"{len(sc.files)} file(s), {sc.lines} lines, {sc.unreadable} not gradable; verdicts: "
         f"{verdicts}."
     )
+    if sc.in_repro:
+        s.lines.append(
+            f"{sc.in_repro} lines are answers of the repro result above: counted there once, "
+            "their per-sample reasons read from the file."
+        )
     if sc.buckets:
         s.tables.append(bucket_table(sc.buckets))
     if sc.reasons:
