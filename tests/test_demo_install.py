@@ -19,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.support import prometheus_binary
+from tests.support import optional
 
 pytestmark = pytest.mark.e2e
 
@@ -123,7 +123,7 @@ def test_demo_processes_import_only_runtime_dependencies(tmp_path):
     }
     argv = [sys.executable, "-m", "exporter", "demo", "--duration", "6", "--tp-size", "1"]
     argv += ["--levels", "1", "--level-seconds", "3"]
-    with_prometheus = prometheus_binary() is not None
+    with_prometheus = optional("prometheus") is not None
     if not with_prometheus:
         argv.append("--no-prometheus")
     run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
