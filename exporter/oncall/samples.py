@@ -96,7 +96,7 @@ class SampleWriter:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "samples.jsonl"
-        self.redactor = redactor or Redactor()
+        self.redactor = redactor if redactor is not None else Redactor()
         self._fh = self.path.open("a", encoding="utf-8")
         self.lines = 0
 
