@@ -10,73 +10,19 @@ unit tests of the store alone could not see it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
-from tests.hostile.ingest_support import BAD, graded
-from tests.support import free_port, wait_for
+from tests.hostile.ingest_support import BAD, INGEST_TOKEN, graded
+from tests.hostile.ingest_support import TOKEN as SAMPLES_TOKEN
+from tests.hostile.ingest_support import serve_config as serve
+from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parent.parent.parent
-SAMPLES_TOKEN = "samples-token-0123456789"
-INGEST_TOKEN = "ingest-token-0123456789"
-
-
-@contextlib.contextmanager
-def serve(tmp_path: Path, **config: Any) -> Iterator[str]:
-    """``python -m exporter serve --config FILE`` with ``config`` in the file; yields its URL."""
-    port = free_port()
-    path = tmp_path / "sidecar.yaml"
-    base = {
-        "host": "127.0.0.1",
-        "port": port,
-        "sglang_url": f"http://127.0.0.1:{free_port()}",  # nothing listens: source down
-        "gpu_backend": "fake",
-        "canary": False,
-        "samples_token": SAMPLES_TOKEN,
-        "ingest_token": INGEST_TOKEN,
-    }
-    path.write_text(yaml.safe_dump({**base, **config}), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV4_SIDECAR_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(path), "--log-level", "error"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up_or_exited() -> bool:
-        if proc.poll() is not None:
-            return True
-        try:
-            return httpx.get(url + "/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up_or_exited, timeout=60)
-        assert proc.returncode is None, proc.stderr.read().decode() if proc.stderr else ""
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def post_and_list(url: str, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
