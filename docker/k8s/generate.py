@@ -234,7 +234,7 @@ SGLANG = "sglang"
 # Port names are unique per pod: the workload's own containers may already use `metrics`.
 JOIN_PORTS = {"metrics": "dsv4-metrics", "tap": "dsv4-tap"}
 # Volumes the sidecar brings along (the weights volume is the workload's: joining uses a preset).
-JOIN_VOLUMES = ("dsv4-probe", "samples-token", "sidecar-tmp")
+JOIN_VOLUMES = ("dsv4-probe", "samples-token", "ingest-token", "sidecar-tmp")
 # The ConfigMap the Component generates (model preset and any DSV4_SIDECAR_* a user adds).
 JOIN_ENV_CONFIGMAP = "dsv4-sidecar-join"
 # The join's settings: a ConfigMap that kustomize reads while it builds and leaves out of its

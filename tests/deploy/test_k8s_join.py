@@ -98,7 +98,7 @@ def test_every_pod_template_gains_the_sidecar_and_keeps_its_own(rendered, kind, 
         vols = _names(tpl, "volumes")
         assert set(_names(before, "volumes")) <= set(vols), "the workload's volumes stay"
         assert len(vols) == len(set(vols))
-        assert {"dsv4-probe", "samples-token", "sidecar-tmp"} <= set(vols)
+        assert {"dsv4-probe", "samples-token", "ingest-token", "sidecar-tmp"} <= set(vols)
         (sc,) = [c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR]
         mounted = {m["name"] for m in sc["volumeMounts"]}
         assert mounted <= set(vols), "every mount has its volume"
@@ -117,6 +117,28 @@ def test_no_service_account_token(rendered):
     for kind in KINDS:
         for role, tpl in _templates(_of(rendered, kind)).items():
             assert tpl["spec"]["automountServiceAccountToken"] is False, (kind, role)
+
+
+def test_joined_sidecar_has_seccomp_and_reads_its_tokens_from_files(rendered):
+    """The workload owns its pod's securityContext: the sidecar brings its own seccomp profile,
+    and its tokens are files of required Secrets, never environment variables."""
+    for kind in KINDS:
+        for role, tpl in _templates(_of(rendered, kind)).items():
+            (sc,) = [c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR]
+            assert sc["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            env = {e["name"]: e.get("value") for e in sc["env"]}
+            assert (
+                "DSV4_SIDECAR_INGEST_TOKEN" not in env and "DSV4_SIDECAR_SAMPLES_TOKEN" not in env
+            )
+            mounts = {m["mountPath"]: m["name"] for m in sc["volumeMounts"]}
+            volumes = {v["name"]: v for v in tpl["spec"]["volumes"]}
+            for key, secret in (
+                ("DSV4_SIDECAR_INGEST_TOKEN_FILE", "dsv4-sidecar-ingest-token"),
+                ("DSV4_SIDECAR_SAMPLES_TOKEN_FILE", "dsv4-sidecar-samples-token"),
+            ):
+                folder = env[key].rsplit("/", 1)[0]
+                volume = volumes[mounts[folder]]["secret"]
+                assert volume["secretName"] == secret and volume["optional"] is False, (kind, role)
 
 
 def _generated(name: str) -> list[dict[str, Any]]:
