@@ -502,17 +502,12 @@ class SidecarSettings(BaseSettings):
         return (init_settings, env_settings)
 
 
-TOKEN_FILE_MAX_BYTES = 4096
-"""A token file is read at most this far: a bearer token is short, and a path pointing at
-``/dev/zero`` or a large file must not be read whole on every request."""
-
-
 def _read_token_file(path: Path) -> str:
-    with path.open("rb") as f:
-        data = f.read(TOKEN_FILE_MAX_BYTES + 1)
-    if len(data) > TOKEN_FILE_MAX_BYTES:
-        raise ValueError(f"is over {TOKEN_FILE_MAX_BYTES} bytes (not a bearer token)")
-    return data.decode("utf-8")
+    """The token file's text, bounded (a path at ``/dev/zero`` or a FIFO is read on every
+    request otherwise); :class:`~exporter.sources.bounded.InputRejected` is a ValueError."""
+    from exporter.sources.bounded import LOCAL_READ_SECONDS, TOKEN_FILE_MAX_BYTES, read_local
+
+    return read_local(path, TOKEN_FILE_MAX_BYTES, LOCAL_READ_SECONDS).decode("utf-8")
 
 
 def _token_value(value: SecretStr | None, path: Path | None) -> str | None:
