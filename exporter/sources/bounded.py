@@ -108,6 +108,13 @@ def loads_bounded(data: bytes | str, max_bytes: int, max_depth: int = MAX_JSON_D
     return value
 
 
+# What ``triage`` reads from the sidecar and Prometheus (a server it was pointed at, maybe the
+# wrong one): a parsed exposition or JSON answer takes tens of times its size in memory, and a
+# 45 MB metrics page took triage past 1.8 GB. The sidecar's own /metrics is a few hundred KB.
+TRIAGE_METRICS_MAX_BYTES = 4 << 20
+TRIAGE_ANSWER_MAX_BYTES = 16 << 20
+"""A Prometheus query answer or a sidecar API answer read by triage."""
+
 # Local inputs of the command-line tools: files an operator names, which may be anything a path
 # can be (``/dev/zero``, a FIFO nobody writes, a 30 GB log), so each read is bounded in bytes
 # and in wall-clock time as a whole, never per read.
