@@ -141,6 +141,33 @@ def test_joined_sidecar_has_seccomp_and_reads_its_tokens_from_files(rendered):
                 assert volume["secretName"] == secret and volume["optional"] is False, (kind, role)
 
 
+def test_network_policy_selects_every_joined_pod_and_guards_the_sidecars_port(rendered):
+    """Ingress to the joined pods: this namespace and Prometheus on every port (the sidecar's
+    API, SGLang's /metrics, a LeaderWorkerSet group's own traffic), the client namespaces on
+    every port but the sidecar's; the peers are docker/k8s/networkpolicy.yaml's."""
+    (policy,) = [d for d in rendered if d["kind"] == "NetworkPolicy"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    for kind in KINDS:
+        for role, tpl in _templates(_of(rendered, kind)).items():
+            labels = tpl["metadata"]["labels"]
+            assert selector.items() <= labels.items(), (kind, role)
+    original = load_yaml(WORKLOADS / "leaderworkerset.yaml")["spec"]["leaderWorkerTemplate"]
+    leader = _of(rendered, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    assert (
+        original["leaderTemplate"]["metadata"]["labels"].items()
+        <= leader["metadata"]["labels"].items()
+    ), "the workload's own labels stay"
+    assert policy["spec"]["policyTypes"] == ["Ingress"], "the workload's egress is its own"
+    everything, clients = policy["spec"]["ingress"]
+    packaged = load_yaml(K8S / "networkpolicy.yaml")["spec"]["ingress"]
+    (metrics_rule,) = [r for r in packaged if {p["port"] for p in r["ports"]} == {"metrics"}]
+    assert "ports" not in everything and everything["from"] == metrics_rule["from"]
+    assert {"podSelector": {}} not in clients["from"]
+    open_ports = [(p["port"], p["endPort"]) for p in clients["ports"]]
+    assert not any(lo <= METRICS_PORT <= hi for lo, hi in open_ports), "9400: not to clients"
+    assert any(lo <= SGLANG_PORT <= hi for lo, hi in open_ports)
+
+
 def _generated(name: str) -> list[dict[str, Any]]:
     return load_yaml_all(K8S / "generated" / name)
 
@@ -196,8 +223,9 @@ def test_rendered_objects_validate(rendered, version):
             except kubernetes_validate.ValidationError as exc:
                 pytest.fail(f"{what}: {exc.message} at {'.'.join(map(str, exc.path))}")
             checked += 1
-    # Deployment, StatefulSet, 2 LWS templates, the sidecar's ConfigMap, the dashboards
-    assert checked == 5 + len(_generated("dashboards.yaml"))
+    # Deployment, StatefulSet, 2 LWS templates, the sidecar's ConfigMap, the NetworkPolicy, the
+    # dashboards
+    assert checked == 6 + len(_generated("dashboards.yaml"))
 
 
 def test_configmap_reference_resolves(rendered):
