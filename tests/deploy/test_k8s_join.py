@@ -287,7 +287,7 @@ DOC_REPO = "../dsv4-sidecar/docker/"
 def _doc_overlay() -> dict[str, Any]:
     """The overlay docs/deploy.md shows, parsed (the one YAML block that starts with the mark)."""
     blocks = re.findall(r"```yaml\n(.*?)```", DEPLOY_DOC.read_text(encoding="utf-8"), re.S)
-    (block,) = [b for b in blocks if b.startswith(DOC_OVERLAY_MARK)]
+    (block,) = [b for b in blocks if b.split("\n", 1)[0] == DOC_OVERLAY_MARK]
     return yaml.safe_load(block)
 
 
