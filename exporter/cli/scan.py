@@ -37,6 +37,8 @@ from exporter.sources.bounded import (
     SCAN_MAX_SECONDS,
     BoundedReader,
     InputRejected,
+    open_local,
+    read_lines,
 )
 from exporter.stats import wilson_interval
 
@@ -198,35 +200,15 @@ def _lines(
     reader: BoundedReader, progress: _Progress | None = None, line_max: int = SCAN_LINE_MAX_BYTES
 ) -> Iterator[tuple[int, str | None]]:
     """(line number, stripped line) for each non-blank line; the line is None when it is over
-    ``line_max`` bytes: its bytes are skipped to its end, never held (``/dev/zero`` has no
-    newline at all, and used to grow one line without bound)."""
-    number = 0
-    buf = bytearray()
-    dropping = False
-    while piece := reader.read(_READ_SIZE):
-        start = 0
-        while (nl := piece.find(b"\n", start)) >= 0:
-            number += 1
-            if not dropping:
-                buf += piece[start:nl]
-            if dropping or len(buf) > line_max:
-                yield number, None
-            elif line := buf.decode("utf-8", "replace").strip():
-                yield number, line
-            buf.clear()
-            dropping = False
-            start = nl + 1
-            if progress is not None:
-                progress.advance(number, reader.total)
-        if not dropping:
-            buf += piece[start:]
-            if len(buf) > line_max:
-                dropping = True
-                buf.clear()
-    if dropping:
-        yield number + 1, None
-    elif line := buf.decode("utf-8", "replace").strip():
-        yield number + 1, line
+    ``line_max`` bytes (skipped without being held: ``/dev/zero`` has no newline at all, and
+    used to grow one line without bound)."""
+    for number, raw in read_lines(reader, line_max, _READ_SIZE):
+        if progress is not None:
+            progress.advance(number, reader.total)
+        if raw is None:
+            yield number, None
+        elif line := raw.decode("utf-8", "replace").strip():
+            yield number, line
 
 
 class _Progress:
@@ -294,9 +276,7 @@ def _progress_for(fd: int, stderr: IO[str]) -> _Progress | None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        # non-blocking: a FIFO nobody writes cannot hang the open (reads wait in select)
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = _stdin() if args.file == "-" else os.open(args.file, flags)
+        fd = _stdin() if args.file == "-" else open_local(args.file)
     except OSError as exc:
         why = getattr(exc, "strerror", None) or exc
         print(f"dsv4-sidecar scan: cannot read {args.file}: {why}", file=sys.stderr)

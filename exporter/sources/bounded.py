@@ -20,6 +20,7 @@ import json
 import os
 import select
 import time
+from collections.abc import Iterator
 from typing import IO, Any
 
 import aiohttp
@@ -130,6 +131,10 @@ SCAN_MAX_BYTES = 64 << 30
 """The whole input of one ``scan`` (``--max-bytes``): far above any real capture."""
 SCAN_MAX_SECONDS = 6 * 3600.0
 """The wall-clock time of one ``scan`` (``--max-seconds``)."""
+TRIAGE_FILE_MAX_BYTES = 1 << 30
+"""A file ``triage`` reads (``--scan`` JSON Lines, a ``--repro`` result)."""
+TRIAGE_FILE_SECONDS = 600.0
+"""The time ``triage`` gives one such file, whole."""
 
 
 class InputRejected(ValueError):
@@ -144,7 +149,7 @@ def read_local(path: str | os.PathLike[str], max_bytes: int, max_seconds: float)
     writer dripping a byte a second holds the caller past its bound. Raises
     :class:`InputRejected` past a bound and ``OSError`` when it cannot be read.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = open_local(path)
     try:
         reader = BoundedReader(fd, max_bytes, time.monotonic() + max_seconds)
         chunks = []
@@ -195,3 +200,38 @@ class BoundedReader:
             if self.total > self.max_bytes:
                 raise InputRejected(f"is over {self.max_bytes} bytes")
             return piece
+
+
+def read_lines(
+    reader: BoundedReader, line_max: int, chunk: int = 1 << 20
+) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line without its newline) for every line ``reader`` gives; the line is
+    None when it is over ``line_max`` bytes: its bytes are skipped to its end, never held (a
+    device such as ``/dev/zero`` has no newline at all). The whole input stays within the
+    reader's byte budget and deadline (:class:`InputRejected` past either)."""
+    number = 0
+    buf = bytearray()
+    dropping = False
+    while piece := reader.read(chunk):
+        start = 0
+        while (nl := piece.find(b"\n", start)) >= 0:
+            number += 1
+            if not dropping:
+                buf += piece[start:nl]
+            yield number, None if dropping or len(buf) > line_max else bytes(buf)
+            buf.clear()
+            dropping = False
+            start = nl + 1
+        if not dropping:
+            buf += piece[start:]
+            if len(buf) > line_max:
+                dropping = True
+                buf.clear()
+    if dropping or buf:
+        yield number + 1, None if dropping else bytes(buf)
+
+
+def open_local(path: str | os.PathLike[str]) -> int:
+    """A descriptor for a :class:`BoundedReader`: non-blocking, so a FIFO nobody writes
+    cannot hang the open (reads then wait in ``select``, against the reader's deadline)."""
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -105,3 +105,28 @@ def test_scan_of_a_pipe_that_never_ends_stops_at_max_seconds() -> None:
         os.close(write_end)
     assert r.returncode == 2 and "time limit" in r.stderr
     assert json.loads(r.stdout.splitlines()[0])["line"] == 1  # what was read was graded
+
+
+def test_triage_files_are_bounded_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``triage --scan /dev/zero`` and ``--repro /dev/zero`` end with a note, not a hang."""
+    from exporter.oncall.triage import collect as triage_collect
+
+    monkeypatch.setattr(triage_collect, "TRIAGE_FILE_MAX_BYTES", 8 << 20)
+    ev = triage_collect.collect(
+        triage_collect.CollectOptions(repro_path=Path("/dev/zero"), scan_paths=[Path("/dev/zero")])
+    )
+    assert any("repro result /dev/zero unreadable" in n for n in ev.notes), ev.notes
+    assert any(n.startswith("scan /dev/zero:") and "over" in n for n in ev.notes), ev.notes
+
+
+def test_triage_scan_skips_a_line_over_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exporter.oncall import samples
+
+    monkeypatch.setattr(samples, "MAX_LINE_BYTES", 1000)
+    path = tmp_path / "a.jsonl"
+    long_line = json.dumps({"text": "hello " * 400}).encode()
+    path.write_bytes(long_line + b"\n" + json.dumps({"text": "hello"}).encode() + b"\n")
+    lines = list(samples.read_graded(path))
+    assert len(lines) == 2 and lines[0] is None and lines[1] is not None

@@ -53,7 +53,13 @@ from exporter.oncall.triage.http import (
 )
 from exporter.oncall.triage.sections import histogram_quantile
 from exporter.samplers.buckets import bucket_label
-from exporter.sources.bounded import TRIAGE_METRICS_MAX_BYTES
+from exporter.sources.bounded import (
+    TRIAGE_FILE_MAX_BYTES,
+    TRIAGE_FILE_SECONDS,
+    TRIAGE_METRICS_MAX_BYTES,
+    InputRejected,
+    read_local,
+)
 
 MAX_SAMPLE_RECORDS = 10_000
 
@@ -582,8 +588,9 @@ def _sorted_ranks(ranks: dict[str, RankMemory]) -> list[RankMemory]:
 def _collect_repro(ev: Evidence, path: Path) -> None:
     target = path / "report.json" if path.is_dir() else path
     try:
-        doc = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        raw = read_local(target, TRIAGE_FILE_MAX_BYTES, TRIAGE_FILE_SECONDS)
+        doc = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # InputRejected is a ValueError
         ev.notes.append(f"repro result {target} unreadable: {exc}")
         return
     if not isinstance(doc, dict) or not isinstance(doc.get("arms"), list):
@@ -652,6 +659,9 @@ def _collect_scan(ev: Evidence, paths: list[Path]) -> None:
             lines = list(read_graded(path))
         except OSError as exc:
             ev.notes.append(f"scan {path}: {exc.strerror or exc}")
+            continue
+        except InputRejected as exc:
+            ev.notes.append(f"scan {path}: {exc}; not counted")
             continue
         if key is not None:
             seen.add(key)
