@@ -6,7 +6,6 @@ import asyncio
 import gc
 import hmac
 import html
-import ipaddress
 import re
 from contextlib import asynccontextmanager
 from typing import Any
@@ -77,20 +76,23 @@ def create_app(
         return sc.footprint.as_json()
 
     ingest_slots = asyncio.Semaphore(settings.ingest_concurrency)
+    open_without_token = settings.ingest_open_without_token()
 
     @app.post("/api/v1/samples")
     async def ingest(request: Request) -> JSONResponse:
         """Grade samples from gateways or clients (single, list, or {"samples": [...]})."""
-        token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+        token = await asyncio.to_thread(settings.ingest_token_value)
         if token:
             if not _bearer_ok(request, token):
                 return _unauthorized()
-        elif not _from_loopback(request):
+        elif not open_without_token:
             return JSONResponse(
                 {
-                    "error": "ingest without a token is open to loopback clients only",
+                    "error": "ingest without a token answers only when the sidecar listens on "
+                    "loopback",
                     "reason": "token_required",
-                    "hint": "set DSV4_SIDECAR_INGEST_TOKEN and send it as a bearer token",
+                    "hint": "set ingest_token_file (a mounted Secret; or DSV4_SIDECAR_INGEST_TOKEN)"
+                    " and send it as a bearer token, or listen on 127.0.0.1",
                 },
                 status_code=403,
             )
@@ -176,17 +178,6 @@ def _bearer_ok(request: Request, token: str) -> bool:
     if match is None:
         return False
     return hmac.compare_digest(match.group(1).encode(), token.encode())
-
-
-def _from_loopback(request: Request) -> bool:
-    """The peer is this host (127.0.0.0/8 or ::1): a caller inside the pod."""
-    host = request.client.host if request.client else ""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    return (mapped or ip).is_loopback
 
 
 def _unauthorized() -> JSONResponse:

@@ -12,6 +12,7 @@ the same environment variables SGLang uses, since in a pod the sidecar gets SGLa
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from pathlib import Path
@@ -61,6 +62,8 @@ FIXES: dict[str, str] = {
     "basic_auth_users (docs/deploy.md, 'TLS and basic auth'), or unset it",
     "samples_token_file": "mount the Secret holding the token at that path, or unset the key "
     "(GET /api/v1/samples is then off)",
+    "ingest_token_file": "mount the Secret holding the token at that path, or unset the key "
+    "(ingest then answers only when the sidecar listens on loopback)",
 }
 
 
@@ -238,8 +241,15 @@ class SidecarSettings(BaseSettings):
     )
     ingest_token: SecretStr | None = Field(
         None,
-        description="Bearer token POST /api/v1/samples requires (not empty). Without one, "
-        "ingest only answers when the sidecar listens on loopback (docs/deploy.md).",
+        description="Bearer token POST /api/v1/samples requires (not empty). Without one "
+        "(here or in ingest_token_file), ingest only answers when the sidecar's host is a "
+        "loopback address (docs/deploy.md). Prefer ingest_token_file: an environment "
+        "variable is visible to whoever can read the pod spec or /proc/PID/environ.",
+    )
+    ingest_token_file: Path | None = Field(
+        None,
+        description="File holding the ingest bearer token (e.g. a mounted Secret); read "
+        "per request, so a rotated Secret applies without a restart.",
     )
     samples_capacity: int = Field(200, ge=1, le=100_000, description="Bad samples kept.")
     sample_text_cap: int = Field(
@@ -383,15 +393,17 @@ class SidecarSettings(BaseSettings):
         server starts (``load_settings(check_files=True)``), not whenever settings are parsed,
         so deployment artefacts can be validated away from the pod."""
         problems = []
-        path = self.samples_token_file
-        if path is not None:
+        for key in ("samples_token_file", "ingest_token_file"):
+            path = getattr(self, key)
+            if path is None:
+                continue
             try:
-                _bearer_token(path.read_text(encoding="utf-8"))
+                _bearer_token(_read_token_file(path))
             except ValueError as exc:  # UnicodeDecodeError is one too
-                problems.append(("samples_token_file", f"the token in {str(path)!r} {exc}"))
+                problems.append((key, f"the token in {str(path)!r} {exc}"))
             except OSError as exc:
                 why = getattr(exc, "strerror", None) or type(exc).__name__
-                problems.append(("samples_token_file", f"cannot read {str(path)!r}: {why}"))
+                problems.append((key, f"cannot read {str(path)!r}: {why}"))
         from exporter.samplers.prompts import PromptsError, load_prompts
 
         for key in ("canary_prompts_file", "canary_long_prompts_file"):
@@ -405,14 +417,18 @@ class SidecarSettings(BaseSettings):
 
     def samples_token_value(self) -> str | None:
         """The samples token from the setting or its file (stripped), None when off."""
-        if self.samples_token is not None:
-            return self.samples_token.get_secret_value() or None
-        if self.samples_token_file is not None:
-            try:
-                return self.samples_token_file.read_text(encoding="utf-8").strip() or None
-            except OSError:
-                return None
-        return None
+        return _token_value(self.samples_token, self.samples_token_file)
+
+    def ingest_token_value(self) -> str | None:
+        """The ingest token from the setting or its file (stripped), None when unset."""
+        return _token_value(self.ingest_token, self.ingest_token_file)
+
+    def ingest_open_without_token(self) -> bool:
+        """Whether ingest may answer without a token: only when the sidecar *listens* on a
+        loopback address. The caller's address proves nothing: in a pod every local proxy
+        (Istio's connects from 127.0.0.6, a local nginx from 127.0.0.1) forwards remote
+        clients from a loopback address."""
+        return listens_on_loopback(self.host)
 
     @field_validator("rank_map", mode="before")
     @classmethod
@@ -455,6 +471,14 @@ class SidecarSettings(BaseSettings):
                     "listener could never bind",
                 )
             )
+        for key in ("samples_token", "ingest_token"):
+            if getattr(self, key) is not None and getattr(self, key + "_file") is not None:
+                out.append(
+                    (
+                        f"{key}_file",
+                        f"is set as well as {key}: one token, one source (keep the file)",
+                    )
+                )
         if self.nnodes is not None and self.node_rank >= self.nnodes:
             out.append(
                 (
@@ -476,6 +500,41 @@ class SidecarSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # init kwargs carry CLI flags and (lowest) the YAML file, merged in load_settings.
         return (init_settings, env_settings)
+
+
+def _read_token_file(path: Path) -> str:
+    """The token file's text, bounded (a path at ``/dev/zero`` or a FIFO is read on every
+    request otherwise); :class:`~exporter.sources.bounded.InputRejected` is a ValueError."""
+    from exporter.sources.bounded import LOCAL_READ_SECONDS, TOKEN_FILE_MAX_BYTES, read_local
+
+    return read_local(path, TOKEN_FILE_MAX_BYTES, LOCAL_READ_SECONDS).decode("utf-8")
+
+
+def _token_value(value: SecretStr | None, path: Path | None) -> str | None:
+    """A token from its setting, else its file (stripped); None when unset or unreadable (an
+    unreadable file at start is a configuration error: :meth:`SidecarSettings.file_problems`)."""
+    if value is not None:
+        return value.get_secret_value() or None
+    if path is not None:
+        try:
+            return _read_token_file(path).strip() or None
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def listens_on_loopback(host: str) -> bool:
+    """Whether a listen address only accepts connections from this host (127.0.0.0/8, ::1,
+    ``localhost``). A wildcard (0.0.0.0, ::, empty) or any other name is not."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return (mapped or ip).is_loopback
 
 
 def _pattern_list(text: str) -> list[str]:

@@ -26,6 +26,12 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
 from exporter.config import ENV_PREFIX, FIXES, NOT_SETTINGS, SidecarSettings
+from exporter.sources.bounded import (
+    CONFIG_FILE_MAX_BYTES,
+    LOCAL_READ_SECONDS,
+    InputRejected,
+    read_local,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +73,14 @@ def flag_name(key: str) -> str:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = read_local(path, CONFIG_FILE_MAX_BYTES, LOCAL_READ_SECONDS).decode("utf-8")
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except InputRejected as exc:
+        raise ConfigError(f"config file {path} {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
     if data is None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -253,7 +255,46 @@ def get_sync(
     ssl_context: ssl.SSLContext | None = None,
 ) -> Reply:
     """``GET url`` with the same policy as :class:`Outbound`, with the standard library.
-    ``ssl_context``: how to verify an https server (a private CA); default: the system's."""
+    ``ssl_context``: how to verify an https server (a private CA); default: the system's.
+
+    ``timeout`` bounds the whole request, as aiohttp's ``total`` does for :class:`Outbound`:
+    urllib's own timeout applies to each socket operation, so a server dripping a byte a
+    second kept a 2 s request going for 24 s. The request runs on a daemon thread the caller
+    waits for at most ``timeout``; past it the caller gets ``timeout`` and the thread stops at
+    its next read."""
+    deadline = time.monotonic() + timeout
+    outcome: list[Reply | BaseException] = []
+    cancel = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append(
+                _get_sync(url, limit, timeout, headers, follow_redirects, ssl_context, cancel)
+            )
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=work, name="dsv4-outbound-get", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if not outcome:
+        cancel.set()
+        raise OutboundError(TIMEOUT, f"GET {_safe(url)} exceeded {timeout}s")
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _get_sync(
+    url: str,
+    limit: int,
+    timeout: float,
+    headers: Mapping[str, str] | None,
+    follow_redirects: int,
+    ssl_context: ssl.SSLContext | None,
+    cancel: threading.Event,
+) -> Reply:
     hdrs = dict(headers or {})
     hops = 0
     opener = _OPENER
@@ -267,14 +308,18 @@ def get_sync(
         req = urllib.request.Request(url, headers=hdrs)
         try:
             with opener.open(req, timeout=timeout) as resp:
-                return Reply(resp.status, _read_sync(resp, limit, strict=True), url)
+                return Reply(resp.status, _read_sync(resp, limit, strict=True, cancel=cancel), url)
         except urllib.error.HTTPError as exc:
             target = exc.headers.get("Location") if exc.headers else None
             if exc.code in _REDIRECTS and target and hops < follow_redirects:
                 nxt = urllib.parse.urljoin(url, target)
                 hdrs, url, hops = redirect_headers(hdrs, url, nxt), nxt, hops + 1
                 continue
-            body = _read_sync(exc, ERROR_BODY_MAX_BYTES, strict=False) if exc.fp else b""
+            body = (
+                _read_sync(exc, ERROR_BODY_MAX_BYTES, strict=False, cancel=cancel)
+                if exc.fp
+                else b""
+            )
             return Reply(exc.code, body, url, dict(exc.headers or {}))
         except TimeoutError:
             raise OutboundError(TIMEOUT, f"GET {_safe(url)} exceeded {timeout}s") from None
@@ -285,13 +330,26 @@ def get_sync(
             ) from None
 
 
-def _read_sync(resp: Any, cap: int, *, strict: bool) -> bytes:
+_SYNC_CHUNK = 64 << 10
+
+
+def _read_sync(resp: Any, cap: int, *, strict: bool, cancel: threading.Event) -> bytes:
+    """The body in pieces (``read1``: whatever has arrived, never waiting for a full chunk),
+    never more than ``cap`` + one piece, stopping when the caller gave up (``cancel``)."""
     declared = resp.headers.get("Content-Length") if resp.headers else None
     if strict and declared is not None and declared.isdigit() and int(declared) > cap:
         raise OutboundError(bounded.TOO_LARGE, f"body of {declared} bytes declared, cap is {cap}")
-    body: bytes = resp.read(cap + 1)
-    if len(body) > cap:
+    read = getattr(resp, "read1", None) or resp.read
+    buf = bytearray()
+    while len(buf) <= cap:
+        if cancel.is_set():
+            raise OutboundError(TIMEOUT, "the caller's deadline passed")
+        piece = read(min(_SYNC_CHUNK, cap + 1 - len(buf)))
+        if not piece:
+            break
+        buf += piece
+    if len(buf) > cap:
         if strict:
             raise OutboundError(bounded.TOO_LARGE, f"body passed the cap of {cap} bytes")
-        body = body[:cap]
-    return body
+        del buf[cap:]
+    return bytes(buf)

@@ -234,7 +234,7 @@ SGLANG = "sglang"
 # Port names are unique per pod: the workload's own containers may already use `metrics`.
 JOIN_PORTS = {"metrics": "dsv4-metrics", "tap": "dsv4-tap"}
 # Volumes the sidecar brings along (the weights volume is the workload's: joining uses a preset).
-JOIN_VOLUMES = ("dsv4-probe", "samples-token", "sidecar-tmp")
+JOIN_VOLUMES = ("dsv4-probe", "samples-token", "ingest-token", "sidecar-tmp")
 # The ConfigMap the Component generates (model preset and any DSV4_SIDECAR_* a user adds).
 JOIN_ENV_CONFIGMAP = "dsv4-sidecar-join"
 # The join's settings: a ConfigMap that kustomize reads while it builds and leaves out of its
@@ -257,6 +257,9 @@ LWS_TEMPLATES = {
 }
 LWS_SELECTORS = {"worker": JOIN_SELECTOR, "leader": LEADER_SELECTOR}
 SGLANG_URL_ENV = "DSV4_SIDECAR_SGLANG_URL"
+# The label the join puts on every pod template it adds the sidecar to: what its NetworkPolicy
+# selects (the workload's own labels are unknown here).
+JOIN_POD_LABEL = {"dsv4-sidecar/joined": "true"}
 
 
 def _load_one(path: Path, kind: str) -> dict[str, Any]:
@@ -360,7 +363,61 @@ def _pod_patch(kind: str, volumes: list[dict[str, Any]], pod: dict[str, Any]) ->
         "apiVersion": "apps/v1",
         "kind": kind,
         "metadata": {"name": "selected-by-label"},
-        "spec": {"template": {"spec": {**pod, "volumes": volumes}}},
+        "spec": {
+            "template": {
+                "metadata": {"labels": dict(JOIN_POD_LABEL)},
+                "spec": {**pod, "volumes": volumes},
+            }
+        },
+    }
+
+
+def _lws_label_patch(template: str) -> dict[str, Any]:
+    """A merge patch of one LeaderWorkerSet pod template's labels: kustomize has no schema for
+    the CRD, so it merges maps key by key (a JSON patch ``add`` would need the map to exist)."""
+    spec: dict[str, Any] = {"metadata": {"labels": dict(JOIN_POD_LABEL)}}
+    for key in reversed(template.strip("/").split("/")[1:]):
+        spec = {key: spec}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "selected-by-label"},
+        "spec": spec,
+    }
+
+
+def render_join_network_policy(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
+    """Ingress to the joined pods, with the peers of ``networkpolicy.yaml`` (one place): this
+    namespace and Prometheus on every port (the sidecar's /metrics and API, SGLang's own
+    /metrics, and a LeaderWorkerSet group's pods among themselves), the client namespaces on
+    every port but the sidecar's (SGLang's port is the workload's, so it is not named: a
+    range leaves out only the sidecar's). Ingress only: the workload's egress is its own."""
+    policy = _load_one(k8s_dir / "networkpolicy.yaml", "NetworkPolicy")
+    rules = policy["spec"]["ingress"]
+    (metrics_rule,) = [r for r in rules if any(p["port"] == "metrics" for p in r["ports"])]
+    (client_rule,) = [r for r in rules if any(p["port"] == "http" for p in r["ports"])]
+    clients = [peer for peer in client_rule["from"] if peer != {"podSelector": {}}]
+    metrics = _pod_spec(k8s_dir)
+    (sidecar,) = [c for c in metrics["containers"] if c["name"] == SIDECAR]
+    (port,) = [p["containerPort"] for p in sidecar["ports"] if p["name"] == "metrics"]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "dsv4-sidecar-join", "labels": {"app.kubernetes.io/name": SIDECAR}},
+        "spec": {
+            "podSelector": {"matchLabels": dict(JOIN_POD_LABEL)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": metrics_rule["from"]},
+                {
+                    "from": clients,
+                    "ports": [
+                        {"port": 1, "endPort": port - 1, "protocol": "TCP"},
+                        {"port": port + 1, "endPort": 65535, "protocol": "TCP"},
+                    ],
+                },
+            ],
+        },
     }
 
 
@@ -514,6 +571,7 @@ def render_join(k8s_dir: Path = K8S_DIR) -> dict[Path, str]:
             _json_patch("/spec/template", join_container(k8s_dir), [])
         ),
         JOIN_OUT_DIR / "podmonitor.yaml": _dump(render_pod_monitor(k8s_dir)),
+        JOIN_OUT_DIR / "networkpolicy.yaml": _dump(render_join_network_policy(k8s_dir)),
         JOIN_OUT_DIR / "settings.yaml": _dump(render_join_settings(k8s_dir)),
         JOIN_SETTINGS_DIR / "replacements.yaml": _dump(render_join_replacements(k8s_dir)),
     }
@@ -521,6 +579,7 @@ def render_join(k8s_dir: Path = K8S_DIR) -> dict[Path, str]:
         out[JOIN_OUT_DIR / f"lws-{role}-patch.yaml"] = _dump(
             _json_patch(template, join_worker_container(k8s_dir), volumes, pod)
         )
+        out[JOIN_OUT_DIR / f"lws-{role}-labels.yaml"] = _dump(_lws_label_patch(template))
     return {path: header + text for path, text in out.items()}
 
 

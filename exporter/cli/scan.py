@@ -6,7 +6,10 @@ an OpenAI chat completion (or list of stream chunks), or ``{"response": <one of 
 "tools": [...]}`` -- the sample shapes the ingest API takes. A line that cannot be read
 (invalid JSON, nested deeper than 64 levels, a field of the wrong type) is reported as verdict
 ``error`` and the scan goes on; the summary names the first unreadable line numbers and
-counts the rest. Blank lines are skipped. On a terminal, progress (bytes read, lines graded)
+counts the rest. Blank lines are skipped. A line over 64 MiB is unreadable (skipped without
+being held), and the whole input is bounded by ``--max-bytes`` and ``--max-seconds`` (a device
+such as ``/dev/zero``, or a pipe that never ends): past either the scan stops, prints the
+summary of what it read, and exits 2. On a terminal, progress (bytes read, lines graded)
 is drawn on stderr while the scan runs; piped or redirected, nothing extra is written.
 """
 
@@ -15,9 +18,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import io
 import json
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +31,15 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from exporter.dsml import DEFAULT_MAX_CHARS, REASON_SPECS, VERDICTS, Finding, Result
 from exporter.dsml.engines import QUALIFIED
 from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
+from exporter.sources.bounded import (
+    SCAN_LINE_MAX_BYTES,
+    SCAN_MAX_BYTES,
+    SCAN_MAX_SECONDS,
+    BoundedReader,
+    InputRejected,
+    open_local,
+    read_lines,
+)
 from exporter.stats import wilson_interval
 
 if TYPE_CHECKING:
@@ -38,6 +52,7 @@ MAX_UNREADABLE_LINES = 20
 # Progress is updated every this many lines: a 547 MB file is millions of lines, and the bar
 # needs a few updates a second, not one per line.
 PROGRESS_EVERY = 512
+_READ_SIZE = 1 << 20
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +88,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=DEFAULT_MAX_CHARS,
         help="grade head and tail of longer outputs (default %(default)s characters)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        default=SCAN_MAX_BYTES,
+        help="stop after reading this many bytes in all (default %(default)s); the summary "
+        "covers what was read and the exit status is 2",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=SCAN_MAX_SECONDS,
+        help="stop after this many seconds in all (default %(default)s), likewise",
     )
     p.set_defaults(run=run)
 
@@ -168,12 +196,18 @@ def error_json(message: str) -> dict[str, Any]:
     return {"verdict": "error", "reasons": ["bad_input"], "error": message}
 
 
-def _lines(stream: IO[bytes], progress: _Progress | None = None) -> Iterator[tuple[int, str]]:
-    for number, raw in enumerate(stream, start=1):
+def _lines(
+    reader: BoundedReader, progress: _Progress | None = None, line_max: int = SCAN_LINE_MAX_BYTES
+) -> Iterator[tuple[int, str | None]]:
+    """(line number, stripped line) for each non-blank line; the line is None when it is over
+    ``line_max`` bytes (skipped without being held: ``/dev/zero`` has no newline at all, and
+    used to grow one line without bound)."""
+    for number, raw in read_lines(reader, line_max, _READ_SIZE):
         if progress is not None:
-            progress.advance(number, len(raw))
-        line = raw.decode("utf-8", "replace").strip()
-        if line:
+            progress.advance(number, reader.total)
+        if raw is None:
+            yield number, None
+        elif line := raw.decode("utf-8", "replace").strip():
             yield number, line
 
 
@@ -218,13 +252,13 @@ class _Progress:
     def __exit__(self, *exc: object) -> None:
         self._progress.stop()
 
-    def advance(self, line: int, nbytes: int) -> None:
-        self._bytes += nbytes
+    def advance(self, line: int, total_bytes: int) -> None:
+        self._bytes = total_bytes
         if line % PROGRESS_EVERY == 0:
             self._progress.update(self._task, completed=self._bytes, lines=line)
 
 
-def _progress_for(stream: IO[bytes], stderr: IO[str]) -> _Progress | None:
+def _progress_for(fd: int, stderr: IO[str]) -> _Progress | None:
     """A progress display when stderr is a terminal, sized by the file when it has a size."""
     try:
         if not stderr.isatty():
@@ -233,7 +267,7 @@ def _progress_for(stream: IO[bytes], stderr: IO[str]) -> _Progress | None:
         return None
     total: int | None = None
     try:
-        size = os.fstat(stream.fileno()).st_size
+        size = os.fstat(fd).st_size
         total = size or None
     except (OSError, AttributeError, ValueError):
         total = None
@@ -242,22 +276,33 @@ def _progress_for(stream: IO[bytes], stderr: IO[str]) -> _Progress | None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        stream: IO[bytes] = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+        fd = _stdin() if args.file == "-" else open_local(args.file)
     except OSError as exc:
-        print(f"dsv4-sidecar scan: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        why = getattr(exc, "strerror", None) or exc
+        print(f"dsv4-sidecar scan: cannot read {args.file}: {why}", file=sys.stderr)
         return 2
     summary = Summary()
     worst: list[tuple[tuple[int, int, int, int], int, Result]] = []
-    progress = _progress_for(stream, sys.stderr)
+    progress = _progress_for(fd, sys.stderr) if isinstance(fd, int) else None
+    stopped: str | None = None
+    reader: BoundedReader | None = None
     try:
+        # One byte budget and one deadline for the whole input, not per read.
+        reader = BoundedReader(fd, args.max_bytes, time.monotonic() + args.max_seconds)
         with progress if progress is not None else contextlib.nullcontext():
-            _scan(stream, args, summary, worst, progress)
+            _scan(reader, args, summary, worst, progress)
+    except InputRejected as exc:
+        stopped = f"input stopped: {args.file} {exc} (--max-bytes, --max-seconds)"
     except OSError as exc:
         print(f"dsv4-sidecar scan: read failed: {exc}", file=sys.stderr)
         return 2
     finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
+        if reader is not None:
+            reader.restore()
+        if args.file != "-" and isinstance(fd, int):
+            os.close(fd)
+    if stopped is not None:
+        print(f"dsv4-sidecar scan: {stopped}; the summary covers what was read", file=sys.stderr)
     if args.summary_json:
         try:
             with open(args.summary_json, "w", encoding="utf-8") as fh:
@@ -268,19 +313,33 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         if not args.summary_json:
             _print_summary(summary, [], file=sys.stderr)
-        return 0
+        return 2 if stopped else 0
     _print_summary(summary, sorted(worst, reverse=True), file=sys.stdout)
-    return 0
+    return 2 if stopped else 0
+
+
+def _stdin() -> int | IO[bytes]:
+    """stdin's descriptor, or its byte stream when it has none (an in-process caller's)."""
+    try:
+        return sys.stdin.fileno()
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return sys.stdin.buffer
 
 
 def _scan(
-    stream: IO[bytes],
+    reader: BoundedReader,
     args: argparse.Namespace,
     summary: Summary,
     worst: list[tuple[tuple[int, int, int, int], int, Result]],
     progress: _Progress | None,
 ) -> None:
-    for number, line in _lines(stream, progress):
+    for number, line in _lines(reader, progress):
+        if line is None:
+            summary.add_unreadable(number)
+            if args.json:
+                message = f"line {number}: over {SCAN_LINE_MAX_BYTES} bytes"
+                print(json.dumps({"line": number, **error_json(message)}), flush=False)
+            continue
         try:
             result = grade_line(loads_bounded(line), args)
         except (SampleError, InputError) as exc:

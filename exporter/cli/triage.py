@@ -95,7 +95,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the site's alert knob overrides (the YAML of `alerts.generate --config`): "
         "triage's over-commit and sample-count thresholds are then the alerts' own",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="timeout of one HTTP request (s)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="timeout of each HTTP request as a whole, connect to last byte (s)",
+    )
     p.add_argument("--json", action="store_true", help="print the diagnosis and evidence as JSON")
     p.set_defaults(run=run)
 

@@ -12,6 +12,8 @@ attached to tickets.
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,13 @@ from typing import Any
 from exporter.dsml import Result, reassemble
 from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
 from exporter.samplers.redact import Redactor
+from exporter.sources.bounded import (
+    TRIAGE_FILE_MAX_BYTES,
+    TRIAGE_FILE_SECONDS,
+    BoundedReader,
+    open_local,
+    read_lines,
+)
 
 # Lines longer than this are counted as unreadable rather than parsed (a runaway generation
 # or a binary file must not take the triage process down).
@@ -96,7 +105,7 @@ class SampleWriter:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "samples.jsonl"
-        self.redactor = redactor or Redactor()
+        self.redactor = redactor if redactor is not None else Redactor()
         self._fh = self.path.open("a", encoding="utf-8")
         self.lines = 0
 
@@ -144,10 +153,21 @@ def grade_line(obj: Any) -> Result | None:
     return None if result.verdict == "error" else result
 
 
-def read_graded(path: Path) -> Iterator[GradedLine | None]:
-    """Grade every line of a JSONL file; yields None for a line that is not a sample."""
-    with Path(path).open("rb") as fh:
-        for raw in fh:
+def read_graded(
+    path: Path,
+    max_bytes: int = TRIAGE_FILE_MAX_BYTES,
+    max_seconds: float = TRIAGE_FILE_SECONDS,
+) -> Iterator[GradedLine | None]:
+    """Grade every line of a JSONL file; yields None for a line that is not a sample (a line
+    over MAX_LINE_BYTES included, skipped without being held). The whole file is bounded in
+    bytes and time (:class:`~exporter.sources.bounded.InputRejected` past either)."""
+    fd = open_local(path)
+    reader = BoundedReader(fd, max_bytes, time.monotonic() + max_seconds)
+    try:
+        for _number, raw in read_lines(reader, MAX_LINE_BYTES):
+            if raw is None:
+                yield None
+                continue
             if not raw.strip():
                 continue
             try:
@@ -172,3 +192,5 @@ def read_graded(path: Path) -> Iterator[GradedLine | None]:
                 if isinstance(when, (int, float)) and not isinstance(when, bool)
                 else None,
             )
+    finally:
+        os.close(fd)

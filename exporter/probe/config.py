@@ -7,7 +7,6 @@ on the SGLang container, and every spawned scheduler / TP worker inherits them.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,16 @@ def _float(env: Mapping[str, str], name: str, default: float, lo: float, hi: flo
     return min(hi, max(lo, value)) if value == value else default
 
 
+def default_directory(env: Mapping[str, str]) -> str:
+    """``$XDG_RUNTIME_DIR/dsv4-probe`` (the user's own 0700 runtime directory), else
+    ``/run/dsv4-probe``: never the world-writable temp dir, where another user could create
+    the directory first (the writer refuses one it does not own: snapshot.open_snapshot_dir)."""
+    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
+    if runtime and os.path.isabs(runtime):
+        return os.path.join(runtime, "dsv4-probe")
+    return "/run/dsv4-probe"
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     directory: Path
@@ -44,13 +53,11 @@ class ProbeConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ProbeConfig:
-        """DSV4_PROBE_DIR (default <tmp>/dsv4-probe), DSV4_PROBE_INTERVAL_S (1),
+        """DSV4_PROBE_DIR (default :func:`default_directory`), DSV4_PROBE_INTERVAL_S (1),
         DSV4_PROBE_VERIFY (sample rate 0..1 of index-K reads to checksum, default 0 = off),
         DSV4_PROBE_GAP (auto|events|host|off), DSV4_PROBE_RANK (override the rank label)."""
         env = os.environ if environ is None else environ
-        directory = env.get("DSV4_PROBE_DIR", "").strip() or os.path.join(
-            tempfile.gettempdir(), "dsv4-probe"
-        )
+        directory = env.get("DSV4_PROBE_DIR", "").strip() or default_directory(env)
         gap_mode = env.get("DSV4_PROBE_GAP", "auto").strip().lower()
         rank = env.get("DSV4_PROBE_RANK", "").strip() or None
         return cls(

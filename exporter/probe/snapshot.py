@@ -41,12 +41,14 @@ once) grouped by sub-pool, plus the index-K layout read off its buffers. ``null`
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
+import secrets
 import socket
 import stat
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -323,21 +325,73 @@ def write_snapshot(
     }
     data = json.dumps(doc, separators=(",", ":")).encode()
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     final = snapshot_path(directory, rank)
-    tmp = directory / f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    dir_fd = open_snapshot_dir(directory)
     try:
-        os.fchmod(fd, 0o644)
-        os.write(fd, data)
+        # An unpredictable name, created exclusively and never through a symlink, relative to
+        # the directory checked above: a name planted in the directory (a symlink to a victim
+        # file, the old predictable temp name) can neither redirect nor truncate a write.
+        tmp = f".{final.name}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+        try:
+            os.fchmod(fd, 0o644)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        try:
+            # rename replaces whatever holds the final name (a planted symlink included) and
+            # never follows it
+            os.replace(tmp, final.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
     finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, final)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+        os.close(dir_fd)
     return final
+
+
+class UnsafeProbeDir(OSError):
+    """The snapshot directory could be turned against the writer (see :func:`open_snapshot_dir`)."""
+
+
+def open_snapshot_dir(directory: Path, euid: int | None = None) -> int:
+    """A descriptor of ``directory`` (created 0755 when missing), checked before anything is
+    written in it. Refused (:class:`UnsafeProbeDir`): a symlink as the last component, not a
+    directory, owned by a user other than this process's or root (another user created it and
+    can swap its contents), and a directory of this user's that others may write without the
+    sticky bit. A root-owned directory is accepted whatever its mode: only root or the platform
+    creates one (a Kubernetes ``emptyDir`` is root-owned 0777), and in it the exclusive,
+    no-follow create and the rename leave other writers no more than deleting a snapshot
+    (the sidecar then marks the rank stale). ``euid`` is for tests."""
+    euid = os.geteuid() if euid is None else euid
+    try:
+        os.mkdir(directory, 0o755)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        directory.parent.mkdir(parents=True, mode=0o755, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o755)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except NotADirectoryError:
+        raise UnsafeProbeDir(f"{directory} is not a directory") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeProbeDir(f"{directory} is a symlink") from None
+        raise
+    st = os.fstat(fd)
+    problem = None
+    if st.st_uid not in (euid, 0):
+        problem = f"is owned by uid {st.st_uid}, not this user ({euid}) or root"
+    elif st.st_uid == euid and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        problem = f"is writable by others without the sticky bit (mode {st.st_mode & 0o7777:o})"
+    if problem is not None:
+        os.close(fd)
+        raise UnsafeProbeDir(f"{directory} {problem}")
+    return fd
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,9 @@ class GradingPipeline:
         max_pending_bytes: int = DEFAULT_QUEUE_BYTES,
         max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
-        self.store = store or SampleStore()
+        # ``is None``, not ``or``: an empty store has len 0 and is falsy, and the operator's
+        # store (its cap, capacity, byte limit and redaction patterns) would be replaced.
+        self.store = store if store is not None else SampleStore()
         self.max_pending = max_pending
         self.max_pending_bytes = max_pending_bytes
         self.max_chars = max_chars

@@ -4,21 +4,27 @@ Every field a stored sample carries out of the process (text, span details, requ
 goes through :class:`Redactor`. Default rules, each with a trigger and a near-miss test in
 ``tests/hostile/test_secrets_redaction.py``:
 
-- e-mail addresses; ``Authorization: Bearer`` tokens; ``Basic`` credentials (only when the
-  base64 decodes to ``user:password``) and ``scheme://user:password@`` in URLs;
+- e-mail addresses; ``Authorization: Bearer`` tokens; ``Basic`` credentials (any case; only
+  when the base64 decodes to ``user:password``) and ``scheme://user:password@`` in URLs (the
+  user may be empty, as in ``redis://:password@``);
 - key shapes: OpenAI/Anthropic-style ``sk-``, Stripe ``sk_live_``/``rk_test_``, AWS access key
-  ids, GitHub tokens (``ghp_`` ..., ``github_pat_``), Slack ``xox?-`` tokens, Google ``AIza``
-  keys, JWTs;
+  ids, GitHub tokens (``ghp_`` ..., ``github_pat_``), Slack ``xox?-`` tokens (any letter),
+  Google ``AIza`` keys, JWTs (also unsigned: an empty signature);
 - PEM blocks (``-----BEGIN ...-----`` to its ``END`` line, or to the end of the text when
   the end was cut off);
-- payment card numbers (13-19 digits, spaces or dashes allowed, Luhn-valid);
+- payment card numbers (13-19 digits, spaces or dashes allowed, Luhn-valid; a sentence may end
+  right after one, a decimal such as ``3.14159...`` is not one);
 - values of secret-named keys (``password``, ``passwd``, ``secret``, ``token``, ``api_key``,
-  ``access_key``, ``private_key``, ``credential(s)``, ``auth``, with any prefix such as
-  ``db_`` or ``client_``) in every form they come in: ``key=value``, ``key: value``,
+  ``access_key``, ``private_key``, ``secret_key``, ``credential(s)``, ``auth``, with any
+  prefix such as ``db_`` or ``client_``) in every form they come in: ``key=value``,
+  ``key: value`` (a quoted value to its closing quote, spaces and all; a bare one to
+  whitespace or one of ``"',;}&``),
   JSON ``"key": "value"``, the same JSON escaped inside a string (OpenAI tool-call
   ``arguments``), and DSML ``parameter name="key"`` values.
 
-Operators add their own regexes (``redact_patterns``); each one's whole match is masked.
+``tests/hostile/test_redaction_forms.py`` generates secrets in each of these forms and checks
+that none survives. Operators add their own regexes (``redact_patterns``); each one's whole
+match is masked.
 Each pattern is compiled once and runs in linear time over bounded text (the store redacts
 at most ``sample_text_cap`` plus a margin).
 """
@@ -36,8 +42,8 @@ MASK = "[REDACTED]"
 # A key whose value is a secret: the secret word ends the key (``db_password``, ``apiKey``),
 # so ``token_count``, ``max_tokens`` or ``secretary`` are not matched.
 _SECRET_KEY = (
-    r"[A-Za-z0-9_.-]{0,40}?(?:pass(?:word|wd)|secret|token|api[_-]?key|apikey|access[_-]?key"
-    r"|private[_-]?key|credentials?|auth)"
+    r"[A-Za-z0-9_.-]{0,40}?(?:pass(?:word|wd)|secret(?:[_-]?key)?|token|api[_-]?key|apikey"
+    r"|access[_-]?key|private[_-]?key|credentials?|auth)"
 )
 _KEY_END = r"(?![A-Za-z0-9_-])"
 _PARAM_VALUE_END = "(?=<[/\uff5c|]|\\Z)"
@@ -135,18 +141,19 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "url_userinfo",
-        r"(?i)(\b[a-z][a-z0-9+.-]{1,20}://[^\s/:@]{1,100}:)[^\s/@]{1,200}(?=@)",
+        r"(?i)(\b[a-z][a-z0-9+.-]{1,20}://[^\s/:@]{0,100}:)[^\s/@]{1,200}(?=@)",
         _keep_prefix,
     ),
-    _rule("basic_auth", r"(\b[Bb]asic\s+)([A-Za-z0-9+/]{6,}={0,2})", _basic),
+    _rule("basic_auth", r"(?i)(\bbasic\s+)([A-Za-z0-9+/]{6,}={0,2})", _basic),
     _rule("bearer", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
     _rule("sk_key", r"\bsk-[A-Za-z0-9_-]{16,}"),
     _rule("stripe_key", r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"),
     _rule("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     _rule("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
-    _rule("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    _rule("slack_token", r"\bxox[a-z]-[A-Za-z0-9-]{10,}"),
     _rule("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
-    _rule("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # the signature may be short or empty (``alg: none``): header and payload are the secret
+    _rule("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
     # local part at most 64 characters (RFC 5321), tried only where a run starts: linear
     _rule(
         "email",
@@ -156,11 +163,18 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     # key=value and key: value outside JSON quotes (env files, logs, command lines).
     _rule(
         "key_value",
-        r"(?i)((?<![A-Za-z0-9])" + _SECRET_KEY + _KEY_END + r"['\"]?\s*[:=]\s*['\"]?)"
-        r"(?!\[REDACTED\])[^\s\"',;}&]{4,}",
+        r"(?i)((?<![A-Za-z0-9])" + _SECRET_KEY + _KEY_END + r"['\"]?\s*[:=]\s*)"
+        r"(?!['\"]?\[REDACTED\])"
+        # a quoted value to its closing quote (spaces and all), else a bare one to a delimiter
+        r"(?:\"(?:[^\"\\\n]|\\.){1,200}\"|'[^'\n]{1,200}'|[^\s\"',;}&]{4,})",
         _keep_prefix,
     ),
-    _rule("card_number", r"(?<![\d.])[2-6]\d(?:[ -]?\d){11,17}(?![\d.])", _card),
+    # not inside a longer digit run or a decimal (``3.14...``), but a sentence may end after it
+    _rule(
+        "card_number",
+        r"(?<!\d)(?<!\d\.)[2-6]\d(?:[ -]?\d){11,17}(?!\d)(?!\.\d)",
+        _card,
+    ),
 )
 
 

@@ -97,7 +97,7 @@ class SampleStore:
         self.capacity = capacity
         self.text_cap = text_cap
         self.max_bytes = max_bytes
-        self.redactor = redactor or Redactor()
+        self.redactor = redactor if redactor is not None else Redactor()
         self._items: deque[tuple[StoredSample, int]] = deque()
         self._bytes = 0
         self._lock = threading.Lock()

@@ -264,6 +264,8 @@ def test_both_containers_are_locked_down(pod):
         assert c["resources"]["requests"] and c["resources"]["limits"], c["name"]
     sidecar = container(pod, "dsv4-sidecar")
     assert sidecar["securityContext"]["readOnlyRootFilesystem"] is True
+    # its own seccomp profile, so the join Component carries it into pods it does not own
+    assert sidecar["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert sidecar["securityContext"]["runAsUser"] == SIDECAR_UID
     assert mounts(sidecar)["/tmp"]["name"] in {v["name"] for v in pod["volumes"] if "emptyDir" in v}
 

@@ -98,7 +98,7 @@ def test_every_pod_template_gains_the_sidecar_and_keeps_its_own(rendered, kind, 
         vols = _names(tpl, "volumes")
         assert set(_names(before, "volumes")) <= set(vols), "the workload's volumes stay"
         assert len(vols) == len(set(vols))
-        assert {"dsv4-probe", "samples-token", "sidecar-tmp"} <= set(vols)
+        assert {"dsv4-probe", "samples-token", "ingest-token", "sidecar-tmp"} <= set(vols)
         (sc,) = [c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR]
         mounted = {m["name"] for m in sc["volumeMounts"]}
         assert mounted <= set(vols), "every mount has its volume"
@@ -117,6 +117,55 @@ def test_no_service_account_token(rendered):
     for kind in KINDS:
         for role, tpl in _templates(_of(rendered, kind)).items():
             assert tpl["spec"]["automountServiceAccountToken"] is False, (kind, role)
+
+
+def test_joined_sidecar_has_seccomp_and_reads_its_tokens_from_files(rendered):
+    """The workload owns its pod's securityContext: the sidecar brings its own seccomp profile,
+    and its tokens are files of required Secrets, never environment variables."""
+    for kind in KINDS:
+        for role, tpl in _templates(_of(rendered, kind)).items():
+            (sc,) = [c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR]
+            assert sc["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            env = {e["name"]: e.get("value") for e in sc["env"]}
+            assert (
+                "DSV4_SIDECAR_INGEST_TOKEN" not in env and "DSV4_SIDECAR_SAMPLES_TOKEN" not in env
+            )
+            mounts = {m["mountPath"]: m["name"] for m in sc["volumeMounts"]}
+            volumes = {v["name"]: v for v in tpl["spec"]["volumes"]}
+            for key, secret in (
+                ("DSV4_SIDECAR_INGEST_TOKEN_FILE", "dsv4-sidecar-ingest-token"),
+                ("DSV4_SIDECAR_SAMPLES_TOKEN_FILE", "dsv4-sidecar-samples-token"),
+            ):
+                folder = env[key].rsplit("/", 1)[0]
+                volume = volumes[mounts[folder]]["secret"]
+                assert volume["secretName"] == secret and volume["optional"] is False, (kind, role)
+
+
+def test_network_policy_selects_every_joined_pod_and_guards_the_sidecars_port(rendered):
+    """Ingress to the joined pods: this namespace and Prometheus on every port (the sidecar's
+    API, SGLang's /metrics, a LeaderWorkerSet group's own traffic), the client namespaces on
+    every port but the sidecar's; the peers are docker/k8s/networkpolicy.yaml's."""
+    (policy,) = [d for d in rendered if d["kind"] == "NetworkPolicy"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    for kind in KINDS:
+        for role, tpl in _templates(_of(rendered, kind)).items():
+            labels = tpl["metadata"]["labels"]
+            assert selector.items() <= labels.items(), (kind, role)
+    original = load_yaml(WORKLOADS / "leaderworkerset.yaml")["spec"]["leaderWorkerTemplate"]
+    leader = _of(rendered, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    assert (
+        original["leaderTemplate"]["metadata"]["labels"].items()
+        <= leader["metadata"]["labels"].items()
+    ), "the workload's own labels stay"
+    assert policy["spec"]["policyTypes"] == ["Ingress"], "the workload's egress is its own"
+    everything, clients = policy["spec"]["ingress"]
+    packaged = load_yaml(K8S / "networkpolicy.yaml")["spec"]["ingress"]
+    (metrics_rule,) = [r for r in packaged if {p["port"] for p in r["ports"]} == {"metrics"}]
+    assert "ports" not in everything and everything["from"] == metrics_rule["from"]
+    assert {"podSelector": {}} not in clients["from"]
+    open_ports = [(p["port"], p["endPort"]) for p in clients["ports"]]
+    assert not any(lo <= METRICS_PORT <= hi for lo, hi in open_ports), "9400: not to clients"
+    assert any(lo <= SGLANG_PORT <= hi for lo, hi in open_ports)
 
 
 def _generated(name: str) -> list[dict[str, Any]]:
@@ -174,8 +223,9 @@ def test_rendered_objects_validate(rendered, version):
             except kubernetes_validate.ValidationError as exc:
                 pytest.fail(f"{what}: {exc.message} at {'.'.join(map(str, exc.path))}")
             checked += 1
-    # Deployment, StatefulSet, 2 LWS templates, the sidecar's ConfigMap, the dashboards
-    assert checked == 5 + len(_generated("dashboards.yaml"))
+    # Deployment, StatefulSet, 2 LWS templates, the sidecar's ConfigMap, the NetworkPolicy, the
+    # dashboards
+    assert checked == 6 + len(_generated("dashboards.yaml"))
 
 
 def test_configmap_reference_resolves(rendered):
@@ -237,7 +287,7 @@ DOC_REPO = "../dsv4-sidecar/docker/"
 def _doc_overlay() -> dict[str, Any]:
     """The overlay docs/deploy.md shows, parsed (the one YAML block that starts with the mark)."""
     blocks = re.findall(r"```yaml\n(.*?)```", DEPLOY_DOC.read_text(encoding="utf-8"), re.S)
-    (block,) = [b for b in blocks if b.startswith(DOC_OVERLAY_MARK)]
+    (block,) = [b for b in blocks if b.split("\n", 1)[0] == DOC_OVERLAY_MARK]
     return yaml.safe_load(block)
 
 

@@ -131,6 +131,10 @@ def test_group_pods_reach_each_other(lws):
     assert policy["spec"]["podSelector"]["matchLabels"] == group
     (rule,) = policy["spec"]["ingress"]
     assert rule == {"from": [{"podSelector": {"matchLabels": group}}]}, "every port"
+    # the single-node policy allows DNS only: the group's pods also reach each other out
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (out,) = policy["spec"]["egress"]
+    assert out == {"to": [{"podSelector": {"matchLabels": group}}]}, "every port"
 
 
 def test_kustomize_build_replaces_the_deployment(tmp_path):

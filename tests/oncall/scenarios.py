@@ -79,6 +79,7 @@ def start_stack(name: str, *, ttft_ms: float = 40.0, tp_size: int = 4) -> Iterat
         sim = stack.enter_context(ServerThread(create_sim_app(sim_settings)))
         settings = {
             "sglang_url": sim.url,
+            "host": "127.0.0.1",  # as ServerThread binds: ingest answers without a token
             "gpu_backend": "fake",
             "sglang_poll_interval": 0.2,
             "nvml_poll_interval": 0.5,

@@ -23,6 +23,7 @@ def _app(sim_url: str, **over):
         load_settings(
             {
                 "sglang_url": sim_url,
+                "host": "127.0.0.1",  # as ServerThread binds: ingest answers without a token
                 "gpu_backend": "fake",
                 "sglang_poll_interval": 0.1,
                 "nvml_poll_interval": 1,

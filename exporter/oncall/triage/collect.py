@@ -15,12 +15,13 @@ its bearer token, the stored bad samples with their per-sample reasons.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from exporter.metrics import catalog as m
 from exporter.metrics.catalog import MetricSpec
@@ -52,6 +53,13 @@ from exporter.oncall.triage.http import (
 )
 from exporter.oncall.triage.sections import histogram_quantile
 from exporter.samplers.buckets import bucket_label
+from exporter.sources.bounded import (
+    TRIAGE_FILE_MAX_BYTES,
+    TRIAGE_FILE_SECONDS,
+    TRIAGE_METRICS_MAX_BYTES,
+    InputRejected,
+    read_local,
+)
 
 MAX_SAMPLE_RECORDS = 10_000
 
@@ -189,6 +197,22 @@ class CollectOptions:
     timeout: float = 10.0
 
 
+T = TypeVar("T")
+
+# What an answer of unexpected shape raises while it is read into the evidence.
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError)
+
+
+def _guarded(ev: Evidence, source: str, read: Callable[[], T]) -> T | None:
+    """``read()``, or None with a note when the answer had a shape it could not take (wrong
+    JSON types, a label value no parser expects): triage still writes its report."""
+    try:
+        return read()
+    except _SHAPE_ERRORS as exc:
+        ev.notes.append(f"{source}: answer of an unexpected shape skipped ({type(exc).__name__})")
+        return None
+
+
 def collect(opts: CollectOptions) -> Evidence:
     """Gather everything the options point at; never raises for a source being down."""
     end = opts.end if opts.end is not None else time.time()
@@ -201,16 +225,17 @@ def collect(opts: CollectOptions) -> Evidence:
     )
     sidecar_metrics: str | None = None
     if opts.sidecar_url:
-        sidecar_metrics = _collect_sidecar(ev, opts)
+        sidecar_metrics = _guarded(ev, "sidecar", lambda: _collect_sidecar(ev, opts))
         if sidecar_metrics is not None or ev.deployment is not None:
             ev.sources.append(f"sidecar {opts.sidecar_url}")
     prom_ok = False
     if opts.prometheus_url:
-        prom_ok = _collect_prometheus(ev, opts, end)
+        prom_ok = bool(_guarded(ev, "Prometheus", lambda: _collect_prometheus(ev, opts, end)))
         if prom_ok:
             ev.sources.append(f"Prometheus {opts.prometheus_url} ({_sel(opts.selector)})")
     if sidecar_metrics is not None and not prom_ok:
-        _from_exposition(ev, sidecar_metrics, now=time.time())
+        metrics = sidecar_metrics
+        _guarded(ev, "sidecar /metrics", lambda: _from_exposition(ev, metrics, now=time.time()))
     if opts.repro_path is not None:
         _collect_repro(ev, opts.repro_path)
         if ev.repro is not None:
@@ -247,7 +272,12 @@ def _collect_sidecar(ev: Evidence, opts: CollectOptions) -> str | None:
         ev.notes.append(str(exc))
     metrics = None
     try:
-        status, body = get(base + "/metrics", timeout=opts.timeout, auth=opts.sidecar_auth)
+        status, body = get(
+            base + "/metrics",
+            timeout=opts.timeout,
+            auth=opts.sidecar_auth,
+            limit=TRIAGE_METRICS_MAX_BYTES,
+        )
         if status == 200:
             metrics = body.decode("utf-8", "replace")
         else:
@@ -293,30 +323,56 @@ def _collect_samples_endpoint(ev: Evidence, base: str, opts: CollectOptions) -> 
         )
 
 
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _num(value: Any) -> float | None:
+    """A finite JSON number (not a bool), else None: the answer is untrusted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _from_footprint(ev: Evidence, doc: dict[str, Any]) -> None:
+    """The footprint's deployment, ranks and pools, taking only values of the documented types
+    (a field of another type is left out, never a crash: the sidecar may be anything)."""
+    ranks_doc = _dicts(doc.get("ranks"))
     dep = doc.get("deployment")
     if isinstance(dep, dict):
+        hicache = dep.get("hicache")
         ev.deployment = Deployment(
-            index_k_dtype=dep.get("index_k_dtype"),
-            configurator=dep.get("configurator"),
-            hicache=dep.get("hicache"),
-            model=next((r.get("model") for r in doc.get("ranks") or [] if r.get("model")), None),
+            index_k_dtype=_str(dep.get("index_k_dtype")),
+            configurator=_str(dep.get("configurator")),
+            hicache=hicache if isinstance(hicache, bool) else None,
+            model=next((_str(r.get("model")) for r in ranks_doc if _str(r.get("model"))), None),
             source="sidecar /api/v1/footprint",
         )
-    if doc.get("status") not in (None, "ok"):
-        ev.notes.append(f"sidecar footprint unavailable: {doc.get('status')}: {doc.get('detail')}")
+    status = doc.get("status")
+    if status not in (None, "ok"):
+        ev.notes.append(f"sidecar footprint unavailable: {status}: {doc.get('detail')}")
     ranks: dict[str, RankMemory] = {}
     pools: dict[str, PoolGap] = {}
-    for r in doc.get("ranks") or []:
+    for r in ranks_doc:
         key = str(r.get("rank"))
         ranks[key] = RankMemory(
             key,
-            overcommit_bytes=r.get("overcommit_bytes"),
-            reserve_bytes=r.get("reserve_bytes"),
-            gpu_free_bytes=r.get("gpu_free_bytes"),
+            overcommit_bytes=_num(r.get("overcommit_bytes")),
+            reserve_bytes=_num(r.get("reserve_bytes")),
+            gpu_free_bytes=_num(r.get("gpu_free_bytes")),
         )
-        for name, p in (r.get("pools") or {}).items():
-            gap = PoolGap(name, float(p["planned_bytes"]), float(p["allocated_bytes"]))
+        rank_pools = r.get("pools")
+        for name, p in rank_pools.items() if isinstance(rank_pools, dict) else ():
+            planned = _num(p.get("planned_bytes")) if isinstance(p, dict) else None
+            allocated = _num(p.get("allocated_bytes")) if isinstance(p, dict) else None
+            if planned is None or allocated is None:
+                continue
+            gap = PoolGap(str(name), planned, allocated)
             if name not in pools or gap.overcommit_bytes > pools[name].overcommit_bytes:
                 pools[name] = gap
     ev.ranks = _sorted_ranks(ranks)
@@ -532,8 +588,9 @@ def _sorted_ranks(ranks: dict[str, RankMemory]) -> list[RankMemory]:
 def _collect_repro(ev: Evidence, path: Path) -> None:
     target = path / "report.json" if path.is_dir() else path
     try:
-        doc = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        raw = read_local(target, TRIAGE_FILE_MAX_BYTES, TRIAGE_FILE_SECONDS)
+        doc = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # InputRejected is a ValueError
         ev.notes.append(f"repro result {target} unreadable: {exc}")
         return
     if not isinstance(doc, dict) or not isinstance(doc.get("arms"), list):
@@ -602,6 +659,9 @@ def _collect_scan(ev: Evidence, paths: list[Path]) -> None:
             lines = list(read_graded(path))
         except OSError as exc:
             ev.notes.append(f"scan {path}: {exc.strerror or exc}")
+            continue
+        except InputRejected as exc:
+            ev.notes.append(f"scan {path}: {exc}; not counted")
             continue
         if key is not None:
             seen.add(key)

@@ -20,8 +20,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import outbound
+from exporter.sources import bounded
 
-MAX_BODY = 64 << 20  # a /metrics or query answer larger than this is refused, not parsed
+MAX_BODY = bounded.TRIAGE_ANSWER_MAX_BYTES  # a larger answer is refused, not parsed
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ def get(
     timeout: float = 10.0,
     token: str | None = None,
     auth: SidecarAuth | None = None,
+    limit: int = MAX_BODY,
 ) -> tuple[int, bytes]:
     """``GET url`` under the project's outbound policy (exporter.outbound): no proxy from the
     environment, no redirects (a 3xx comes back as its status; urllib would follow one to any
@@ -69,7 +71,7 @@ def get(
     context = auth.ssl_context() if auth is not None else None
     try:
         reply = outbound.get_sync(
-            url, limit=MAX_BODY, timeout=timeout, headers=headers, ssl_context=context
+            url, limit=limit, timeout=timeout, headers=headers, ssl_context=context
         )
     except outbound.OutboundError as exc:
         raise FetchError(str(exc)) from None
@@ -84,8 +86,12 @@ def get_json(url: str, **kw: Any) -> tuple[int, Any]:
         raise FetchError(f"GET {url.split('?')[0]}: HTTP {status}, not JSON") from None
 
 
-def parse_exposition(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of every sample in a Prometheus text exposition."""
+def parse_exposition(text: str, prefix: str = "dsv4_") -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample of the families named ``prefix...`` in a
+    Prometheus text exposition: other lines are dropped before parsing, so a page full of
+    someone else's metrics costs no memory beyond its text."""
+    keep = (prefix, f"# HELP {prefix}", f"# TYPE {prefix}", f"# UNIT {prefix}", "# EOF")
+    text = "\n".join(line for line in text.splitlines() if line.startswith(keep))
     out = []
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -134,11 +140,20 @@ class Prometheus:
         if status != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
             error = doc.get("error") if isinstance(doc, dict) else None
             raise FetchError(f"Prometheus {path} {params.get('query')!r}: HTTP {status} {error}")
-        data = doc.get("data") or {}
+        data = doc.get("data")
+        if not isinstance(data, dict):
+            return []
         result = data.get("result")
         if data.get("resultType") == "scalar":
             return [{"metric": {}, "value": result}]
-        return result if isinstance(result, list) else []
+        # series of the documented shape only: labels a map of strings (an answer is untrusted)
+        return [
+            item
+            for item in (result if isinstance(result, list) else [])
+            if isinstance(item, dict)
+            and isinstance(item.get("metric", {}), dict)
+            and all(isinstance(v, str) for v in item.get("metric", {}).values())
+        ]
 
     def instant(self, query: str, at: float) -> list[tuple[dict[str, str], float]]:
         """(labels, value) per series; NaN values are dropped (no data is not zero)."""
@@ -156,7 +171,8 @@ class Prometheus:
         params = {"query": query, "start": start, "end": end, "step": step}
         for item in self._query("/api/v1/query_range", params):
             points = []
-            for pair in item.get("values") or []:
+            values = item.get("values")
+            for pair in values if isinstance(values, list) else []:
                 value = _number(pair)
                 if value is not None:
                     points.append((float(pair[0]), value))
@@ -167,6 +183,7 @@ class Prometheus:
 def _number(pair: Any) -> float | None:
     try:
         value = float(pair[1])
-    except (TypeError, ValueError, IndexError):
+        float(pair[0])  # a point's time, read by range()
+    except (TypeError, ValueError, IndexError, KeyError):
         return None
     return value if math.isfinite(value) else None

@@ -223,9 +223,14 @@ def render_all(ev: Evidence) -> dict[str, str]:
     """Every plot there is data for, as SVG; empty when matplotlib is not installed."""
     if not available():
         return {}
+    import matplotlib
+
     out = {}
-    for key, fn in PLOTS.items():
-        svg = fn(ev)
-        if svg is not None:
-            out[key] = svg
+    # Labels come from the servers triage read: "$...$" must stay text, never mathtext (a
+    # label it could not parse raised out of savefig and lost the whole report).
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        for key, fn in PLOTS.items():
+            svg = fn(ev)
+            if svg is not None:
+                out[key] = svg
     return out

@@ -12,7 +12,7 @@ from exporter.oncall.triage.collect import CollectOptions, collect
 from exporter.oncall.triage.diagnosis import POSSIBLE, SUPPORTED, Diagnosis, diagnose
 from exporter.oncall.triage.evidence import Evidence
 from exporter.oncall.triage.report_html import NO_PLOTS, render_html
-from exporter.oncall.triage.report_md import render_markdown
+from exporter.oncall.triage.report_md import printable, render_markdown
 from exporter.thresholds import DEFAULTS, AlertConfig
 
 if TYPE_CHECKING:
@@ -83,18 +83,22 @@ def write_report(
 def print_summary(result: TriageResult, console: Console) -> None:
     diag = result.diagnosis
     style = "bold red" if diag.supported else "bold"
-    console.print(diag.headline, style=style, markup=False, highlight=False)
+    console.print(printable(diag.headline), style=style, markup=False, highlight=False)
     for c in diag.causes:
         mark = {SUPPORTED: "SUPPORTED", POSSIBLE: "possible"}.get(c.status, c.status)
         console.print(
-            f"  {c.title}: {mark} (rule {c.rule}: {c.rule_text})", markup=False, highlight=False
+            printable(f"  {c.title}: {mark} (rule {c.rule}: {c.rule_text})"),
+            markup=False,
+            highlight=False,
         )
     for note in result.evidence.notes:
-        console.print(f"  note: {note}", style="yellow", markup=False, highlight=False)
+        console.print(printable(f"  note: {note}"), style="yellow", markup=False, highlight=False)
     if result.plots_note:
-        console.print(f"  {result.plots_note}", style="yellow", markup=False, highlight=False)
+        console.print(
+            printable(f"  {result.plots_note}"), style="yellow", markup=False, highlight=False
+        )
     console.print(
-        f"report: {result.html_path} · {result.md_path} · {result.evidence_path}",
+        printable(f"report: {result.html_path} · {result.md_path} · {result.evidence_path}"),
         markup=False,
         highlight=False,
     )
