@@ -35,7 +35,7 @@ def _json(capsys, *argv):
 
 def test_json_contract(capsys):
     # The README's deployment (bf16 fork, legacy pricing, 50 GiB) on the 0.5.15-0.5.20 rules.
-    d = _json(capsys, "--sglang-version", "0.5.20")
+    d = _json(capsys, "--sglang-version", "0.5.20", "--index-k-dtype", "bf16")
     assert d.keys() >= REQUIRED
     assert set(d["pools"]) == POOLS
     for p in d["pools"].values():
@@ -123,7 +123,9 @@ def test_budget_from_gpu_memory(capsys):
         ["--layer-range", "0:10", "--pp-size", "2"],
         ["--pp-size", "2", "--pp-rank", "2"],
         ["--model", "llama"],
-        ["--available-gib", "1"],
+        ["--mem-fraction-static", "0.8"],
+        ["--", "--mem-fraction-static", "0.8", "--tp", "8"],
+        ["--available-gib", "40", "--weights-gib", "20"],
         ["--swa-full-tokens-ratio", "1.5"],
         ["--sglang-version", "0.5.9"],
         ["--sglang-version", "latest"],
@@ -137,7 +139,16 @@ def test_invalid_combinations_exit_2_with_one_line(capsys, argv):
 
 def test_human_output_via_console_script():
     r = subprocess.run(
-        [sys.executable, "-m", "exporter", "plan", "--sglang-version", "0.5.20"],
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "plan",
+            "--sglang-version",
+            "0.5.20",
+            "--index-k-dtype",
+            "bf16",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -227,13 +238,16 @@ def test_env_switches_change_the_footprint(capsys):
         ),
         (["--swa-full-tokens-ratio", "0.0001", "--available-gib", "20"], "validate_swa_pool_size"),
         (["--sglang-version", "0.5.12", "--enable-deepseek-v4-fp4-indexer"], "add_cli_args"),
+        (["--available-gib", "1"], "not enough memory"),
+        (["--max-total-tokens", "100"], "not enough memory"),
     ],
 )
-def test_sglang_refusals_exit_2_naming_the_check(capsys, argv, check):
-    assert main(["plan", *argv]) == 2
+def test_sglang_refusals_exit_4_naming_the_check(capsys, argv, check):
+    """SGLang refusing the deployment is exit 4, apart from plan's own bad arguments (2)."""
+    assert main(["plan", *argv]) == 4
     err = capsys.readouterr().err
     assert check in err and err.count("\n") == 1
-    assert main(["plan", "--json", *argv]) == 2
+    assert main(["plan", "--json", *argv]) == 4
     assert check in json.loads(capsys.readouterr().out)["refused"]["check"]
 
 
