@@ -138,6 +138,8 @@ def _generated(rng: random.Random, n: int) -> list[dict[str, Any]]:
             argv += ["--swa-full-tokens-ratio", str(rng.choice((0.05, 0.1, 0.15, 0.3)))]
         if rng.random() < 0.15:
             argv += ["--page-size", rng.choice(("64", "128"))]
+        if rng.random() < 0.2:
+            argv += ["--max-total-tokens", str(rng.randrange(200_000, 9_000_000))]
         budget = rng.randrange(12 * GIB, 90 * GIB)
         out.append(_case(model, budget, argv, env, rng.randrange(pp)))
     return out
@@ -197,11 +199,76 @@ def _cases() -> list[dict[str, Any]]:
             ["--max-running-requests", "8", "--disable-overlap-schedule", "--disable-radix-cache"],
         ),
     ]
+    # Issue 33's figures, every stage compared: 0.5.21 Flash PP 4 at 37.7 GiB (rank 0 alone
+    # 27,410,176 tokens, SGLang syncs every stage to 20,465,920); a custom partition whose
+    # small first stage alone would hold 9x the tokens; --max-total-tokens capping every pool
+    # (40 GiB Flash at 1M: 999,936); --max-running-requests below the attention-DP size
+    # (0 requests per worker up to 0.5.22, 1 on 0.5.23).
+    cases += [
+        _case("flash", int(37.7 * GIB), ["--pp-size", "4"]),
+        _case("flash", 40 * GIB, ["--pp-size", "2"], {"SGLANG_PP_LAYER_PARTITION": "5,38"}),
+        _case("flash", 40 * GIB, ["--max-total-tokens", "1000000"]),
+        _case("flash", 40 * GIB, ["--pp-size", "3", "--max-total-tokens", "1000000"], rank=2),
+        _case(
+            "flash",
+            50 * GIB,
+            ["--tp", "8", "--dp", "8", "--enable-dp-attention", "--max-running-requests", "4"],
+        ),
+        # PP x attention DP x MTP x online compress x a custom partition x a user cap.
+        _case(
+            "flash",
+            60 * GIB + 12345,
+            [
+                *("--pp-size", "2", "--tp", "8", "--dp", "4", "--enable-dp-attention"),
+                *("--max-running-requests", "512", "--speculative-algorithm", "EAGLE"),
+                *("--speculative-num-draft-tokens", "3", "--max-total-tokens", "3000000"),
+            ],
+            {
+                "SGLANG_OPT_USE_ONLINE_COMPRESS": "1",
+                "SGLANG_EXPERIMENTAL_ONLINE_C128_MTP": "1",
+                "SGLANG_PP_LAYER_PARTITION": "20,23",
+            },
+            rank=1,
+        ),
+        _case(
+            "pro",
+            70 * GIB,
+            [
+                *("--pp-size", "4", "--tp", "8", "--dp", "2", "--enable-dp-attention"),
+                *("--speculative-algorithm", "EAGLE", "--max-total-tokens", "2500000"),
+            ],
+            {
+                "SGLANG_OPT_USE_ONLINE_COMPRESS": "1",
+                "SGLANG_EXPERIMENTAL_ONLINE_C128_MTP": "1",
+                "SGLANG_PP_LAYER_PARTITION": "10,20,20,11",
+            },
+            rank=3,
+        ),
+        # Refused by one stage only: the draft-token ring check on the stage with c4 layers
+        # (stage 0 of "2,41" holds Flash's two SWA-only layers), the SWA floor at the synced
+        # count.
+        _case(
+            "flash",
+            50 * GIB,
+            [
+                *("--pp-size", "2", "--speculative-algorithm", "EAGLE"),
+                *("--speculative-num-draft-tokens", "11"),
+            ],
+            {"SGLANG_PP_LAYER_PARTITION": "2,41"},
+        ),
+        _case(
+            "flash",
+            40 * GIB,
+            ["--pp-size", "2", "--swa-full-tokens-ratio", "0.002"],
+            {"SGLANG_PP_LAYER_PARTITION": "38,5"},
+            rank=1,
+        ),
+    ]
     # PP 2-4 on every rank, by SGLang's split.
+    # (Every stage of each is compared, so one case per PP size covers every rank.)
     for pp in (2, 3, 4):
-        for rank in range(pp):
-            cases.append(_case("flash", 40 * GIB + 4099 * rank, ["--pp-size", str(pp)], rank=rank))
-            cases.append(_case("pro", 60 * GIB + 17 * rank, ["--pp-size", str(pp)], rank=rank))
+        cases.append(_case("flash", 40 * GIB + 4099 * pp, ["--pp-size", str(pp)], rank=pp - 1))
+        cases.append(_case("pro", 60 * GIB + 17 * pp, ["--pp-size", str(pp)], rank=pp - 1))
     return cases + _generated(random.Random(20261203), 90)
 
 
@@ -228,13 +295,47 @@ _SIZE_KEYS = {
 }
 
 
+def _compare_stage(label: str, model: dict[str, Any], real: dict[str, Any]) -> list[str]:
+    """One PP stage: the model's layers, own and synced full tokens, requests per worker,
+    sub-pool sizes and bytes against the release's."""
+    out = []
+    if model["layers"] != real["layers"]:
+        out.append(f"{label}: layers model {model['layers']} real {real['layers']}")
+    if model["own_full"] != real["own_full_tokens"]:
+        out.append(
+            f"{label}: own full tokens model {model['own_full']} real {real['own_full_tokens']}"
+        )
+    if model["full"] != real["full_max_total_num_tokens"]:
+        out.append(
+            f"{label}: full tokens model {model['full']} real {real['full_max_total_num_tokens']}"
+        )
+        return out
+    if model["mrr"] != real["max_running_requests_per_worker"]:
+        out.append(
+            f"{label}: mrr per worker model {model['mrr']} "
+            f"real {real['max_running_requests_per_worker']}"
+        )
+    for attr, key in _SIZE_KEYS.items():
+        if getattr(model["counts"], attr) != real[key]:
+            out.append(f"{label}: {key} model {getattr(model['counts'], attr)} real {real[key]}")
+    for pool, real_bytes in real["pool_tensors"].items():
+        if model["pools"].get(pool) != real_bytes:
+            out.append(f"{label}: {pool} bytes model {model['pools'].get(pool)} real {real_bytes}")
+    extra = {p for p, b in model["pools"].items() if b and p not in real["pool_tensors"]}
+    if extra:
+        out.append(f"{label}: pools the release does not allocate: {sorted(extra)}")
+    return out
+
+
 @pytest.mark.parametrize("version", PUBLISHED_RELEASES)
 def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: str) -> None:
+    """Every case, every PP stage of it (the release's own capacity per stage, user cap and
+    MIN sync, re-sized pools) against the model through plan's path."""
     mismatches = []
-    compared = refused = skipped = 0
+    compared = refused = skipped = stages = 0
     for i, (case, real) in enumerate(zip(CASES, oracle[version], strict=True)):
         argv = " ".join(case["argv"])
-        label = f"case {i} ({case['model']} {argv} {case['env']} rank {case['pp_rank']})"
+        label = f"case {i} ({case['model']} {argv} {case['env']})"
         assert real["ok"] or real["refused"], f"{label}: the oracle failed: {real['error']}"
         model = model_for_case(version, case)
         if "not_modelled" in model:  # counted: the bound below keeps it rare
@@ -253,34 +354,17 @@ def test_model_equals_release(oracle: dict[str, list[dict[str, Any]]], version: 
             mismatches.append(f"{label}: the model refuses ({model['refused']}), SGLang does not")
             continue
         compared += 1
-        if model["layers"] != real["layers"]:
-            mismatches.append(f"{label}: layers model {model['layers']} real {real['layers']}")
-        if model["full"] != real["full_max_total_num_tokens"]:
+        if len(model["stages"]) != len(real["stages"]):
             mismatches.append(
-                f"{label}: full tokens model {model['full']} "
-                f"real {real['full_max_total_num_tokens']}"
+                f"{label}: {len(model['stages'])} stages model, {len(real['stages'])} real"
             )
             continue
-        if model["mrr"] != real["max_running_requests_per_worker"]:
-            mismatches.append(
-                f"{label}: mrr per worker model {model['mrr']} "
-                f"real {real['max_running_requests_per_worker']}"
-            )
-        for attr, key in _SIZE_KEYS.items():
-            if getattr(model["counts"], attr) != real[key]:
-                mismatches.append(
-                    f"{label}: {key} model {getattr(model['counts'], attr)} real {real[key]}"
-                )
-        for pool, real_bytes in real["pool_tensors"].items():
-            if model["pools"].get(pool) != real_bytes:
-                mismatches.append(
-                    f"{label}: {pool} bytes model {model['pools'].get(pool)} real {real_bytes}"
-                )
-        extra = {p for p, b in model["pools"].items() if b and p not in real["pool_tensors"]}
-        if extra:
-            mismatches.append(f"{label}: pools the release does not allocate: {sorted(extra)}")
+        for rank, (m, r) in enumerate(zip(model["stages"], real["stages"], strict=True)):
+            stages += 1
+            mismatches += _compare_stage(f"{label} stage {rank}", m, r)
     assert not mismatches, f"{len(mismatches)} mismatches:\n" + "\n".join(mismatches[:60])
     assert compared >= 40 and refused >= 3 and skipped <= 5, (compared, refused, skipped)
+    assert stages >= compared + 60, (stages, compared)  # PP cases compare every stage
 
 
 @pytest.mark.parametrize("version", PUBLISHED_RELEASES)
@@ -294,7 +378,8 @@ def test_docs_launch_pasted_after_plan_gives_sglangs_numbers(
     i = next(n for n, c in enumerate(CASES) if c["argv"] == DOCS_LAUNCH.split())
     real = oracle[version][i]
     budget = CASES[i]["available_bytes"]
-    argv = ["plan", "--json", "--sglang-version", version, "--index-k-dtype", "fp8"]
+    # No --index-k-dtype: plan's default is upstream's fp8, as the release stores it.
+    argv = ["plan", "--json", "--sglang-version", version]
     assert main([*argv, "--available-bytes", str(budget), "--", *DOCS_LAUNCH.split()]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["resolved"]["attn_dp_size"] == 8 and got["resolved"]["num_draft_tokens"] == 4
@@ -305,3 +390,41 @@ def test_docs_launch_pasted_after_plan_gives_sglangs_numbers(
     for pool, real_bytes in real["pool_tensors"].items():
         draft = real_bytes // layers if pool == "swa_kv" else 0
         assert got["pools"][pool]["allocated_bytes"] == real_bytes + draft, pool
+
+
+@pytest.mark.parametrize("version", PUBLISHED_RELEASES)
+def test_pp_launch_pasted_after_plan_lists_every_stage_as_sglang_sizes_it(
+    oracle: dict[str, list[dict[str, Any]]], version: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The PP x DP x MTP x online compress x partition x --max-total-tokens launch pasted after
+    ``plan --`` (environment as VAR=value prefixes): every stage's layers, full tokens and
+    target-pool bytes are the release's own; the draft worker's pool is added on the last
+    stage only, where the MTP layer runs."""
+    from exporter.cli import main
+
+    i = next(
+        n
+        for n, c in enumerate(CASES)
+        if "--max-total-tokens" in c["argv"] and "20,23" in str(c["env"])
+    )
+    case, real = CASES[i], oracle[version][i]
+    env = [f"{k}={v}" for k, v in sorted(case["env"].items())]
+    argv = ["plan", "--json", "--sglang-version", version]
+    argv += ["--available-bytes", str(case["available_bytes"]), "--", *env, *case["argv"]]
+    code = main(argv)
+    out = capsys.readouterr().out
+    if not real["ok"]:
+        assert code == 4 and "refused" in json.loads(out)
+        return
+    assert code == 0
+    got = json.loads(out)
+    assert len(got["stages"]) == len(real["stages"]) == 2
+    assert got["pipeline"]["own_full_tokens"] == [s["own_full_tokens"] for s in real["stages"]]
+    for stage, want in zip(got["stages"], real["stages"], strict=True):
+        assert stage["stage"]["layers"] == want["layers"]
+        assert stage["full_tokens"] == want["full_max_total_num_tokens"]
+        for pool, real_bytes in want["pool_tensors"].items():
+            mine = stage["pools"][pool]["allocated_bytes"]
+            assert mine >= real_bytes, pool
+            if stage["stage"]["draft_layers"] == 0:
+                assert mine == real_bytes, pool

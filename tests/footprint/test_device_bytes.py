@@ -122,3 +122,24 @@ def test_a_kv_pool_is_a_little_more_on_the_device_than_its_tensors():
     assert 0.0010 <= dev.allocated / dev.tensors - 1 <= 0.0013
     assert dev.reserved / dev.tensors - 1 < 0.0043
     assert fp.device_overcommit_bytes == dev.reserved - fp.planned_bytes > fp.overcommit_bytes
+
+
+def test_online_compress_with_mtp_gives_the_draft_pool_its_own_pending_lengths():
+    """Every DeepSeekV4TokenToKVPool allocates online_c128_mtp_pending_seq_lens when online
+    compress and SGLANG_EXPERIMENTAL_ONLINE_C128_MTP are on: the draft (MTP) worker's pool
+    too, on the stage where it runs (issue 33: the model had the target's only)."""
+    from exporter.footprint.allocation import allocated_tensors
+    from exporter.footprint.geometry import stage_slice
+    from exporter.footprint.pricing import counts_for_full_tokens
+
+    geom, rules = PRESETS["deepseek-v4-flash"], rules_for_version("0.5.23").rules
+    settings = DeploymentSettings(
+        speculative=True, num_draft_tokens=3, online_compress=True, online_c128_mtp=True
+    )
+    counts = counts_for_full_tokens(geom, settings, 1_000_192, rules)
+    last, first = stage_slice(geom, 2, 1), stage_slice(geom, 2, 0)
+    per, n = allocated_tensors(geom, last, settings, counts, rules)["c128_mtp_pending_lens"]
+    assert (per, n) == (8 * counts.c128_state, 2)
+    assert allocated_tensors(geom, first, settings, counts, rules)["c128_mtp_pending_lens"][1] == 1
+    target = allocated_tensors(geom, last, settings, counts, rules, include_draft=False)
+    assert target["c128_mtp_pending_lens"][1] == 1
