@@ -44,7 +44,7 @@ from exporter.footprint.launch import (
     parse_launch,
     resolve,
 )
-from exporter.footprint.refusals import Refused
+from exporter.footprint.refusals import Refused, config_refusals
 from exporter.footprint.releases import (
     NEWEST_RELEASE,
     RULES,
@@ -283,6 +283,13 @@ def compute(args: argparse.Namespace) -> tuple[PipelinePlan, int, int | None, Re
     settings = resolved.settings
     if args.hisparse_ratio is not None:
         settings = replace(settings, hisparse_ratio=args.hisparse_ratio)
+    # What SGLang refuses outright comes before what is not modelled: V4.1 with EAGLE is
+    # refused (validate_deepseek_v41_features), not a cap-mode footprint left unmodelled.
+    if args.layer_range is None:
+        for rank in range(resolved.pp_size):
+            stage = stage_slice(geom, resolved.pp_size, rank, partition=resolved.partition)
+            for refusal in config_refusals(geom, settings, stage, release):
+                raise Refused(refusal)
     switches = [
         *args.not_modelled,
         *resolved.not_modelled,

@@ -339,3 +339,14 @@ def test_a_model_path_is_matched_exactly_or_refused(capsys):
     assert d["model"] == "deepseek-v4-flash"
     assert main(["plan", "--", "--model-path", "/home/prod/my-model"]) == 2
     assert "give --model" in capsys.readouterr().err
+
+
+def test_v41_with_eagle_is_refused_not_left_unmodelled(capsys):
+    """SGLang 0.5.21+ refuses DeepSeek-V4.1 with EAGLE (validate_deepseek_v41_features): plan
+    says so (exit 4) rather than "not modelled: swa-cap-mode" (exit 3)."""
+    from pathlib import Path
+
+    cfg = Path(__file__).parent.parent / "fixtures" / "deepseek-v41-shaped.config.json"
+    argv = ["plan", "--model", str(cfg), "--sglang-version", "0.5.23", "--speculative"]
+    assert main(argv) == 4
+    assert "validate_deepseek_v41_features" in capsys.readouterr().err
