@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter.footprint.allocation import allocated_tensors
@@ -406,6 +406,16 @@ def plan_pipeline(
                 geom, settings, configurator, synced, stage, available_bytes, rules
             )
         )
+    # What a dtype-true plan would give is synced the same way: the MIN of the stages' own
+    # correctly-priced capacities (and the cap), never one stage's alone.
+    correct = [fp.correct_full_tokens for fp in own]
+    synced_correct = None
+    if all(c is not None for c in correct):
+        low = min(c for c in correct if c is not None)
+        if max_total_tokens is not None:
+            low = min(low, max_total_tokens)
+        synced_correct = low // settings.page_size * settings.page_size
+    out = [replace(fp, correct_full_tokens=synced_correct) for fp in out]
     return PipelinePlan(
         stages=tuple(out),
         own_full_tokens=tuple(fp.full_tokens for fp in own),
