@@ -509,7 +509,8 @@ def test_cookbook_launches_pasted_as_is_get_sglangs_numbers_and_no_false_over_co
 ) -> None:
     """Each of SGLang's cookbook H200 launches, pasted after ``plan --`` as one shell string
     (environment prefixes included), gets the release's own full tokens and, on upstream (no
-    flag naming a fork), no over-commit beyond page padding: the issue's false OVER-COMMIT."""
+    flag naming a fork), no over-commit beyond page padding (issue 33's false OVER-COMMIT was
+    the fork's bf16 index-K priced by default)."""
     from exporter.cli import main
 
     checked = 0
@@ -524,7 +525,11 @@ def test_cookbook_launches_pasted_as_is_get_sglangs_numbers_and_no_false_over_co
         got = json.loads(capsys.readouterr().out)
         assert got["model"] == f"deepseek-v4-{model}"
         assert got["full_tokens"] == real["full_max_total_num_tokens"], launch
-        assert got["overcommit_bytes"] < 0.25 * GIB, launch
+        # The false OVER-COMMIT was index-K priced as the bf16 fork (2.4-5.0 GB); what is left
+        # is page padding, e.g. 0.5.15-0.5.20's c128 pages padded to 576 B multiples (0.39 GiB
+        # at 70 GiB), which upstream really over-commits and the verdict calls by its name.
+        assert got["pools"]["c4_index_k"]["overcommit_bytes"] < 0.01 * GIB, launch
+        assert got["overcommit_bytes"] < 0.01 * got["allocated_bytes"], launch
         checked += 1
     if version == PUBLISHED_RELEASES[-1]:  # the newest release knows every cookbook flag
         assert checked == len(COOKBOOK)
