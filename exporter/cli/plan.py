@@ -1,5 +1,11 @@
 """`dsv4-sidecar plan`: how much memory will this deployment really take per rank, and how much
-did SGLang plan? A capacity-planning and triage command over the footprint model."""
+did SGLang plan? A capacity-planning and triage command over the footprint model.
+
+Every PP stage is sized as SGLang sizes it (each stage's own capacity, --max-total-tokens,
+the MIN across stages, each stage re-sized to it) and printed. Exit status: 0 a footprint;
+2 bad arguments (plan's own flags, or a launch it cannot read); 3 a switch whose footprint is
+not modelled (no number); 4 SGLang refuses this deployment (a check of the release named, or
+a budget that leaves no page of tokens)."""
 
 from __future__ import annotations
 
@@ -17,10 +23,13 @@ from exporter.footprint import (
     Footprint,
     GeometryError,
     ModelGeometry,
+    PipelinePlan,
     SettingsError,
     available_bytes_from_gpu,
+    footprint_for_tokens,
     not_modelled,
     plan_for_budget,
+    plan_pipeline,
     preset_for_served_name,
     resolve_model,
     stage_slice,
@@ -35,7 +44,7 @@ from exporter.footprint.launch import (
     parse_launch,
     resolve,
 )
-from exporter.footprint.refusals import Refused
+from exporter.footprint.refusals import Refused, config_refusals
 from exporter.footprint.releases import (
     NEWEST_RELEASE,
     RULES,
@@ -64,9 +73,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--index-k-dtype",
         choices=INDEX_K_DTYPES,
         default=None,
-        help="what the device pool stores for the c4 index-K cache (default: fp4 with "
-        "--enable-deepseek-v4-fp4-indexer, bf16 with SGLANG_DSV4_BF16_INDEX_K, else bf16, "
-        "the production forks' dtype)",
+        help="what the device pool stores for the c4 index-K cache (default: as upstream "
+        "SGLang, fp8, fp4 with --enable-deepseek-v4-fp4-indexer; bf16 only for a production "
+        "fork: say so with bf16 here or SGLANG_DSV4_BF16_INDEX_K=1)",
     )
     p.add_argument(
         "--configurator",
@@ -90,7 +99,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a deployment switch in use whose footprint is not modelled: plan then says so "
         "and prints no number (repeatable)",
     )
-    budget = p.add_argument_group("budget (one of)")
+    budget = p.add_argument_group(
+        "budget: an explicit one (--available-*), or derived from --gpu-memory-gib, "
+        "--weights-gib and --mem-fraction-static (the launch's own); with an explicit budget, "
+        "--gpu-memory-gib and --mem-fraction-static give the reserve only"
+    )
     budget.add_argument("--available-bytes", type=int, help="bytes handed to the configurator")
     budget.add_argument("--available-gib", type=float, help="same, in GiB (default 50)")
     budget.add_argument(
@@ -117,7 +130,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="shorthand for --speculative-algorithm EAGLE (SGLang's default draft count)",
     )
     p.add_argument("--hisparse-ratio", type=float, default=None, help="HiSparse host/device ratio")
-    p.add_argument("--pp-rank", type=int, default=0)
+    p.add_argument(
+        "--pp-rank",
+        type=int,
+        default=0,
+        help="the stage --json puts at the top level (every stage is sized and listed)",
+    )
     p.add_argument(
         "--layer-range", metavar="START:END", help="explicit layer slice instead of PP split"
     )
@@ -128,39 +146,75 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "VAR=value prefixes taken as its environment",
     )
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.epilog = (
+        "exit status: 0 a footprint; 2 bad arguments; 3 not modelled (no number); "
+        "4 SGLang refuses the deployment (its check named)"
+    )
     p.set_defaults(run=run)
+
+
+# Exit statuses (docs/footprint.md, "plan's exit status"): argparse's own 2 is "bad arguments".
+EXIT_BAD_ARGUMENTS = 2
+EXIT_NOT_MODELLED = 3
+EXIT_REFUSED = 4
 
 
 class UsageError(Exception):
     """An invalid flag combination: reported as one line, exit status 2."""
 
 
-def _budget(args: argparse.Namespace) -> tuple[int, int | None]:
-    """(available_bytes, reserve_bytes or None) from whichever budget flags were given."""
-    gpu_flags = [args.gpu_memory_gib, args.weights_gib, args.mem_fraction_static]
+def _budget(args: argparse.Namespace, mfs: float | None) -> tuple[int, int | None]:
+    """(available_bytes, reserve_bytes or None). An explicit budget wins; --mem-fraction-static
+    (plan's flag or the pasted launch's) then only sizes the reserve, with --gpu-memory-gib.
+    Without one, the budget is derived as SGLang does from the GPU's size, the weights and
+    --mem-fraction-static, and refused when one of them is missing: SGLang profiles the free
+    memory at start-up, which plan cannot see."""
     direct = [x for x in (args.available_bytes, args.available_gib) if x is not None]
-    if any(v is not None for v in gpu_flags):
-        if direct:
-            raise UsageError(
-                "give either --available-bytes/--available-gib or --gpu-memory-gib, not both"
-            )
-        if any(v is None for v in gpu_flags):
-            raise UsageError(
-                "--gpu-memory-gib needs --weights-gib and --mem-fraction-static as well"
-            )
-        gpu = int(args.gpu_memory_gib * GIB)
-        avail = available_bytes_from_gpu(gpu, int(args.weights_gib * GIB), args.mem_fraction_static)
-        return avail, int(gpu * (1 - args.mem_fraction_static))
     if len(direct) > 1:
         raise UsageError("give only one of --available-bytes and --available-gib")
-    if args.available_bytes is not None:
-        if args.available_bytes <= 0:
-            raise UsageError("--available-bytes must be positive")
-        return args.available_bytes, None
-    gib = 50.0 if args.available_gib is None else args.available_gib
-    if gib <= 0:
-        raise UsageError("--available-gib must be positive")
-    return int(gib * GIB), None
+    gpu = None if args.gpu_memory_gib is None else int(args.gpu_memory_gib * GIB)
+    if direct:
+        if args.weights_gib is not None:
+            raise UsageError(
+                "--weights-gib derives a budget, and one was given (--available-*): drop one"
+            )
+        if gpu is not None and mfs is None:
+            raise UsageError(
+                "with an explicit budget, --gpu-memory-gib sizes the reserve and needs "
+                "--mem-fraction-static"
+            )
+        avail = (
+            args.available_bytes
+            if args.available_bytes is not None
+            else int(args.available_gib * GIB)
+        )
+        if avail <= 0:
+            raise UsageError("--available-bytes / --available-gib must be positive")
+        reserve = None if gpu is None or mfs is None else int(gpu * (1 - mfs))
+        return avail, reserve
+    if gpu is not None or args.weights_gib is not None or mfs is not None:
+        missing = [
+            name
+            for name, v in (
+                ("--gpu-memory-gib", gpu),
+                ("--weights-gib", args.weights_gib),
+                ("--mem-fraction-static", mfs),
+            )
+            if v is None
+        ]
+        if missing:
+            raise UsageError(
+                "the budget cannot be derived without " + ", ".join(missing) + " (SGLang's "
+                "budget is GPU memory x --mem-fraction-static minus the weights); or give it "
+                "with --available-gib"
+            )
+        assert gpu is not None and mfs is not None and args.weights_gib is not None
+        try:
+            avail = available_bytes_from_gpu(gpu, int(args.weights_gib * GIB), mfs)
+        except BudgetError as exc:
+            raise UsageError(str(exc)) from None
+        return avail, int(gpu * (1 - mfs))
+    return int(50.0 * GIB), None
 
 
 def _layer_range(spec: str | None) -> tuple[int, int] | None:
@@ -218,23 +272,24 @@ def launch_of(args: argparse.Namespace) -> Launch:
     return parse_launch(tail, base=base) if tail else base
 
 
-def compute(args: argparse.Namespace) -> tuple[Footprint, int | None, Resolved]:
+def compute(args: argparse.Namespace) -> tuple[PipelinePlan, int, int | None, Resolved]:
+    """Every stage of the deployment, the stage --json puts first, the reserve, the resolution."""
     if args.layer_range and (args.pp_size not in (None, 1) or args.pp_rank != 0):
         raise UsageError("--layer-range replaces --pp-size/--pp-rank; give one or the other")
     release = rules_for_version(args.sglang_version)
     launch = launch_of(args)
     geom = _geometry(args.model, launch.model_path)
-    index_k = args.index_k_dtype
-    if (
-        index_k is None
-        and not launch.enable_deepseek_v4_fp4_indexer
-        and "SGLANG_DSV4_BF16_INDEX_K" not in launch.env
-    ):
-        index_k = "bf16"
-    resolved = resolve(launch, geom, release, index_k)
+    resolved = resolve(launch, geom, release, args.index_k_dtype)
     settings = resolved.settings
     if args.hisparse_ratio is not None:
         settings = replace(settings, hisparse_ratio=args.hisparse_ratio)
+    # What SGLang refuses outright comes before what is not modelled: V4.1 with EAGLE is
+    # refused (validate_deepseek_v41_features), not a cap-mode footprint left unmodelled.
+    if args.layer_range is None:
+        for rank in range(resolved.pp_size):
+            stage = stage_slice(geom, resolved.pp_size, rank, partition=resolved.partition)
+            for refusal in config_refusals(geom, settings, stage, release):
+                raise Refused(refusal)
     switches = [
         *args.not_modelled,
         *resolved.not_modelled,
@@ -242,23 +297,42 @@ def compute(args: argparse.Namespace) -> tuple[Footprint, int | None, Resolved]:
     ]
     if switches:
         raise NotModelled(list(dict.fromkeys(switches)), release)
-    stage = stage_slice(
+    if not 0 <= args.pp_rank < resolved.pp_size:
+        raise UsageError(f"--pp-rank {args.pp_rank} must be in 0..{resolved.pp_size - 1}")
+    available, reserve = _budget(args, launch.mem_fraction_static)
+    layer_range = _layer_range(args.layer_range)
+    if layer_range is not None:
+        # An explicit slice is one stage alone: no other stage to sync with.
+        stage = stage_slice(geom, 1, 0, layer_range)
+        fp = plan_for_budget(geom, settings, args.configurator, available, stage, release)
+        if resolved.max_total_tokens is not None and resolved.max_total_tokens < fp.full_tokens:
+            fp = footprint_for_tokens(
+                geom,
+                settings,
+                args.configurator,
+                resolved.max_total_tokens // settings.page_size * settings.page_size,
+                stage,
+                available,
+                release,
+            )
+        pipeline = PipelinePlan((fp,), (fp.full_tokens,), fp.full_tokens, resolved.max_total_tokens)
+        return pipeline, 0, reserve, resolved
+    pipeline = plan_pipeline(
         geom,
+        settings,
+        args.configurator,
+        available,
+        release,
         resolved.pp_size,
-        args.pp_rank,
-        _layer_range(args.layer_range),
-        partition=resolved.partition,
+        resolved.partition,
+        resolved.max_total_tokens,
     )
-    # --mem-fraction-static is SGLang's flag: from plan's flags or the launch command.
-    args.mem_fraction_static = launch.mem_fraction_static
-    available, reserve = _budget(args)
-    fp = plan_for_budget(geom, settings, args.configurator, available, stage, release)
-    return fp, reserve, resolved
+    return pipeline, args.pp_rank, reserve, resolved
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        fp, reserve, resolved = compute(args)
+        pipeline, rank, reserve, resolved = compute(args)
     except NotModelled as exc:
         if args.json:
             out = {
@@ -272,41 +346,78 @@ def run(args: argparse.Namespace) -> int:
             for switch in exc.switches:
                 print(f"not modelled: {switch}")
             print("no footprint computed: a number would be wrong for this deployment")
-        return 3
-    except Refused as exc:
-        if args.json:
+        return EXIT_NOT_MODELLED
+    except (Refused, BudgetError) as exc:
+        if isinstance(exc, Refused):
             r = exc.refusal
-            print(
-                json.dumps({"refused": {"check": r.check, "since": r.since, "message": r.message}})
-            )
-        print(f"dsv4-sidecar plan: {exc}", file=sys.stderr)
-        return 2
+            refused = {"check": r.check, "since": r.since, "message": r.message}
+        else:
+            refused = {
+                "check": "calculate_pool_sizes: not enough memory",
+                "since": "0.5.12",
+                "message": str(exc),
+            }
+        if args.json:
+            print(json.dumps({"refused": refused}))
+        detail = str(exc) if isinstance(exc, Refused) else f"{refused['check']}: {exc}"
+        print(f"dsv4-sidecar plan: SGLang refuses: {detail}", file=sys.stderr)
+        return EXIT_REFUSED
     except (
         UsageError,
         GeometryError,
         SettingsError,
-        BudgetError,
         VersionError,
         LaunchError,
     ) as exc:
         print(f"dsv4-sidecar plan: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_ARGUMENTS
+    fp = pipeline.stages[rank]
     if args.json:
-        out = fp.to_json()
-        out["reserve_bytes"] = reserve
+        out = _stage_json(fp, reserve)
+        out["stages"] = [_stage_json(s, reserve) for s in pipeline.stages]
+        out["pipeline"] = {
+            "pp_size": len(pipeline.stages),
+            "own_full_tokens": list(pipeline.own_full_tokens),
+            "full_tokens": pipeline.full_tokens,
+            "max_total_tokens": pipeline.max_total_tokens,
+            "limiting_stages": list(pipeline.limiting_stages),
+        }
         out["resolved"] = {
             "attn_dp_size": resolved.attn_dp_size,
             "pp_size": resolved.pp_size,
             "max_running_requests_per_worker": fp.settings.max_running_requests,
             "num_draft_tokens": fp.settings.num_draft_tokens,
+            "max_total_tokens": resolved.max_total_tokens,
             "notes": list(resolved.notes),
         }
         print(json.dumps(out, sort_keys=True))
         return 0
-    _print_human(fp, reserve)
+    for stage in pipeline.stages:
+        _print_human(stage, reserve)
+    if len(pipeline.stages) > 1 or pipeline.max_total_tokens is not None:
+        print(_sync_line(pipeline))
     for note in resolved.notes:
         print(f"resolved: {note}")
     return 0
+
+
+def _stage_json(fp: Footprint, reserve: int | None) -> dict[str, object]:
+    out = fp.to_json()
+    out["reserve_bytes"] = reserve
+    return out
+
+
+def _sync_line(pipeline: PipelinePlan) -> str:
+    own = ", ".join(f"{t:,}" for t in pipeline.own_full_tokens)
+    cap = (
+        f", --max-total-tokens {pipeline.max_total_tokens:,}"
+        if pipeline.max_total_tokens is not None
+        else ""
+    )
+    return (
+        f"full tokens per stage on its own: [{own}]{cap} -> {pipeline.full_tokens:,} on every "
+        "stage (SGLang's _apply_token_constraints: user cap, MIN across PP ranks)"
+    )
 
 
 def _gib(n: float) -> str:
@@ -390,6 +501,14 @@ def _print_human(fp: Footprint, reserve: int | None) -> None:
         f"c128 state fixed {_gib(fp.c128_state_fixed_bytes)} GiB; "
         f"budget {_gib(fp.available_bytes or 0)} GiB"
     )
+    if fp.device is not None:
+        dev = fp.device
+        console.print(
+            f"device bytes (PyTorch's caching allocator, modelled): allocated "
+            f"{_gib(dev.allocated)} GiB, reserved {_gib(dev.reserved)} GiB in {dev.segments} "
+            f"segments (what NVML sees of the pools) for {_gib(dev.tensors)} GiB of tensors; "
+            f"over-commit on reserved {_gib(fp.device_overcommit_bytes or 0)} GiB"
+        )
     if fp.release is not None:
         style = None if fp.release.verified else "bold yellow"
         console.print(fp.release.note, style=style)

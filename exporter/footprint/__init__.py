@@ -19,10 +19,12 @@ from exporter.footprint.geometry import (
 )
 from exporter.footprint.model import (
     Footprint,
+    PipelinePlan,
     PoolFootprint,
     footprint_for_tokens,
     not_modelled,
     plan_for_budget,
+    plan_pipeline,
 )
 from exporter.footprint.presets import PRESETS, preset_for_served_name, resolve_model
 from exporter.footprint.pricing import (
@@ -67,6 +69,7 @@ __all__ = [
     "IndexKDtype",
     "LayerCounts",
     "ModelGeometry",
+    "PipelinePlan",
     "PoolFootprint",
     "ReleaseRules",
     "RuleChoice",
@@ -83,6 +86,7 @@ __all__ = [
     "not_modelled",
     "parse_pp_partition",
     "plan_for_budget",
+    "plan_pipeline",
     "pp_partition",
     "preset_for_served_name",
     "resolve_model",

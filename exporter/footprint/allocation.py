@@ -116,8 +116,11 @@ def allocated_tensors(
         # online_c128_mtp_pending_seq_lens (0.5.14+), made whenever online compress runs with
         # SGLANG_EXPERIMENTAL_ONLINE_C128_MTP=1: one int64 per request (0.5.14: max_num_reqs)
         # or per c128 state slot (0.5.15+: online_c128_state_num_req_slots).
+        # Every DeepSeekV4TokenToKVPool makes its own (``__init__``: ONLINE_C128 and the
+        # switch), so the draft worker's pool adds a second one where it runs.
         slots = counts.requests if rules.c128_state == "per_swa_token" else counts.c128_state
-        out["c128_mtp_pending_lens"] = (INT64_BYTES * slots, 1)
+        pools_here = 2 if draft.total else 1
+        out["c128_mtp_pending_lens"] = (INT64_BYTES * slots, pools_here)
     return out
 
 

@@ -21,6 +21,7 @@ from exporter.footprint.inference import (
     infer_pricing,
     observed_kv_bytes,
 )
+from exporter.footprint.launch import default_index_k_dtype
 from exporter.footprint.model import footprint_for_tokens
 from exporter.footprint.pricing import BudgetError, available_bytes_from_gpu
 from exporter.footprint.releases import RuleChoice
@@ -131,12 +132,13 @@ def resolve_facts(cfg: FactChoices, facts: ReportedArgs, env: Mapping[str, str])
     conf: Configurator
     if cfg.index_k_dtype != "auto":
         ik, src["index_k_dtype"] = cfg.index_k_dtype, "config"
-    elif env.get("SGLANG_DSV4_BF16_INDEX_K", "").lower() in TRUTHY:
-        ik, src["index_k_dtype"] = "bf16", "env SGLANG_DSV4_BF16_INDEX_K"
-    elif facts.fp4_indexer:
-        ik, src["index_k_dtype"] = "fp4", "server_info enable_deepseek_v4_fp4_indexer"
     else:
-        ik, src["index_k_dtype"] = "fp8", "default"
+        # The default has one place (launch.default_index_k_dtype, which plan uses too).
+        ik = default_index_k_dtype(env, facts.fp4_indexer)
+        src["index_k_dtype"] = {
+            "bf16": "env SGLANG_DSV4_BF16_INDEX_K",
+            "fp4": "server_info enable_deepseek_v4_fp4_indexer",
+        }.get(ik, "default")
     if cfg.compress_state_dtype != "auto":
         sd, src["compress_state_dtype"] = cfg.compress_state_dtype, "config"
     else:

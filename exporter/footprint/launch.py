@@ -99,6 +99,7 @@ class Launch:
     disable_overlap_schedule: bool = False
     enable_deepseek_v4_fp4_indexer: bool = False
     mem_fraction_static: float | None = None
+    max_total_tokens: int | None = None  # --max-total-tokens: caps every stage's pools
     device: str = "cuda"
     dsv4_attn_backend: str | None = None
     disaggregation_mode: str = "null"
@@ -150,6 +151,12 @@ def add_launch_arguments(
     p.add_argument("--disable-overlap-schedule", action="store_true", default=None)
     p.add_argument("--enable-deepseek-v4-fp4-indexer", action="store_true", default=None)
     p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=None,
+        help="caps the full-token count of every PP stage (SGLang's _apply_token_constraints)",
+    )
     p.add_argument("--device", default=None)
     p.add_argument("--dsv4-attn-backend", default=None)
     p.add_argument("--disaggregation-mode", default=None)
@@ -178,6 +185,7 @@ LAUNCH_FIELDS = (
     "disable_overlap_schedule",
     "enable_deepseek_v4_fp4_indexer",
     "mem_fraction_static",
+    "max_total_tokens",
     "device",
     "dsv4_attn_backend",
     "disaggregation_mode",
@@ -249,6 +257,57 @@ def parse_launch(
     return Launch(**values, env=merged_env, ignored=(*start.ignored, *ignored))
 
 
+_BOOL_FIELDS = frozenset(
+    name for name in LAUNCH_FIELDS if isinstance(getattr(Launch(), name), bool)
+)
+_INT_FIELDS = frozenset(
+    (
+        "tp_size",
+        "pp_size",
+        "dp_size",
+        "attn_dp_size",
+        "max_running_requests",
+        "speculative_num_draft_tokens",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "page_size",
+        "context_length",
+        "chunked_prefill_size",
+        "swa_prefix_tails",
+        "max_total_tokens",
+    )
+)
+_FLOAT_FIELDS = frozenset(("swa_full_tokens_ratio", "mem_fraction_static"))
+
+
+def launch_from_server_args(args: Mapping[str, object], env: Mapping[str, str]) -> Launch:
+    """A running server's args (``/server_info`` reports every ``ServerArgs`` field under the
+    names :data:`LAUNCH_FIELDS` uses) as a :class:`Launch`, so that the sidecar's view and
+    ``plan --`` meet in the same :func:`resolve` (one place per release default: issue 33).
+    Values of the wrong type are left to SGLang's default rather than trusted; only the
+    ``SGLANG_*`` part of ``env`` is the deployment's."""
+    values: dict[str, object] = {}
+    for name in LAUNCH_FIELDS:
+        v = args.get(name)
+        if v is None:
+            continue
+        if name in _BOOL_FIELDS:
+            if isinstance(v, bool):
+                values[name] = v
+        elif name in _INT_FIELDS:
+            if isinstance(v, int) and not isinstance(v, bool):
+                values[name] = v
+        elif name in _FLOAT_FIELDS:
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                values[name] = float(v)
+        elif isinstance(v, str):
+            values[name] = v.upper() if name == "speculative_algorithm" else v
+    if values.get("speculative_algorithm") == "NONE":
+        del values["speculative_algorithm"]
+    sglang_env = {k: v for k, v in env.items() if k.startswith("SGLANG_")}
+    return Launch(**values, env=sglang_env)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class Resolved:
     """What the release makes of a launch: the settings the pools are sized with, the PP
@@ -260,10 +319,25 @@ class Resolved:
     attn_dp_size: int
     notes: tuple[str, ...]
     not_modelled: tuple[str, ...]
+    # --max-total-tokens: SGLang's user cap on every stage's full tokens (None: none given).
+    max_total_tokens: int | None = None
 
 
 def _truthy(env: Mapping[str, str], key: str) -> bool:
     return env.get(key, "").strip().lower() in TRUTHY
+
+
+def default_index_k_dtype(env: Mapping[str, str], fp4_indexer: bool) -> IndexKDtype:
+    """What the device pool stores for index-K when nobody said otherwise: the one place for
+    this default (``plan`` and the sidecar's ``auto`` both come here). Upstream stores fp8,
+    fp4 with ``--enable-deepseek-v4-fp4-indexer`` (0.5.13+; 0.5.12 stores fp8 whatever is
+    asked: ``pricing.stored_index_k_dtype``); bf16 only in the production forks, and only
+    when their switch ``SGLANG_DSV4_BF16_INDEX_K`` is set (or the operator says so:
+    ``plan --index-k-dtype bf16``, the sidecar's ``index_k_dtype`` setting). Before issue 33,
+    ``plan`` defaulted to the fork's bf16 and showed a false OVER-COMMIT on upstream."""
+    if _truthy(env, "SGLANG_DSV4_BF16_INDEX_K"):
+        return "bf16"
+    return "fp4" if fp4_indexer else "fp8"
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -281,7 +355,14 @@ def resolve(
     notes: list[str] = []
     unmodelled: list[str] = []
     env = launch.env
-    for name in ("tp_size", "pp_size", "dp_size", "attn_dp_size", "max_running_requests"):
+    for name in (
+        "tp_size",
+        "pp_size",
+        "dp_size",
+        "attn_dp_size",
+        "max_running_requests",
+        "max_total_tokens",
+    ):
         _positive(name, getattr(launch, name))
     # Attention DP: --enable-dp-attention makes every DP rank an attention worker
     # (ModelRunner.dp_size / ps.attn_dp_size); 0.5.23 also takes --attn-dp-size.
@@ -308,13 +389,19 @@ def resolve(
     if mrr is None:
         mrr = DSV4_MAX_RUNNING_REQUESTS
         notes.append(f"--max-running-requests unset -> {mrr} (apply_deepseek_v4_defaults)")
+    floor = choice.rules.requests_per_worker_floor
+    per_worker = max(floor, mrr // attn_dp)
     if mrr < attn_dp:
-        raise LaunchError(
-            f"--max-running-requests {mrr} is below the attention-DP size {attn_dp}: SGLang "
-            "gives each worker 0 requests (0.5.12-0.5.15) or 1 (0.5.16+); not modelled"
+        notes.append(
+            f"--max-running-requests {mrr} is below the attention-DP size {attn_dp}: "
+            + (
+                f"{per_worker} request per worker (0.5.23: max(1, mrr // attn_dp_size))"
+                if per_worker
+                else "0 requests per worker (0.5.12-0.5.22: mrr // attn_dp_size): the "
+                "server admits no request"
+            )
         )
-    per_worker = mrr // attn_dp
-    if attn_dp > 1:
+    elif attn_dp > 1:
         notes.append(
             f"--max-running-requests {mrr} over {attn_dp} attention-DP workers -> {per_worker} "
             "per worker (requested_max_running_requests_per_worker)"
@@ -399,10 +486,7 @@ def resolve(
             )
         )
     if index_k_dtype is None:
-        if _truthy(env, "SGLANG_DSV4_BF16_INDEX_K"):
-            index_k_dtype = "bf16"
-        else:
-            index_k_dtype = "fp4" if launch.enable_deepseek_v4_fp4_indexer else "fp8"
+        index_k_dtype = default_index_k_dtype(env, bool(launch.enable_deepseek_v4_fp4_indexer))
     eviction = env.get("SGLANG_SWA_EVICTION_INTERVAL")
     try:
         eviction_interval = int(eviction) if eviction else DEFAULT_SWA_EVICTION_INTERVAL
@@ -445,4 +529,5 @@ def resolve(
         attn_dp_size=attn_dp,
         notes=tuple(notes),
         not_modelled=tuple(unmodelled),
+        max_total_tokens=launch.max_total_tokens,
     )

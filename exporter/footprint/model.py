@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from exporter.footprint.allocation import allocated_bytes
+from exporter.footprint.allocation import allocated_tensors
+from exporter.footprint.device_bytes import DeviceBytes, pool_tensor_sizes, simulate
 from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice, stage_slice
 from exporter.footprint.pricing import (
     POOLS,
@@ -59,6 +60,10 @@ class Footprint:
     release: RuleChoice | None = None
     # SWA slots reserved in cap mode (0.5.21+, no --swa-full-tokens-ratio); None: ratio mode.
     swa_cap_tokens: int | None = None
+    # What PyTorch's caching allocator takes for these pools' tensors (device_bytes.simulate):
+    # allocated (memory_allocated) and reserved (memory_reserved, the cudaMalloc'd segments
+    # NVML sees), beyond the tensors' own bytes that ``allocated_bytes`` sums.
+    device: DeviceBytes | None = None
 
     @property
     def planned_bytes(self) -> int:
@@ -71,6 +76,13 @@ class Footprint:
     @property
     def overcommit_bytes(self) -> int:
         return self.allocated_bytes - self.planned_bytes
+
+    @property
+    def device_overcommit_bytes(self) -> int | None:
+        """Over-commit as the device sees it: the bytes PyTorch reserves for the pools (its
+        segments, what NVML counts) minus what the configurator planned. Larger than
+        :attr:`overcommit_bytes` by the allocator's rounding (0.10-0.13% on an H200)."""
+        return None if self.device is None else self.device.reserved - self.planned_bytes
 
     @property
     def reclaimable_bytes(self) -> int:
@@ -136,6 +148,16 @@ class Footprint:
             },
             "swa_cap_tokens": self.swa_cap_tokens,
         }
+        if self.device is not None:
+            # Labelled as what they are: the tensors' bytes are what the pools hold; PyTorch's
+            # caching allocator hands out (allocated) and cudaMallocs (reserved) more.
+            out["device_bytes"] = {
+                "tensors": self.device.tensors,
+                "pytorch_allocated": self.device.allocated,
+                "pytorch_reserved": self.device.reserved,
+                "segments": self.device.segments,
+                "overcommit_reserved_bytes": self.device_overcommit_bytes,
+            }
         return out
 
 
@@ -189,7 +211,8 @@ def footprint_for_tokens(
     bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
     c2_bias = c2_state_fixed_bytes(geom, stage, settings)
     counts = counts_for_full_tokens(geom, settings, full_tokens, rule_set, stage)
-    alloc = allocated_bytes(geom, stage, settings, counts, rule_set)
+    tensors = allocated_tensors(geom, stage, settings, counts, rule_set)
+    alloc = {pool: per * n for pool, (per, n) in tensors.items()}
     plan_terms = coeffs[configurator].terms
     # The low-ratio pages the configurator reserves beyond the coefficient (V4.1), planned
     # against the pools they belong to.
@@ -234,6 +257,7 @@ def footprint_for_tokens(
         correct_full_tokens=correct,
         release=choice,
         swa_cap_tokens=cap,
+        device=simulate(pool_tensor_sizes(tensors)),
     )
 
 
@@ -314,3 +338,87 @@ def _low_ratio_padding_by_pool(
         out[f"c{ratio}_kv"] = round(kv)
         out[f"c{ratio}_index_k"] = round(total - kv)
     return out
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """Every PP stage of one deployment as SGLang sizes it at start-up: each stage's own
+    capacity from the budget (``own_full_tokens``), the user cap and the MIN across stages
+    (``full_tokens``), and each stage's pools re-sized to it (``stages``, by PP rank)."""
+
+    stages: tuple[Footprint, ...]
+    own_full_tokens: tuple[int, ...]
+    full_tokens: int
+    max_total_tokens: int | None = None
+
+    @property
+    def limiting_stages(self) -> tuple[int, ...]:
+        """The PP ranks whose own capacity set the synced count (none when the user cap did)."""
+        return tuple(r for r, own in enumerate(self.own_full_tokens) if own == self.full_tokens)
+
+
+def plan_pipeline(
+    geom: ModelGeometry,
+    settings: DeploymentSettings,
+    configurator: Configurator,
+    available_bytes: int,
+    rules: RuleChoice,
+    pp_size: int = 1,
+    partition: tuple[int, ...] | None = None,
+    max_total_tokens: int | None = None,
+) -> PipelinePlan:
+    """What SGLang does at start-up on every PP stage, in its order: each stage's configurator
+    sizes its own layers from the budget (``calculate_pool_sizes``; a refusal or a budget
+    with no page of tokens on any stage stops the server), then ``_apply_token_constraints``
+    caps the count at ``--max-total-tokens`` and all-reduces it with MIN across the PP ranks,
+    and a stage whose count changed is re-sized from it (``calculate_pool_sizes_from_max_tokens``:
+    aligned down to the page, the fixed pools not re-subtracted, the SWA floor checked again).
+    The same in every release 0.5.12-0.5.23 (``model_runner_kv_cache_mixin.py`` up to 0.5.15,
+    ``KVCacheConfigurator.config_from_budget`` from 0.5.16). Before issue 33 ``plan`` sized a
+    rank alone: 0.5.21 V4-Flash PP 4 rank 0 at 37.7 GiB said 27,410,176 tokens where SGLang
+    has 20,465,920."""
+    rule_set = rules.rules
+    stages = [stage_slice(geom, pp_size, r, partition=partition) for r in range(pp_size)]
+    for stage in stages:
+        for refusal in config_refusals(geom, settings, stage, rules):
+            raise Refused(refusal)
+    own = [plan_for_budget(geom, settings, configurator, available_bytes, s, rules) for s in stages]
+    capacity = min(fp.full_tokens for fp in own)
+    if max_total_tokens is not None:
+        capacity = min(capacity, max_total_tokens)
+    synced = capacity // settings.page_size * settings.page_size
+    if synced <= 0:
+        raise BudgetError(
+            f"--max-total-tokens {max_total_tokens} leaves no page of "
+            f"{settings.page_size} tokens (SGLang: no KV cache to serve from)"
+        )
+    cap = swa_cap_tokens(geom, settings, rule_set) is not None
+    out = []
+    for stage, fp in zip(stages, own, strict=True):
+        if fp.full_tokens == synced:
+            out.append(fp)
+            continue
+        counts = counts_for_full_tokens(geom, settings, synced, rule_set)
+        for refusal in size_refusals(settings, geom.sliding_window, counts.swa, cap, rules):
+            raise Refused(refusal)
+        out.append(
+            footprint_for_tokens(
+                geom, settings, configurator, synced, stage, available_bytes, rules
+            )
+        )
+    # What a dtype-true plan would give is synced the same way: the MIN of the stages' own
+    # correctly-priced capacities (and the cap), never one stage's alone.
+    correct = [fp.correct_full_tokens for fp in own]
+    synced_correct = None
+    if all(c is not None for c in correct):
+        low = min(c for c in correct if c is not None)
+        if max_total_tokens is not None:
+            low = min(low, max_total_tokens)
+        synced_correct = low // settings.page_size * settings.page_size
+    out = [replace(fp, correct_full_tokens=synced_correct) for fp in out]
+    return PipelinePlan(
+        stages=tuple(out),
+        own_full_tokens=tuple(fp.full_tokens for fp in own),
+        full_tokens=synced,
+        max_total_tokens=max_total_tokens,
+    )

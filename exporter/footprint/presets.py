@@ -39,20 +39,30 @@ PRESETS: dict[str, ModelGeometry] = {
 }
 
 
-def preset_for_served_name(served: str) -> ModelGeometry | None:
-    """Match a served model name or path (e.g. ``deepseek-ai/DeepSeek-V4-Flash-0731``) to a preset.
+# Published checkpoints of each preset's geometry, by the last component of their path (the
+# Hugging Face repository name): quantised or dated re-releases keep the architecture and
+# the shape that size the KV pools. Matched exactly (case-insensitive), never as a substring:
+# "pro" is in "/home/prod/...", "my-proxy/..." and "sgl-project/DeepSeek-V4-Flash-FP8", and a
+# substring match once priced all three as V4-Pro (issue 33).
+CHECKPOINTS: dict[str, str] = {
+    "deepseek-v4-flash": "deepseek-v4-flash",
+    "deepseek-v4-flash-fp8": "deepseek-v4-flash",
+    "deepseek-v4-flash-bf16": "deepseek-v4-flash",
+    "deepseek-v4-flash-0731": "deepseek-v4-flash",
+    "deepseek-v4-pro": "deepseek-v4-pro",
+    "deepseek-v4-pro-fp8": "deepseek-v4-pro",
+    "deepseek-v4-pro-nvfp4": "deepseek-v4-pro",
+}
 
-    Pro is checked first since neither name is a substring of the other but ``flash`` is the
-    more common token in custom served names.
-    """
-    s = served.lower().replace("_", "-")
-    if "v4" not in s:
-        return None
-    if "pro" in s:
-        return PRESETS["deepseek-v4-pro"]
-    if "flash" in s:
-        return PRESETS["deepseek-v4-flash"]
-    return None
+
+def preset_for_served_name(served: str) -> ModelGeometry | None:
+    """The preset of a served model name or path whose last component is a published
+    checkpoint's name (``CHECKPOINTS``, exact, case-insensitive): ``deepseek-ai/DeepSeek-V4-Pro``
+    and ``/models/DeepSeek-V4-Flash-FP8`` match, ``/home/prod/my-model`` does not. Anything
+    else is None: the caller asks for a config.json or a preset name rather than guess."""
+    base = served.strip().rstrip("/").rsplit("/", 1)[-1].lower().replace("_", "-")
+    preset = CHECKPOINTS.get(base)
+    return PRESETS[preset] if preset is not None else None
 
 
 def resolve_model(spec: str) -> ModelGeometry:

@@ -385,7 +385,7 @@ def resolved_max_running_requests(settings: DeploymentSettings, full_tokens: int
     KVCacheConfigurator 0.5.16+ / ModelRunner 0.5.15): the requested count per worker, at most
     half the token capacity. (0.5.12-0.5.14 bound it by a context-length estimate instead; no
     pool of theirs is sized by it.) The configurator's c128 bias uses the requested count."""
-    return max(1, min(settings.max_running_requests, full_tokens // 2))
+    return min(settings.max_running_requests, full_tokens // 2)
 
 
 def full_tokens_for_budget(

@@ -87,6 +87,10 @@ class ReleaseRules:
     c128_ring_per_stage: bool = False
     # 0.5.21+: get_pp_indices ignores SGLANG_PP_LAYER_PARTITION when pp_size == 1.
     pp_partition_ignored_at_pp1: bool = False
+    # --max-running-requests below the attention-DP size: per worker ``mrr // attn_dp_size`` is
+    # 0 up to 0.5.22 (requested_max_running_requests_per_worker, resolve_max_num_reqs: a server
+    # that admits no request); 0.5.23 floors it at 1 (``max(1, mrr // attn_dp_size)``).
+    requests_per_worker_floor: int = 0
 
     @property
     def label(self) -> str:
@@ -133,7 +137,14 @@ _R21 = replace(
     c128_ring_per_stage=True,
 )
 _R22 = replace(_R21, name="0.5.22", first=(0, 5, 22), last=(0, 5, 22), index_reserve="global_page")
-_R23 = replace(_R22, name="0.5.23", first=(0, 5, 23), last=(0, 5, 23), low_ratio_paged=True)
+_R23 = replace(
+    _R22,
+    name="0.5.23",
+    first=(0, 5, 23),
+    last=(0, 5, 23),
+    low_ratio_paged=True,
+    requests_per_worker_floor=1,
+)
 
 RULES: tuple[ReleaseRules, ...] = (_R12, _R13, _R14, _R15, _R21, _R22, _R23)
 NEWEST: ReleaseRules = RULES[-1]

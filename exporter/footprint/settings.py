@@ -49,7 +49,7 @@ class DeploymentSettings:
     index_k_dtype: IndexKDtype = "fp8"
     swa_full_tokens_ratio: float = DSV4_SWA_RATIO
     page_size: int = DSV4_PAGE_SIZE
-    max_running_requests: int = DSV4_MAX_RUNNING_REQUESTS  # per DP worker
+    max_running_requests: int = DSV4_MAX_RUNNING_REQUESTS  # per attention-DP worker
     compress_state_dtype: StateDtype = "float32"
     speculative: bool = False
     # --speculative-num-draft-tokens as SGLang resolved it (max_speculative_num_draft_tokens):
@@ -91,9 +91,11 @@ class DeploymentSettings:
             raise SettingsError(
                 f"page_size must be a positive multiple of 128 (DSV4: 256), got {self.page_size}"
             )
-        if self.max_running_requests < 1:
+        if self.max_running_requests < 0:
+            # 0 is what releases up to 0.5.22 make of --max-running-requests below the
+            # attention-DP size (releases.ReleaseRules.requests_per_worker_floor).
             raise SettingsError(
-                f"max_running_requests must be >= 1, got {self.max_running_requests}"
+                f"max_running_requests must be >= 0, got {self.max_running_requests}"
             )
         unknown = [u for u in self.unmodelled if u not in NOT_MODELLED_SWITCHES]
         if unknown:

@@ -407,6 +407,30 @@ KV_POOL_RECLAIMABLE = _m(
     ("rank",),
     "footprint",
 )
+# What PyTorch's caching allocator takes for this rank's KV pools (modelled by
+# exporter/footprint/device_bytes.py over the pools' tensors): the measure "pytorch_allocated"
+# is torch.cuda.memory_allocated's share (each tensor rounded to its block), "pytorch_reserved"
+# the segments cudaMalloc'd for them, which is what NVML counts of the pools.
+DEVICE_MEASURES = ("pytorch_allocated", "pytorch_reserved")
+KV_POOL_DEVICE = _m(
+    "dsv4_kv_pool_device_bytes",
+    "gauge",
+    "Bytes PyTorch's caching allocator takes for this rank's KV pools (modelled, not read): "
+    "measure pytorch_allocated (memory_allocated: tensors rounded to their blocks) or "
+    "pytorch_reserved (memory_reserved: the cudaMalloc'd segments NVML sees). Compare with the "
+    "tensors' own bytes, sum of dsv4_kv_pool_allocated_bytes.",
+    ("rank", "measure"),
+    "footprint",
+)
+KV_POOL_DEVICE_OVERCOMMIT = _m(
+    "dsv4_kv_pool_device_overcommit_bytes",
+    "gauge",
+    'PyTorch-reserved KV pool bytes (dsv4_kv_pool_device_bytes{measure="pytorch_reserved"}) '
+    "minus planned bytes on this rank: the over-commit as NVML sees it, larger than "
+    "dsv4_kv_pool_overcommit_bytes (tensor bytes) by the caching allocator's rounding.",
+    ("rank",),
+    "footprint",
+)
 FOOTPRINT_RULES_UNVERIFIED = _m(
     "dsv4_footprint_rules_unverified",
     "gauge",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -24,7 +24,6 @@ from prometheus_client.core import Metric
 from exporter.config import SidecarSettings
 from exporter.footprint import (
     NOT_MODELLED_SWITCHES,
-    DeploymentSettings,
     Footprint,
     GeometryError,
     ModelGeometry,
@@ -46,9 +45,8 @@ from exporter.footprint.facts import (
     resolve_facts,
     settle,
 )
-from exporter.footprint.launch import Launch, LaunchError, resolve
+from exporter.footprint.launch import LaunchError, launch_from_server_args, resolve
 from exporter.footprint.refusals import Refused
-from exporter.footprint.settings import DEFAULT_CHUNKED_PREFILL_SIZE
 from exporter.metrics import catalog as m
 from exporter.sources.base import SourceHealth
 from exporter.sources.sglang import RankMemory, ServerFacts
@@ -214,59 +212,30 @@ class FootprintView:
             self._down("unsupported_version", str(exc))
             return
         try:
-            per_worker = facts.max_running_requests
-            resolved = None
-            if facts.max_running_requests_global is not None:
-                # The server args are SGLang's own (global max_running_requests, the DP
-                # attention switches, the draft count): resolved as `plan --` resolves a
-                # launch command (footprint.launch.resolve), one place for the rule.
-                resolved = resolve(
-                    Launch(
-                        tp_size=facts.tp_size,
-                        pp_size=facts.pp_size,
-                        dp_size=facts.dp_size,
-                        enable_dp_attention=facts.enable_dp_attention,
-                        attn_dp_size=facts.attn_dp_size,
-                        max_running_requests=facts.max_running_requests_global,
-                        speculative_algorithm=(
-                            facts.speculative_algorithm.upper()
-                            if facts.speculative_algorithm
-                            else None
-                        ),
-                        speculative_num_draft_tokens=facts.speculative_num_draft_tokens,
-                        env={k: v for k, v in self.env.items() if k.startswith("SGLANG_")},
-                    ),
-                    geom,
-                    self.release,
-                    dep.index_k_dtype,
-                )
-                per_worker = resolved.settings.max_running_requests
-            settings = DeploymentSettings(
-                index_k_dtype=dep.index_k_dtype,
-                swa_full_tokens_ratio=facts.swa_full_tokens_ratio,
-                page_size=facts.page_size,
-                max_running_requests=per_worker,
+            # One translation (issue 33): SGLang's server args, as /server_info reports them,
+            # go through launch.resolve as a launch pasted after `plan --` does, so the
+            # release's defaults (requests per attention-DP worker, draft tokens, SWA ratio,
+            # index-K dtype) have one place; the facts nothing reports (compress-state dtype,
+            # online compress, the index-K dtype a fork stores) come from the deployment facts.
+            args = facts.server_args()
+            if geom.is_v41:
+                # /server_info cannot say whether the SWA ratio was given: V4.1 is read as SWA
+                # cap mode, SGLang's default for it (0.5.21+), and exported as assumed.
+                args["swa_full_tokens_ratio"] = None
+            resolved = resolve(
+                launch_from_server_args(args, self.env), geom, self.release, dep.index_k_dtype
+            )
+            settings = replace(
+                resolved.settings,
                 compress_state_dtype=dep.compress_state_dtype,
-                speculative=facts.speculative,
-                num_draft_tokens=resolved.settings.num_draft_tokens if resolved else 0,
                 online_compress=dep.online_compress,
-                online_c128_mtp=resolved.settings.online_c128_mtp if resolved else False,
-                unmodelled=dep.not_modelled,
-                # /server_info shows the resolved ratio, not whether the operator gave it: a
-                # V4.1 deployment is read as SWA cap mode (SGLang's default for it), sized
-                # from these server args (SGLANG_SWA_EVICTION_INTERVAL assumed at 128).
-                swa_ratio_explicit=not geom.is_v41,
-                chunked_prefill_size=(
-                    DEFAULT_CHUNKED_PREFILL_SIZE
-                    if facts.chunked_prefill_size is None
-                    else facts.chunked_prefill_size
-                ),
-                swa_prefix_tails=facts.swa_prefix_tails,
-                disable_radix_cache=facts.disable_radix_cache,
-                disable_overlap_schedule=facts.disable_overlap_schedule,
+                unmodelled=tuple(dict.fromkeys((*dep.not_modelled, *resolved.not_modelled))),
             )
             # Only the stages this node holds: a PP stage's own layer slice per local rank.
-            stages = {pp: stage_slice(geom, facts.pp_size, pp) for pp in topo.pp_ranks()}
+            stages = {
+                pp: stage_slice(geom, resolved.pp_size, pp, partition=resolved.partition)
+                for pp in topo.pp_ranks()
+            }
         except (SettingsError, GeometryError, LaunchError, Refused) as exc:
             self._down("bad_config", str(exc))
             return
@@ -428,6 +397,7 @@ class FootprintView:
         )
         over, correct = m.KV_POOL_OVERCOMMIT.family(), m.KV_CORRECT_TOKENS.family()
         reclaim = m.KV_POOL_RECLAIMABLE.family()
+        device, device_over = m.KV_POOL_DEVICE.family(), m.KV_POOL_DEVICE_OVERCOMMIT.family()
         reserve, left = m.MEMORY_RESERVE.family(), m.MEMORY_RESERVE_LEFT.family()
         for r in self.ranks:
             rank = str(r.rank)
@@ -438,12 +408,17 @@ class FootprintView:
                 tokens.add_metric([rank, name], float(p.tokens))
             over.add_metric([rank], float(fp.overcommit_bytes))
             reclaim.add_metric([rank], float(fp.reclaimable_bytes))
+            if fp.device is not None:
+                device.add_metric([rank, "pytorch_allocated"], float(fp.device.allocated))
+                device.add_metric([rank, "pytorch_reserved"], float(fp.device.reserved))
+                device_over.add_metric([rank], float(fp.device.reserved - fp.planned_bytes))
             if fp.correct_full_tokens is not None:
                 correct.add_metric([rank], float(fp.correct_full_tokens))
             if r.reserve_bytes is not None:
                 reserve.add_metric([rank], float(r.reserve_bytes))
                 left.add_metric([rank], float(r.reserve_bytes - fp.overcommit_bytes))
-        yield from (planned, alloc, tokens, over, reclaim, correct, reserve, left)
+        yield from (planned, alloc, tokens, over, reclaim, device, device_over, correct)
+        yield from (reserve, left)
 
     @staticmethod
     def _rank_info(topo: Topology) -> Metric:

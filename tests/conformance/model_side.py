@@ -1,7 +1,7 @@
 """The footprint model's side of a conformance comparison: a raw deployment (launch flags,
 environment, config.json, PP rank, budget) through the same path as ``plan --``
-(``launch.parse_launch`` -> ``launch.resolve`` -> ``plan_for_budget``), shared by
-tests/conformance and the GPU check (tests/gpu/pool_check.py)."""
+(``launch.parse_launch`` -> ``launch.resolve`` -> ``plan_pipeline``: every PP stage, synced),
+shared by tests/conformance and the GPU check (tests/gpu/pool_check.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import Any
 from exporter.footprint import (
     allocated_bytes,
     geometry_from_config,
-    plan_for_budget,
-    stage_slice,
+    plan_pipeline,
 )
 from exporter.footprint.allocation import allocated_tensors
 from exporter.footprint.launch import LaunchError, parse_launch, resolve
@@ -44,24 +43,37 @@ def model_for_case(
     except Refused as exc:
         return {"refused": str(exc)}
     try:
-        stage = stage_slice(geom, resolved.pp_size, case["pp_rank"], partition=resolved.partition)
-        fp = plan_for_budget(
-            geom, resolved.settings, "legacy", case["available_bytes"], stage, choice
+        pipeline = plan_pipeline(
+            geom,
+            resolved.settings,
+            "legacy",
+            case["available_bytes"],
+            choice,
+            resolved.pp_size,
+            resolved.partition,
+            resolved.max_total_tokens,
         )
     except Refused as exc:
         return {"refused": str(exc)}
     except BudgetError as exc:  # SGLang sizes 0 tokens there (its server then cannot start)
         return {"no_tokens": str(exc)}
-    counts = counts_for_full_tokens(geom, fp.settings, fp.full_tokens, choice.rules, stage)
-    target = allocated_bytes(geom, stage, fp.settings, counts, choice.rules, include_draft=False)
-    return {
-        "tensors": allocated_tensors(
-            geom, stage, fp.settings, counts, choice.rules, include_draft=False
-        ),
-        "layers": [stage.start, stage.end],
-        "full": fp.full_tokens,
-        "counts": counts,
-        "pools": target,
-        "mrr": resolved_max_running_requests(fp.settings, fp.full_tokens),
-        "switches": resolved.not_modelled,
-    }
+    stages = []
+    for fp, own in zip(pipeline.stages, pipeline.own_full_tokens, strict=True):
+        stage = fp.stage
+        counts = counts_for_full_tokens(geom, fp.settings, fp.full_tokens, choice.rules, stage)
+        stages.append(
+            {
+                "tensors": allocated_tensors(
+                    geom, stage, fp.settings, counts, choice.rules, include_draft=False
+                ),
+                "layers": [stage.start, stage.end],
+                "own_full": own,
+                "full": fp.full_tokens,
+                "counts": counts,
+                "pools": allocated_bytes(
+                    geom, stage, fp.settings, counts, choice.rules, include_draft=False
+                ),
+                "mrr": resolved_max_running_requests(fp.settings, fp.full_tokens),
+            }
+        )
+    return {**stages[case["pp_rank"]], "stages": stages, "switches": resolved.not_modelled}

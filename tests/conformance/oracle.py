@@ -162,6 +162,8 @@ def _context(sa: Any) -> dict[str, SimpleNamespace]:
         _swa_full_tokens_ratio_explicitly_set=sa._swa_full_tokens_ratio_explicitly_set,
         disable_overlap_schedule=sa.disable_overlap_schedule,
         mem_fraction_static=0.9,
+        max_total_tokens=sa.max_total_tokens,
+        page_size=sa.page_size,
     )
     spec = SimpleNamespace(
         speculative_algorithm=sa.speculative_algorithm,
@@ -224,6 +226,8 @@ def _runner(
         enable_hisparse=False,
         enable_deepseek_v4_fp4_indexer=bool(getattr(sa, "enable_deepseek_v4_fp4_indexer", False)),
         max_mamba_cache_size=None,
+        max_total_tokens=sa.max_total_tokens,
+        pp_size=sa.pp_size,
     )
     start, end = layers
     pp = SimpleNamespace(rank_in_group=pp_rank)
@@ -291,54 +295,107 @@ def _resolve_max_num_reqs(runner: SimpleNamespace, token_capacity: int) -> int:
         return int(ModelRunnerKVCacheMixin._resolve_max_num_reqs(runner, token_capacity))
 
 
-def run_case(
-    case: dict[str, Any], version: tuple[int, int, int], keep: list[Any] | None = None
-) -> dict[str, Any]:
-    """One raw deployment through the release. ``case["device"]`` (default ``meta``) is where
-    the pool is built (``cuda`` in the GPU check); ``keep``, when given, receives the pool."""
-    _apply_env(case.get("env", {}))
+def _token_constraints(runner: SimpleNamespace, own: list[int]) -> Any:
+    """The release's own ``_apply_token_constraints`` (KVCacheConfigurator, 0.5.16+;
+    ModelRunner's KV-cache mixin, 0.5.12-0.5.15), bound to ``runner``: the user cap
+    (--max-total-tokens, read where that release reads it) and the all-reduce MIN across PP
+    ranks. The all-reduce is the one thing run here instead: every stage's own capacity is in
+    ``own`` (each stage's configurator ran in this process), so the collective is their MIN,
+    computed by an ``all_reduce`` stand-in that takes the MIN of the tensor and every stage's."""
+    import torch
+
+    try:
+        import sglang.srt.mem_cache.kv_cache_configurator as mod
+
+        method = mod.KVCacheConfigurator._apply_token_constraints
+    except ImportError:
+        import sglang.srt.model_executor.model_runner_kv_cache_mixin as mod  # type: ignore[no-redef]
+
+        method = mod.ModelRunnerKVCacheMixin._apply_token_constraints
+
+    def all_reduce_min(tensor: Any, op: Any = None, group: Any = None) -> None:
+        tensor.fill_(min([int(tensor.item()), *own]))
+
+    group = SimpleNamespace(cpu_group=None)
+    parallel = SimpleNamespace(pp_size=runner.pp_size, world_group=group)
+    torch.distributed.all_reduce = all_reduce_min  # type: ignore[assignment]
+    mod.get_world_group = lambda: group  # type: ignore[attr-defined]
+    mod.get_parallel = lambda: parallel  # type: ignore[attr-defined]
+    if hasattr(mod, "configured_pp_size"):  # 0.5.18 reads the PP size through it
+        mod.configured_pp_size = lambda: runner.pp_size
+    return lambda capacity: int(method(runner, capacity))
+
+
+def _stage(
+    case: dict[str, Any], sa: Any, model_config: SimpleNamespace, pp_rank: int
+) -> tuple[SimpleNamespace, Any, Any]:
+    """One PP stage's runner, configurator and its own ``calculate_pool_sizes`` on the budget
+    (its refusals raise here: any stage's refusal stops SGLang's server)."""
     import sglang.srt.model_executor.pool_configurator as pc
     from sglang.srt.distributed.utils import get_pp_indices
 
-    sa, server_args_cls = _server_args(case)
-    model_config, is_v41 = _model_config(case["config"], sa)
-    _dsv4_server_defaults(sa, server_args_cls, is_v41, version)
-    pp_rank = case.get("pp_rank", 0)
     layers = get_pp_indices(model_config.num_hidden_layers, pp_rank, sa.pp_size)
-    ctx: dict[str, Any] = dict(_context(sa))
     runner = _runner(sa, model_config, pp_rank, layers)
+    ctx: dict[str, Any] = dict(_context(sa))
     ctx["max_speculative_num_draft_tokens"] = ctx["get_spec"].max_speculative_num_draft_tokens
     ctx["get_server_args"] = runner.server_args
     ctx["get_global_server_args"] = runner.server_args
     _install_context(ctx)
     configurator = pc.DSV4PoolConfigurator(runner)
     config = configurator.calculate_pool_sizes(case["available_bytes"], sa.page_size)
-    mrr = _resolve_max_num_reqs(runner, config.full_max_total_num_tokens)
-    if hasattr(configurator, "finalize_with_max_running_requests"):
-        config.max_running_requests = mrr
-        config = configurator.finalize_with_max_running_requests(config)
-    sizes = {
-        k: getattr(config, k)
-        for k in (
-            "full_max_total_num_tokens",
-            "swa_max_total_num_tokens",
-            "c4_max_total_num_tokens",
-            "c128_max_total_num_tokens",
-            "c4_state_pool_size",
-            "c128_state_pool_size",
-        )
-    }
-    result: dict[str, Any] = {
-        "bytes_per_full_token": configurator.bytes_per_full_token,
-        "layers": list(layers),
-        "max_running_requests_per_worker": mrr,
-        **sizes,
-    }
-    if case.get("build_pool", True):
-        result["pool_tensors"] = _pool_tensor_bytes(
-            sa, runner, sizes, mrr, case.get("device", "meta"), keep
-        )
-    return result
+    return runner, configurator, config
+
+
+def run_case(
+    case: dict[str, Any], version: tuple[int, int, int], keep: list[Any] | None = None
+) -> dict[str, Any]:
+    """One raw deployment through the release, every PP stage: each stage's configurator
+    sizes its layers from the budget, the release's ``_apply_token_constraints`` caps and
+    MIN-syncs the capacity, a stage whose count changed is re-sized with its
+    ``calculate_pool_sizes_from_max_tokens`` (the order of ``config_from_budget`` 0.5.16+ and
+    of the KV-cache mixin 0.5.12-0.5.15), then requests per worker and the finalized pools.
+    ``case["device"]`` (default ``meta``) is where the pools are built (``cuda`` in the GPU
+    check: there only the case's own ``pp_rank``); ``keep``, when given, receives them. The
+    result is the case's ``pp_rank`` stage, with every stage under ``stages``."""
+    _apply_env(case.get("env", {}))
+    sa, server_args_cls = _server_args(case)
+    model_config, is_v41 = _model_config(case["config"], sa)
+    _dsv4_server_defaults(sa, server_args_cls, is_v41, version)
+    built = [_stage(case, sa, model_config, r) for r in range(sa.pp_size)]
+    own = [int(config.full_max_total_num_tokens) for _, _, config in built]
+    device = case.get("device", "meta")
+    stages = []
+    for rank, (runner, configurator, config) in enumerate(built):
+        constrained = _token_constraints(runner, own)(config.full_max_total_num_tokens)
+        if constrained != config.full_max_total_num_tokens:
+            config = configurator.calculate_pool_sizes_from_max_tokens(constrained, sa.page_size)
+        mrr = _resolve_max_num_reqs(runner, config.full_max_total_num_tokens)
+        if hasattr(configurator, "finalize_with_max_running_requests"):
+            config.max_running_requests = mrr
+            config = configurator.finalize_with_max_running_requests(config)
+        sizes = {
+            k: getattr(config, k)
+            for k in (
+                "full_max_total_num_tokens",
+                "swa_max_total_num_tokens",
+                "c4_max_total_num_tokens",
+                "c128_max_total_num_tokens",
+                "c4_state_pool_size",
+                "c128_state_pool_size",
+            )
+        }
+        result: dict[str, Any] = {
+            "bytes_per_full_token": configurator.bytes_per_full_token,
+            "layers": [runner.start_layer, runner.end_layer],
+            "own_full_tokens": own[rank],
+            "max_running_requests_per_worker": mrr,
+            **sizes,
+        }
+        build = case.get("build_pool", True) and (device == "meta" or rank == case["pp_rank"])
+        if build:
+            result["pool_tensors"] = _pool_tensor_bytes(sa, runner, sizes, mrr, device, keep)
+        stages.append(result)
+    return {**stages[case.get("pp_rank", 0)], "stages": stages}
 
 
 def _pool_kwargs(

@@ -97,6 +97,25 @@ def test_served_name_matching():
     assert preset_for_served_name("Qwen3-235B") is None
 
 
+@pytest.mark.parametrize(
+    ("served", "preset"),
+    [
+        # The cookbook's quantised Flash: "pro" in "sgl-project" once made it V4-Pro.
+        ("sgl-project/DeepSeek-V4-Flash-FP8", "deepseek-v4-flash"),
+        ("/models/deepseek_v4_flash/", "deepseek-v4-flash"),
+        ("deepseek-ai/DeepSeek-V4-Pro", "deepseek-v4-pro"),
+        ("/home/prod/DeepSeek-V4-Flash", "deepseek-v4-flash"),
+        # A substring of a checkpoint name, or a checkpoint name inside another, is no match.
+        ("/home/prod/my-v4-model", None),
+        ("my-proxy/DeepSeek-V4-Flash-distilled", None),
+        ("DeepSeek-V4-Pro-Flash", None),
+    ],
+)
+def test_served_name_is_matched_exactly_never_by_substring(served: str, preset: str | None):
+    geom = preset_for_served_name(served)
+    assert (geom.name if geom else None) == preset
+
+
 @pytest.mark.parametrize("layers", [1, 16, 43, 61])
 @pytest.mark.parametrize("pp", [1, 2, 3, 4, 5, 8])
 def test_pp_partition_gives_the_remainder_to_the_last_stages(layers: int, pp: int) -> None:

@@ -35,7 +35,7 @@ def _json(capsys, *argv):
 
 def test_json_contract(capsys):
     # The README's deployment (bf16 fork, legacy pricing, 50 GiB) on the 0.5.15-0.5.20 rules.
-    d = _json(capsys, "--sglang-version", "0.5.20")
+    d = _json(capsys, "--sglang-version", "0.5.20", "--index-k-dtype", "bf16")
     assert d.keys() >= REQUIRED
     assert set(d["pools"]) == POOLS
     for p in d["pools"].values():
@@ -123,7 +123,9 @@ def test_budget_from_gpu_memory(capsys):
         ["--layer-range", "0:10", "--pp-size", "2"],
         ["--pp-size", "2", "--pp-rank", "2"],
         ["--model", "llama"],
-        ["--available-gib", "1"],
+        ["--mem-fraction-static", "0.8"],
+        ["--", "--mem-fraction-static", "0.8", "--tp", "8"],
+        ["--available-gib", "40", "--weights-gib", "20"],
         ["--swa-full-tokens-ratio", "1.5"],
         ["--sglang-version", "0.5.9"],
         ["--sglang-version", "latest"],
@@ -137,7 +139,16 @@ def test_invalid_combinations_exit_2_with_one_line(capsys, argv):
 
 def test_human_output_via_console_script():
     r = subprocess.run(
-        [sys.executable, "-m", "exporter", "plan", "--sglang-version", "0.5.20"],
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "plan",
+            "--sglang-version",
+            "0.5.20",
+            "--index-k-dtype",
+            "bf16",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -227,13 +238,16 @@ def test_env_switches_change_the_footprint(capsys):
         ),
         (["--swa-full-tokens-ratio", "0.0001", "--available-gib", "20"], "validate_swa_pool_size"),
         (["--sglang-version", "0.5.12", "--enable-deepseek-v4-fp4-indexer"], "add_cli_args"),
+        (["--available-gib", "1"], "not enough memory"),
+        (["--max-total-tokens", "100"], "not enough memory"),
     ],
 )
-def test_sglang_refusals_exit_2_naming_the_check(capsys, argv, check):
-    assert main(["plan", *argv]) == 2
+def test_sglang_refusals_exit_4_naming_the_check(capsys, argv, check):
+    """SGLang refusing the deployment is exit 4, apart from plan's own bad arguments (2)."""
+    assert main(["plan", *argv]) == 4
     err = capsys.readouterr().err
     assert check in err and err.count("\n") == 1
-    assert main(["plan", "--json", *argv]) == 2
+    assert main(["plan", "--json", *argv]) == 4
     assert check in json.loads(capsys.readouterr().out)["refused"]["check"]
 
 
@@ -250,3 +264,89 @@ def test_bad_launch_input_is_one_line_exit_2(capsys, argv):
     assert main(["plan", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dsv4-sidecar plan: error:") and err.count("\n") == 1
+
+
+# --- issue 33: upstream by default, every stage, the user cap, the budget ---------------------
+def test_default_index_k_is_upstreams_fp8_with_no_false_over_commit(capsys):
+    """Without flags plan prices upstream SGLang: fp8 index-K, only page padding unplanned.
+    The bf16 fork is priced only when named (--index-k-dtype bf16 or its switch)."""
+    d = _json(capsys, "--", "python3", "-m", "sglang.launch_server", "--tp", "8")
+    assert d["index_k_dtype"] == "fp8"
+    assert 0 <= d["overcommit_bytes"] < 0.05 * GIB
+    fork = _json(capsys, "--env", "SGLANG_DSV4_BF16_INDEX_K=1")
+    assert fork["index_k_dtype"] == "bf16" and fork["overcommit_bytes"] > 4 * GIB
+    assert main(["plan", "--"]) == 0 and "OVER-COMMIT" not in capsys.readouterr().out
+
+
+def test_every_pp_stage_is_sized_and_synced_to_the_smallest(capsys):
+    """0.5.21 V4-Flash PP 4 at 37.7 GiB (issue 33): rank 0 alone holds 27,410,176 tokens;
+    SGLang all-reduces the MIN (20,465,920, the figure its own code gives: tests/conformance)
+    and re-sizes every stage to it. The human output prints every stage and the sync."""
+    argv = ["--sglang-version", "0.5.21", "--available-gib", "37.7", "--pp-size", "4"]
+    d = _json(capsys, *argv)
+    assert d["pipeline"]["own_full_tokens"][0] == 27_410_176
+    assert d["pipeline"]["full_tokens"] == min(d["pipeline"]["own_full_tokens"]) == 20_465_920
+    assert [s["full_tokens"] for s in d["stages"]] == [20_465_920] * 4
+    assert [s["stage"]["layers"] for s in d["stages"]] == [[0, 10], [10, 21], [21, 32], [32, 43]]
+    assert d["full_tokens"] == 20_465_920 and d["stage"]["pp_rank"] == 0
+    assert _json(capsys, *argv, "--pp-rank", "2")["stage"]["layers"] == [21, 32]
+    assert main(["plan", *argv]) == 0
+    out = capsys.readouterr().out
+    assert out.count("PP ") >= 4 and "-> 20,465,920 on every stage" in out
+
+
+def test_max_total_tokens_caps_every_pool(capsys):
+    """40 GiB V4-Flash capped at 1M (issue 33): SGLang's 999,936 (page-aligned), not 5.7M."""
+    d = _json(capsys, "--available-gib", "40", "--", "--max-total-tokens", "1000000")
+    assert d["full_tokens"] == 999_936 and d["pipeline"]["own_full_tokens"] == [5_677_312]
+    assert d["pools"]["c4_kv"]["tokens"] == 999_936 // 4
+    assert d["allocated_bytes"] < 0.25 * d["available_bytes"]  # the cap leaves most unused
+
+
+def test_mem_fraction_static_composes_with_an_explicit_budget(capsys):
+    """A pasted launch's --mem-fraction-static with an explicit budget: the budget wins, and
+    with --gpu-memory-gib the fraction gives the reserve; alone it derives the budget."""
+    launch = ["--", "--mem-fraction-static", "0.85", "--tp", "8"]
+    d = _json(capsys, "--available-gib", "50", "--gpu-memory-gib", "141", *launch)
+    assert d["available_bytes"] == 50 * GIB
+    assert d["reserve_bytes"] == int(141 * GIB * (1 - 0.85))
+    d = _json(capsys, "--gpu-memory-gib", "141", "--weights-gib", "40", *launch)
+    assert d["available_bytes"] == int(141 * GIB - 40 * GIB - 141 * GIB * 0.15)
+
+
+@pytest.mark.parametrize(
+    ("mrr", "version", "per_worker"), [("4", "0.5.22", 0), ("4", "0.5.23", 1), ("16", "0.5.16", 2)]
+)
+def test_requests_below_the_attention_dp_size_by_release(capsys, mrr, version, per_worker):
+    flags = ["--tp", "8", "--dp", "8", "--enable-dp-attention", "--max-running-requests", mrr]
+    d = _json(capsys, "--sglang-version", version, *flags)
+    assert d["resolved"]["max_running_requests_per_worker"] == per_worker
+
+
+def test_device_bytes_are_labelled_next_to_the_tensor_bytes(capsys):
+    d = _json(capsys, "--index-k-dtype", "bf16")
+    dev = d["device_bytes"]
+    assert dev["tensors"] == d["allocated_bytes"]
+    assert dev["tensors"] < dev["pytorch_allocated"] <= dev["pytorch_reserved"]
+    assert dev["overcommit_reserved_bytes"] == dev["pytorch_reserved"] - d["planned_bytes"]
+    assert main(["plan", "--index-k-dtype", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "PyTorch's caching allocator" in out and "over-commit on reserved" in out
+
+
+def test_a_model_path_is_matched_exactly_or_refused(capsys):
+    d = _json(capsys, "--", "--model-path", "sgl-project/DeepSeek-V4-Flash-FP8")
+    assert d["model"] == "deepseek-v4-flash"
+    assert main(["plan", "--", "--model-path", "/home/prod/my-model"]) == 2
+    assert "give --model" in capsys.readouterr().err
+
+
+def test_v41_with_eagle_is_refused_not_left_unmodelled(capsys):
+    """SGLang 0.5.21+ refuses DeepSeek-V4.1 with EAGLE (validate_deepseek_v41_features): plan
+    says so (exit 4) rather than "not modelled: swa-cap-mode" (exit 3)."""
+    from pathlib import Path
+
+    cfg = Path(__file__).parent.parent / "fixtures" / "deepseek-v41-shaped.config.json"
+    argv = ["plan", "--model", str(cfg), "--sglang-version", "0.5.23", "--speculative"]
+    assert main(argv) == 4
+    assert "validate_deepseek_v41_features" in capsys.readouterr().err

@@ -74,6 +74,37 @@ class ServerFacts:
     def model(self) -> str:
         return self.served_model_name or self.model_path
 
+    def server_args(self) -> dict[str, object]:
+        """The pool-sizing server args under SGLang's own names (``ServerArgs`` fields, as
+        ``footprint.launch.LAUNCH_FIELDS`` names them), for ``launch_from_server_args``. When
+        /server_info reported only the per-worker request count, that count is given with
+        attention DP left out, so that it is not divided again."""
+        args: dict[str, object] = {
+            "tp_size": self.tp_size,
+            "pp_size": self.pp_size,
+            "dp_size": self.dp_size,
+            "enable_dp_attention": self.enable_dp_attention,
+            "attn_dp_size": self.attn_dp_size,
+            "max_running_requests": self.max_running_requests_global,
+            "speculative_algorithm": self.speculative_algorithm if self.speculative else None,
+            "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
+            "page_size": self.page_size,
+            "chunked_prefill_size": self.chunked_prefill_size,
+            "swa_full_tokens_ratio": self.swa_full_tokens_ratio,
+            "swa_prefix_tails": self.swa_prefix_tails,
+            "disable_radix_cache": self.disable_radix_cache,
+            "disable_overlap_schedule": self.disable_overlap_schedule,
+            "enable_deepseek_v4_fp4_indexer": self.fp4_indexer,
+            "mem_fraction_static": self.mem_fraction_static,
+        }
+        if self.max_running_requests_global is None:
+            args.update(
+                max_running_requests=self.max_running_requests,
+                enable_dp_attention=False,
+                attn_dp_size=None,
+            )
+        return args
+
 
 # Most ranks one deployment can have along any parallel axis (TP, PP, DP): far past any
 # published DSV4 launch (TP 16 over two nodes, PP 4, DP 16), and the bound on what a hostile
