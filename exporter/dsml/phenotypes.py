@@ -191,7 +191,10 @@ def _glued_pattern() -> re.Pattern[str]:
     parts = []
     for a, ra in _ALPHA.items():
         for b, rb in _ALPHA.items():
-            if a != b:
+            # a Latin word with an Indic case ending glued on is how Tamil, Bengali, Telugu
+            # and Malayalam write loanwords (``daemonக்கு``, Debian's Tamil catalogs): the
+            # ending is 2-3 letters, each with its vowel sign, so it passes the letter count
+            if a != b and not (a == "latin" and b == "indic"):
                 parts.append(f"[{ra}]{{{k}}}[{rb}]{{{k}}}")
         if a != "latin":  # Latin glued to CJK, kana or Hangul is ordinary writing
             parts.append(f"[{ra}]{{{k}}}[{_EAST}]|[{_EAST}][{ra}]{{{k}}}")
@@ -325,6 +328,7 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
                 continue
         elif (
             "\\" in unit  # escapes written out: \x00\x00..., \n\n...
+            or unit[0] == "%"  # printf conversions written out: %s%s%s... (message catalogs)
             or (_HEX.fullmatch(unit) and any(ch.isdigit() for ch in unit))  # hex: a7a7a7...
             or not any(ch.isalpha() or ord(ch) > 127 for ch in unit)
         ):
@@ -414,13 +418,26 @@ def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
 
 
 def check_calls(sink: FindingSink, calls: Sequence[ToolCall], channel: str) -> None:
-    """The same tool with the same arguments more than once in one response."""
+    """The same tool with the same arguments more than once in one response. Both copies reach
+    the client intact (SGLang and vLLM deliver every parsed invoke), so repetition alone is
+    judged by what the client receives: a loop of ``DUPLICATE_MIN_COPIES`` copies back to back
+    is ``duplicate_call``; any other repeat is the ``repeated_call`` signal (agents poll, retry
+    and fan out with the same arguments)."""
     seen: dict[str, int] = {}
+    prev, run, looped = "", 0, False
+    repeat: ToolCall | None = None
     for call in calls:
         key = call.name + "\0" + json.dumps(call.arguments, sort_keys=True, default=str)
+        run = run + 1 if key == prev else 1
+        prev = key
         seen[key] = seen.get(key, 0) + 1
-        if seen[key] == 2:
-            sink.add("duplicate_call", call.start, call.end, channel, call.name)
+        if run == t.DUPLICATE_MIN_COPIES:
+            looped = True
+            sink.add("duplicate_call", call.start, call.end, channel, f"{call.name} x{run}")
+        elif seen[key] == 2 and repeat is None:
+            repeat = call
+    if repeat is not None and not looped:
+        sink.add("repeated_call", repeat.start, repeat.end, channel, repeat.name)
 
 
 def check_end(
@@ -435,7 +452,11 @@ def check_end(
 ) -> None:
     """How the generation ended, when tools were offered and no call was even started:
     ``length`` spent on prose or reasoning (sglang#33397: long answers hit ``max_tokens`` with
-    zero tool calls), or a prose answer that stops mid-word (or on ``,``/``:``) under ``stop``."""
+    zero tool calls), or a prose answer under ``stop`` that ends in a letter, ``,`` or ``:``.
+
+    The second is a signal, not a verdict (issue 32): on clean answers from independent text in
+    14 scripts, answers ending in a list item, a URL, a heading, a table row, a label or a CJK
+    sentence without its ``。`` are the norm, and a cut mid-word looks the same."""
     if not tools or has_call or dsml_seen:
         return  # a cut inside a started block is length_in_block: truncation, not this
     if finish_reason == "length":

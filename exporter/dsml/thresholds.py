@@ -118,5 +118,10 @@ no punctuation): ``returnданных``; 4, because Russian case endings glued t
 (``Pythonом``, ``Dockerами``) have 2-3. Latin glued to CJK, kana or Hangul is normal
 (``使用Python``, ``API를``) and never counts; a CJK side needs one character."""
 CUT_MIN_CHARS = 12
-"""A prose answer under ``stop`` with tools offered and no call is "cut mid-word" only when it
-holds at least this many characters: a one-word reply is an answer, not a cut."""
+"""A prose answer under ``stop`` with tools offered and no call is counted as unterminated
+(``cut_under_stop``, a signal) only when it holds at least this many characters: a one-word
+reply is an answer, not a cut."""
+DUPLICATE_MIN_COPIES = 3
+"""The same call (tool and arguments) this many times back to back in one response is
+``duplicate_call`` (soft): a loop over the invoke. Twice is only counted (``repeated_call``):
+agents poll, retry and fan out, and both calls reach the client intact (issue 32)."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.dsml import markers as m
+from exporter.dsml.catalog import SIGNALS
 from exporter.dsml.encode import render_completion
 
 DIALECTS = ("v3.2", "v4", "v4.1")
@@ -167,9 +168,9 @@ def clean_item(rng: random.Random, dialect: str, key: str) -> Item:
     n_calls = rng.choice([0, 1, 1, 1, 2, 2, 3])
     names = [t["function"]["name"] for t in TOOLS]
     drawn = tuple((n, _args(rng, n)) for n in (rng.choice(names) for _ in range(n_calls)))
-    # a healthy model does not issue the same call twice in one turn (reason duplicate_call):
-    # identical draws are dropped, without a draw of their own, so the rest of the corpus holds
-    calls = tuple(c for i, c in enumerate(drawn) if c not in drawn[:i])
+    # the same call twice in one turn is clean (agents poll, retry, fan out; both reach the
+    # client): the repeated_call signal, never a verdict (issue 32)
+    calls = drawn
     thinking = rng.random() < 0.4
     prose = rng.choice(PROSE) if calls else rng.choice([p for p in PROSE if p])
     self_closing = dialect != "v3.2" and rng.random() < 0.5
@@ -503,7 +504,8 @@ def lenient(rng: random.Random, item: Item) -> Item | None:
 
 
 def repeat(rng: random.Random, item: Item) -> Item | None:
-    """An identical invoke repeated 2-6 times (the client runs the call again and again)."""
+    """An identical invoke written 3-7 times back to back: a loop over the invoke (the client
+    runs the call again and again). Twice is what agents do too (``repeated_call``, a signal)."""
     close = m.invoke_close(item.dialect)
     base = len(item.text) - len(item.content)
     opener = f"<{m.tag_prefix(item.dialect)}{m.INVOKE}"
@@ -517,7 +519,7 @@ def repeat(rng: random.Random, item: Item) -> Item | None:
     else:
         e += len(close)
     one = item.content[s:e]
-    copies = rng.randint(1, 5)
+    copies = 1 + rng.randint(1, 5)
     at = base + e
     return _edit(
         item,
@@ -599,6 +601,20 @@ DAMAGES: tuple[Damage, ...] = (
     value,
     prose,
 )
+
+
+# Damage the grader counts as a signal instead of grading it (issue 32): on clean answers from
+# independent text, an answer that ends without a full stop (a list item, a URL, a CJK sentence
+# without its 。) is the norm, and a cut mid-word under ``stop`` looks the same. Precision first:
+# such an output is "signalled", not flagged, and only these ops may be.
+SIGNALLED_OPS: dict[str, str] = {
+    "prose.cut_stop": "cut_under_stop: prose cut mid-word under stop, tools offered, no call",
+}
+
+
+def signalled(reasons: list[str]) -> bool:
+    """Whether a row that graded well_formed/no_tool_call was caught by a counted signal."""
+    return any(r in SIGNALS for r in reasons)
 
 
 def build(

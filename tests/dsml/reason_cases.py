@@ -653,6 +653,16 @@ def _with_value(value: str) -> str:
     return "Searching." + block(invoke("read_file", par("path", value)))
 
 
+# issue 32: clean answers that end without a full stop (a list item, a URL, a CJK sentence
+# without its 。): the reason it once graded them suspect is now a signal
+CLEAN_UNTERMINATED = (
+    "需要检查以下几项：\n1. 配置文件\n2. 日志目录",
+    "確認する項目：\n- 設定ファイル\n- ログ",
+    "설정 파일을 확인했습니다. 포트는 8080입니다",
+    "文档在这里：https://example.com/docs",
+    "I'll do two things:\n\n1. look at the config\n2. run the tests",
+)
+
 PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
     "length_tools_no_call": [
         Case(
@@ -668,24 +678,30 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
             verdict="suspect",
         ),
     ],
+    # a signal: counted, never a verdict (issue 32)
     "cut_under_stop": [
         Case(
             "cut mid-word",
             "I will first read the configuration and then the serv",
             kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
-            verdict="suspect",
+            verdict="no_tool_call",
         ),
         Case(
             "announced and stopped",
             "Let me look at the file with the reader tool:",
             kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
-            verdict="suspect",
+            verdict="no_tool_call",
         ),
         Case(
             "openai cut",
             response=openai_message("Checking the deployment now, starting with the pod"),
             kwargs=TOOLS_OFFERED,
-            verdict="suspect",
+            verdict="no_tool_call",
+        ),
+        # issue 32's clean answers: counted the same way, and graded no_tool_call
+        *(
+            Case(f"clean ending {i}", text, kwargs={"finish_reason": "stop", **TOOLS_OFFERED})
+            for i, text in enumerate(CLEAN_UNTERMINATED)
         ),
     ],
     "prose_loop": [
@@ -724,15 +740,28 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
         Case("scripts in one value", _with_value("data данные 数据 بيانات δεδομένα data данные")),
     ],
     "duplicate_call": [
-        Case("twice", "Reading." + block(READ, READ), verdict="suspect"),
+        Case("three times", "Reading." + block(READ, READ, READ), verdict="suspect"),
         Case("six times", "Reading." + block(*([READ] * 6)), verdict="suspect"),
+        Case(
+            "openai three times",
+            response=openai_message(
+                tool_calls=[("read_file", {"path": "a"})] * 3, finish_reason="tool_calls"
+            ),
+            verdict="suspect",
+        ),
+    ],
+    # a signal: both calls reach the client intact (agents poll, retry, fan out)
+    "repeated_call": [
+        Case("twice", "Reading." + block(READ, READ), verdict="well_formed"),
+        Case("twice, apart", "Reading." + block(READ, LS, READ), verdict="well_formed"),
+        Case("apart, three times", "Reading." + block(READ, LS, READ, LS, READ)),
         Case(
             "openai twice",
             response=openai_message(
-                tool_calls=[("read_file", {"path": "a"}), ("read_file", {"path": "a"})],
+                tool_calls=[("list_dir", {"path": "src"}), ("list_dir", {"path": "src"})],
                 finish_reason="tool_calls",
             ),
-            verdict="suspect",
+            verdict="well_formed",
         ),
     ],
     "think_in_value": [
@@ -831,6 +860,12 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
             "Reading." + block(READ, invoke("read_file", par("path", "src/b.py"))),
             verdict="well_formed",
         ),
+        Case("twice", "Reading." + block(READ, READ), verdict="well_formed"),
+        Case("three times, apart", "Reading." + block(READ, LS, READ, LS, READ)),
+    ],
+    "repeated_call": [
+        Case("different arguments", GOOD2, verdict="well_formed"),
+        Case("a loop is duplicate_call", "Reading." + block(READ, READ, READ), verdict="suspect"),
     ],
     "think_in_value": [
         Case("code literal", _with_value('text.split("</think>")[-1]'), verdict="well_formed"),
