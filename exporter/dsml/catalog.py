@@ -47,6 +47,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("marker_spaced", "marker", "hard", "space after the marker in V3.2/V4 output"),
     ReasonSpec("marker_damaged", "marker", "hard", "marker without `<`, bars missing or mixed"),
     ReasonSpec("marker_missing", "marker", "soft", "DSML tag written without the marker"),
+    ReasonSpec("marker_confusable", "marker", "hard", "both bars a look-alike of U+FF5C"),
     ReasonSpec("tag_unknown", "marker", "hard", "a DSML tag name that does not exist"),
     ReasonSpec("dialect_mismatch", "marker", "hard", "block in a dialect the parser cannot read"),
     # --- structure: tags in the wrong place or order ----------------------------------------
@@ -79,6 +80,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("unparsed_block", "channel", "soft", "well-formed block returned as content"),
     ReasonSpec("template_token_leak", "channel", "soft", "another chat template's token in text"),
     ReasonSpec("think_in_value", "channel", "soft", "<think> or </think> inside a tool value"),
+    ReasonSpec("quoted_block", "channel", "soft", "a block opener quoted in prose: parsed"),
     # --- text: degeneration of the text itself ----------------------------------------------
     ReasonSpec("ngram_loop", "text", "hard", "the same unit repeated back to back"),
     ReasonSpec("symbol_salad", "text", "hard", "a long run of punctuation with no words"),
@@ -88,6 +90,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("bpe_mojibake", "text", "hard", "byte-level BPE / double-encoded UTF-8"),
     ReasonSpec("control_chars", "text", "hard", "C0/C1 control characters"),
     ReasonSpec("prose_loop", "text", "hard", "a long passage repeated verbatim in prose"),
+    ReasonSpec("phrase_loop", "text", "hard", "one sentence 3+ times back to back in prose"),
     ReasonSpec("value_loop", "text", "hard", "a short run repeated, glued to a word, in a value"),
     ReasonSpec("value_salad", "text", "hard", "words of 3+ scripts switching inside one value"),
     ReasonSpec("script_glued", "text", "soft", "two alphabets glued inside one word"),

@@ -14,10 +14,12 @@ Python; every number is in :mod:`exporter.dsml.thresholds`. Pure: text in, findi
 from __future__ import annotations
 
 import json
+import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
+from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
 from exporter.dsml.catalog import STOPS
 from exporter.dsml.quoting import Quoting
@@ -278,7 +280,8 @@ _CLAUSE_END = tuple(",.;:!?，。、；：！？")
 
 def find_value_salad(value: str) -> tuple[int, int, str] | None:
     """Words of ``SCRIPT_MIN_GROUPS`` or more scripts switching ``VALUE_SALAD_MIN_SWITCHES``
-    times between words joined only by spaces, inside one value."""
+    times between words joined only by spaces, inside one value (one switch fewer across
+    ``VALUE_SALAD_MANY_GROUPS`` groups)."""
     if sum(1 for rx in _GROUPS.values() if rx.search(value)) < t.SCRIPT_MIN_GROUPS:
         return None
     chain: list[str] = []
@@ -293,8 +296,9 @@ def find_value_salad(value: str) -> tuple[int, int, str] | None:
             start = mt.start()
         else:
             chain.append(g)
-            if len(chain) - 1 >= t.VALUE_SALAD_MIN_SWITCHES and (
-                len(set(chain)) >= t.SCRIPT_MIN_GROUPS
+            switches, groups = len(chain) - 1, len(set(chain))
+            if (switches >= t.VALUE_SALAD_MIN_SWITCHES and groups >= t.SCRIPT_MIN_GROUPS) or (
+                switches >= t.VALUE_SALAD_MIN_SWITCHES - 1 and groups >= t.VALUE_SALAD_MANY_GROUPS
             ):
                 return start, mt.end(), f"{len(chain) - 1} switches"
         prev, prev_end = g, mt.end()
@@ -334,7 +338,50 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
         ):
             continue
         return mt.start(), mt.end(), f"{unit[:16]!r} x{copies}"
-    return _letter_run(value) or _closing_run(value)
+    return _letter_run(value) or _closing_run(value) or _word_run(value)
+
+
+_LETTERS_ONLY = re.compile(r"[^\W\d_]+")
+# a unit of 1-3 letter words four times in a row: the screen (one regex pass in C, bounded
+# backtracking) before the exact pass builds a list of the value's words
+_WORD_RUN_SCREEN = re.compile(r"(?<!\S)((?:[^\W\d_]+ ){1,3}?)\1{3}")
+
+
+def _word_run(value: str) -> tuple[int, int, str] | None:
+    """One to three words (letters only) repeated ``VALUE_WORD_LOOP_REPEATS`` times back to
+    back, single spaces between: ``the the the ...`` inside a search query (issue 32). One pass
+    per unit size over the words: linear."""
+    if value.count(" ") < t.VALUE_WORD_LOOP_REPEATS - 1 or not _WORD_RUN_SCREEN.search(value):
+        return None
+    return _word_run_exact(value)
+
+
+def _word_run_exact(value: str) -> tuple[int, int, str] | None:
+    """:func:`_word_run`'s pass over the words, without its screens."""
+    spans = [(mt.start(), mt.end()) for mt in _WORD.finditer(value)]
+    words = [value[a:b] for a, b in spans]
+    for k in (1, 2, 3):
+        run = 0  # words equal to the word k before them, in a row, single spaces between
+        few_letters = False  # this run's unit was judged: too few distinct letters
+        for i in range(k, len(words)):
+            same = (
+                words[i] == words[i - k]
+                and spans[i][0] == spans[i - 1][1] + 1
+                and value[spans[i][0] - 1] == " "
+                and _LETTERS_ONLY.fullmatch(words[i]) is not None
+            )
+            run = run + 1 if same else 0
+            if not same:
+                few_letters = False
+            elif not few_letters and (run + k) // k >= t.VALUE_WORD_LOOP_REPEATS:
+                unit = words[i - k + 1 : i + 1]
+                if len({c.lower() for w in unit for c in w}) < t.LOOP_MIN_LETTERS:
+                    few_letters = True  # ha ha ha...: the whole run is judged once
+                    continue
+                first = i - run - k + 1
+                copies = (run + k) // k
+                return spans[first][0], spans[i][1], f"{' '.join(unit)[:16]!r} x{copies}"
+    return None
 
 
 _LETTER_RUN = re.compile(f"([^\\x00-\\x7f])\\1{{{t.VALUE_LOOP_CHAR_REPEATS - 1},}}")
@@ -390,6 +437,85 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
     return None
 
 
+# --- phrase_loop ------------------------------------------------------------------------------
+
+_TERMINATOR = re.compile(r"([.!?。！？]+)")
+
+
+def _width(text: str) -> int:
+    """Display width: a CJK character (U+2E80 and up) is two columns, and says about as much
+    as a short word."""
+    return len(text) + sum(1 for c in text if c >= "\u2e80")
+
+
+def find_phrase_loop(text: str) -> tuple[int, int, str] | None:
+    """One sentence written ``PHRASE_LOOP_COPIES`` times back to back (whitespace between):
+    the short loop a damaged sampler falls into before it emits a valid block, below
+    ``ngram_loop``'s repeat counts and ``prose_loop``'s passage length (issue 32).
+
+    A sentence is the text since the previous terminator run, stripped, with its own
+    terminators. ``re.split``, ``map(str.strip)`` and ``map(operator.eq)`` (all in C) cut the
+    text and look for two equal neighbours; only then does a Python loop count the run."""
+    need = t.PHRASE_LOOP_COPIES
+    if 2 * len(text) < need * t.PHRASE_LOOP_MIN_CHARS:  # a CJK character is two wide
+        return None
+    parts = _TERMINATOR.split(text)  # text, terminators, text, terminators, ..., text
+    terms = parts[1::2]
+    said = list(map(str.strip, parts[0:-1:2]))  # the sentence before each terminator run
+    if not any(map(operator.eq, said, said[1:])):
+        return None
+    run = 1
+    for j in range(1, len(terms)):
+        if not said[j] or said[j] != said[j - 1] or terms[j] != terms[j - 1]:
+            run = 1
+            continue
+        run += 1
+        sentence = said[j] + terms[j]
+        if (
+            run >= need
+            and _width(sentence) >= t.PHRASE_LOOP_MIN_CHARS
+            and len({c for c in sentence if c.isalpha()}) >= t.LOOP_MIN_LETTERS
+        ):
+            first = j - run + 1
+            before = sum(map(len, parts[: 2 * first + 1]))  # through the first copy's text
+            start = (
+                before - len(said[first]) - (len(parts[2 * first]) - len(parts[2 * first].rstrip()))
+            )
+            end = sum(map(len, parts[: 2 * j + 2]))
+            return start, end, f"{sentence[:40]!r} x{run}"
+    return None
+
+
+# --- quoted_block ----------------------------------------------------------------------------
+
+
+def _openers(grammar: str | None) -> tuple[str, ...]:
+    """The block openers the deployment's parser looks for: V3.2 and V4 read each other's
+    invokes, V4.1 only its own (see :mod:`exporter.dsml.engines`); unknown: all three."""
+    if grammar == "v4.1":
+        return (m.block_open("v4.1"),)
+    if grammar in ("v3.2", "v4"):
+        return (m.block_open("v3.2"), m.block_open("v4"))
+    return tuple(m.block_open(g) for g in m.GRAMMARS)
+
+
+def find_quoted_block(text: str, grammar: str | None) -> tuple[int, int, str] | None:
+    """A block opener inside a Markdown fence or a backtick span of the prose: the grader reads
+    it as quoted text, but SGLang 0.5.23 and vLLM (0.24 and 0.30+) look for the opener
+    anywhere in content: they cut the content there and run the example as a real call."""
+    if "DSML" not in text:
+        return None
+    quoting: Quoting | None = None
+    for opener in _openers(grammar):
+        at = text.find(opener)
+        while at >= 0:
+            quoting = quoting or Quoting(text)
+            if quoting.covers(at):
+                return at, at + len(opener), opener
+            at = text.find(opener, at + 1)
+    return None
+
+
 # --- the per-sample entry points -----------------------------------------------------------------
 
 
@@ -398,6 +524,10 @@ def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
     loop = find_prose_loop(text)
     if loop is not None:
         sink.add("prose_loop", loop[0] + base, loop[1] + base, channel, loop[2])
+    elif channel == "content" and (phrase := find_phrase_loop(text)) is not None:
+        # content only: what the client reads before the call (reasoning is long, and its
+        # loops are ngram_loop's and prose_loop's)
+        sink.add("phrase_loop", phrase[0] + base, phrase[1] + base, channel, phrase[2])
     for a, b, detail in find_template_tokens(text):
         sink.add("template_token_leak", a + base, b + base, channel, detail)
     for a, b, detail in find_glued(text):

@@ -584,6 +584,41 @@ def prose(rng: random.Random, item: Item) -> Item | None:
     return _edit(item, "prose.cut_stop", item.text[:base] + text[:p], "stop")
 
 
+def slipped(rng: random.Random, item: Item) -> Item | None:
+    """What issue 32 found reaching clients unflagged: every bar one look-alike, a sentence
+    looped before the block, a word loop or a short salad in one value, a fenced example
+    block in the prose (SGLang 0.5.23 and vLLM run it as a real call and cut the content)."""
+    kind = rng.choice(["confusable", "phrase_loop", "word_loop", "short_salad", "fenced"])
+    if kind == "confusable":
+        if not item.calls:
+            return None
+        bar = rng.choice(m.CONFUSABLE_BARS)
+        return _edit(
+            item, "marker.confusable", item.text.replace(B + "DSML" + B, f"{bar}DSML{bar}")
+        )
+    if kind == "phrase_loop":
+        sentence = rng.choice(
+            ["I will call the tool now. ", "Let me check the file.\n", "好的，我来调用工具。"]
+        )
+        return _prose_edit(item, "prose.phrase_loop", sentence * rng.randint(3, 5))
+    if kind == "fenced":
+        example = render_completion(
+            "", [("read_file", {"path": "example.txt"})], grammar=item.dialect
+        )
+        return _prose_edit(
+            item, "prose.fenced_example", f"For example:\n```\n{example.strip()}\n```\n"
+        )
+    if kind == "word_loop":
+        word = rng.choice(["the ", "error log ", "данные ", "config file path "])
+        return _value_edit(
+            rng, item, "value.word_loop", lambda v: f"{v} {word * rng.randint(8, 12)}"
+        )
+    words = ["data", "данные", "数据", "بيانات", "δεδομένα", "ข้อมูล"]
+    start = rng.randrange(len(words))
+    salad = " ".join(words[(start + i) % len(words)] for i in range(5))
+    return _value_edit(rng, item, "value.short_salad", lambda v: f"{v} {salad}" if v else salad)
+
+
 DAMAGES: tuple[Damage, ...] = (
     lenient,
     marker,
@@ -600,6 +635,7 @@ DAMAGES: tuple[Damage, ...] = (
     repeat,
     value,
     prose,
+    slipped,
 )
 
 
