@@ -439,7 +439,9 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
 
 # --- phrase_loop ------------------------------------------------------------------------------
 
-_TERMINATOR = re.compile(r"([.!?。！？]+)")
+# a sentence ends in ASCII terminators before whitespace or the end (not ``wintypes.ULONG``,
+# ``v1.2``), or in CJK ones before anything
+_TERMINATOR = re.compile(r"([.!?]+(?=\s|\Z)|[。！？]+[.!?]*)")
 
 
 def _width(text: str) -> int:

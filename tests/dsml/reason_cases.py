@@ -874,6 +874,11 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
             verdict="well_formed",
         ),
         Case("a list of steps", "Step done.\n- a\nStep done.\n- b\nStep done." + block(READ)),
+        Case(
+            "code with attributes",  # the long-text corpus (ctypes): dots that end no sentence
+            "Fields:\n" + "    wintypes.ULONG,\n" * 4 + block(READ),
+            verdict="well_formed",
+        ),
     ],
     "quoted_block": [
         Case(
