@@ -37,7 +37,7 @@ from tests.dsml.builders import openai_message, tool
 
 OK = (WELL_FORMED, NO_TOOL_CALL)
 MAX_RATE = 1 / 1000
-DIALECTS = (*GRAMMARS, *QUALIFIED)  # v3.2 v4 v4.1 (SGLang), v4@vllm v3.2@vllm
+DIALECTS = (*GRAMMARS, *QUALIFIED)  # v3.2 v4 v4.1 (SGLang), v4 v3.2 v4.1 @vllm
 TOOLS = [
     tool("write_file", ("path", "content"), path="string", content="string"),
     tool("search", ("query",), query="string"),
