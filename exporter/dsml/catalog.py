@@ -3,7 +3,11 @@
 Metrics pre-create one series per verdict and per reason at zero (a dead code path must be
 visible), so both sets are closed, module-level tuples. Each reason carries its family and
 severity; the verdict is a pure function of the severities found (see ``decide_verdict`` in
-:mod:`exporter.dsml.result`). ``docs/dsml-grading.md`` documents every entry and a test keeps
+:mod:`exporter.dsml.result`). Severity ``signal`` is a shape that the client may be harmed by
+but that clean traffic also has, measured on independent text (issue 32: answers that end
+without a full stop, the same call twice): an alarm that fires on clean traffic gets muted, so
+a signal is counted (``dsv4_dsml_reasons_total``, its own line in triage) and never changes
+the verdict. ``docs/dsml-grading.md`` documents every entry and a test keeps
 the two in step.
 """
 
@@ -12,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Severity = Literal["hard", "soft", "info", "error"]
+Severity = Literal["hard", "soft", "info", "signal", "error"]
 Family = Literal["marker", "structure", "attribute", "channel", "text", "end", "input"]
 
 WELL_FORMED = "well_formed"
@@ -43,6 +47,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("marker_spaced", "marker", "hard", "space after the marker in V3.2/V4 output"),
     ReasonSpec("marker_damaged", "marker", "hard", "marker without `<`, bars missing or mixed"),
     ReasonSpec("marker_missing", "marker", "soft", "DSML tag written without the marker"),
+    ReasonSpec("marker_confusable", "marker", "hard", "both bars a look-alike of U+FF5C"),
     ReasonSpec("tag_unknown", "marker", "hard", "a DSML tag name that does not exist"),
     ReasonSpec("dialect_mismatch", "marker", "hard", "block in a dialect the parser cannot read"),
     # --- structure: tags in the wrong place or order ----------------------------------------
@@ -56,7 +61,8 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("text_after_block", "structure", "hard", "text after the closing block tag"),
     ReasonSpec("multiple_blocks", "structure", "hard", "more than one tool-call block"),
     ReasonSpec("whitespace_layout", "structure", "soft", "whitespace between tags not one \\n"),
-    ReasonSpec("duplicate_call", "structure", "soft", "the same call twice in one response"),
+    ReasonSpec("duplicate_call", "structure", "soft", "the same call 3+ times back to back"),
+    ReasonSpec("repeated_call", "structure", "signal", "the same call twice in one response"),
     # --- attribute: names, flags and values -------------------------------------------------
     ReasonSpec("attr_malformed", "attribute", "hard", "attribute syntax, order or extras"),
     ReasonSpec("string_flag_missing", "attribute", "hard", "parameter without string="),
@@ -74,6 +80,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("unparsed_block", "channel", "soft", "well-formed block returned as content"),
     ReasonSpec("template_token_leak", "channel", "soft", "another chat template's token in text"),
     ReasonSpec("think_in_value", "channel", "soft", "<think> or </think> inside a tool value"),
+    ReasonSpec("quoted_block", "channel", "soft", "a block opener quoted in prose: parsed"),
     # --- text: degeneration of the text itself ----------------------------------------------
     ReasonSpec("ngram_loop", "text", "hard", "the same unit repeated back to back"),
     ReasonSpec("symbol_salad", "text", "hard", "a long run of punctuation with no words"),
@@ -83,6 +90,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("bpe_mojibake", "text", "hard", "byte-level BPE / double-encoded UTF-8"),
     ReasonSpec("control_chars", "text", "hard", "C0/C1 control characters"),
     ReasonSpec("prose_loop", "text", "hard", "a long passage repeated verbatim in prose"),
+    ReasonSpec("phrase_loop", "text", "hard", "one sentence 3+ times back to back in prose"),
     ReasonSpec("value_loop", "text", "hard", "a short run repeated, glued to a word, in a value"),
     ReasonSpec("value_salad", "text", "hard", "words of 3+ scripts switching inside one value"),
     ReasonSpec("script_glued", "text", "soft", "two alphabets glued inside one word"),
@@ -91,7 +99,7 @@ _SPECS: tuple[ReasonSpec, ...] = (
     ReasonSpec("length_no_call", "end", "info", "finish_reason length before any call"),
     ReasonSpec("empty_stop", "end", "hard", "finish_reason stop with no visible output"),
     ReasonSpec("length_tools_no_call", "end", "soft", "length with tools offered and no call"),
-    ReasonSpec("cut_under_stop", "end", "soft", "prose cut mid-word under stop, tools offered"),
+    ReasonSpec("cut_under_stop", "end", "signal", "prose ends unpunctuated under stop, tools"),
     ReasonSpec("oversized", "end", "info", "over the size cap: head and tail graded"),
     # --- input: the object handed to the grader could not be read ---------------------------
     ReasonSpec("bad_input", "input", "error", "input is not a response the grader can read"),
@@ -105,6 +113,8 @@ FAMILIES: tuple[str, ...] = ("marker", "structure", "attribute", "channel", "tex
 STOPS: tuple[str, ...] = ("stop", "tool_calls", "eos")
 HARD: frozenset[str] = frozenset(s.code for s in _SPECS if s.severity == "hard")
 SOFT: frozenset[str] = frozenset(s.code for s in _SPECS if s.severity == "soft")
+# counted, never a verdict (see the module docstring)
+SIGNALS: frozenset[str] = frozenset(s.code for s in _SPECS if s.severity == "signal")
 # Soft reasons about how the generation ended: ``finish_reason == "length"`` does not excuse them
 # (it is their subject), so alone they give ``suspect``, never ``truncated``.
 END_SOFT: frozenset[str] = frozenset(c for c in SOFT if REASON_SPECS[c].family == "end")

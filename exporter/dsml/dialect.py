@@ -33,11 +33,16 @@ PARSER_DIALECTS: dict[str, str] = {
     "deepseekv4": "v4",
     "deepseekv41": "v4.1",
 }
-# vLLM 0.23.0-0.24.0 vllm/tool_parsers/__init__.py: --tool-call-parser name -> dialect
+# vLLM vllm/tool_parsers/__init__.py: --tool-call-parser name -> dialect (deepseek_v32 and
+# deepseek_v4 from 0.23.0; deepseek_v41 from 0.30.0, issue 32: without it a V4.1 deployment on
+# vLLM resolved to "unknown" unless its config.json was mounted)
 VLLM_PARSER_DIALECTS: dict[str, str] = {
     "deepseek_v32": "v3.2",
     "deepseek_v4": "v4",
+    "deepseek_v41": "v4.1",
 }
+# parser names that arrived after the releases the differential runs (tests/dsml/vllm_oracle.py)
+VLLM_LATER_PARSERS: frozenset[str] = frozenset({"deepseek_v41"})
 ENGINE_PARSERS: dict[str, dict[str, str]] = {
     "sglang": PARSER_DIALECTS,
     "vllm": VLLM_PARSER_DIALECTS,

@@ -65,8 +65,8 @@ def qualify(dialect: str | None, engine: str | None) -> str | None:
 
 
 # The engine-qualified dialects there are rules for: vLLM's DeepSeek parsers (deepseek_v32,
-# deepseek_v4; vLLM has no V4.1 parser in the supported releases).
-QUALIFIED: tuple[str, ...] = ("v4@vllm", "v3.2@vllm")
+# deepseek_v4; deepseek_v41 from vLLM 0.30).
+QUALIFIED: tuple[str, ...] = ("v4@vllm", "v3.2@vllm", "v4.1@vllm")
 
 
 def engine_of(grammar: str | None) -> str | None:
@@ -74,6 +74,12 @@ def engine_of(grammar: str | None) -> str | None:
 
 
 _SELF_CLOSING_INVOKE = re.compile(f'<{re.escape(m.MARKER)}{m.INVOKE}\\s+name="[^"]*"\\s*/>')
+# vLLM 0.30+ deepseek_v41 (issue 32): a self-closing invoke followed by another invoke becomes
+# one call whose name swallows the next tag
+_SELF_CLOSING_THEN_INVOKE = re.compile(
+    f'<{re.escape(m.MARKER)} {m.INVOKE}\\s+name="[^"]*"\\s*/>'
+    f"\\s*<{re.escape(m.MARKER)} {m.INVOKE}\\b"
+)
 
 
 def check_content(
@@ -89,6 +95,17 @@ def check_content(
     included): outside a block, a self-closing invoke (prose quoting one, a code fence) is
     content to vLLM as to SGLang, and flagging it would call a clean answer degenerate."""
     if engine_of(grammar) != "vllm":
+        return
+    if grammar == "v4.1":
+        for a, b in blocks:
+            for hit in _SELF_CLOSING_THEN_INVOKE.finditer(text, a, b):
+                sink.add(
+                    "dialect_mismatch",
+                    hit.start() + base,
+                    hit.end() + base,
+                    "tool_calls",
+                    "self-closing invoke before another: vLLM's deepseek_v41 merges the two",
+                )
         return
     for a, b in blocks:
         for hit in _SELF_CLOSING_INVOKE.finditer(text, a, b):

@@ -238,11 +238,25 @@ def sample_checks(
     calls: list[ToolCall],
     *,
     block_channel: str = "tool_calls",
+    raw: bool = True,
 ) -> str:
     """The once-per-sample checks of :mod:`exporter.dsml.phenotypes` over a content channel
-    (offsets shifted by ``base``); returns its prose."""
+    (offsets shifted by ``base``); returns its prose. ``raw``: the text the model generated,
+    before any tool parser (a quoted block opener there is one the parser will run)."""
     prose = prose_of(content, part)
     phenotypes.check_prose(sink, prose, base, "content")
+    if not raw:
+        return prose  # the server's parser already ran: a quoted block left in content was not run
+    # the whole content before the first real block: prose_of stops at the first DSML, which
+    # may be the quoted example itself
+    starts = [a for a, _ in part.parsed.blocks]
+    if part.parsed.open_at_end:
+        starts.append(part.parsed.open_block_start)
+    quoted = phenotypes.find_quoted_block(
+        content[: min(starts, default=len(content))], part.parsed.grammar
+    )
+    if quoted is not None:
+        sink.add("quoted_block", quoted[0] + base, quoted[1] + base, "content", quoted[2])
     done = 0
     for a, b in part.parsed.values:
         if a < done:

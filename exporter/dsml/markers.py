@@ -14,6 +14,12 @@ GRAMMARS: tuple[str, ...] = ("v3.2", "v4", "v4.1")
 BAR = "\uff5c"  # FULLWIDTH VERTICAL LINE, the DSML bar; NFKC maps it to ASCII "|"
 LOW = "\u2581"  # LOWER ONE EIGHTH BLOCK, the word separator inside special-token names
 MARKER = f"{BAR}DSML{BAR}"
+# Look-alikes of the bar that a damaged sampler emits in its place (issue 32): Latin letter
+# dental click, Hebrew paseq, divides, box-drawing light and heavy vertical, light and medium
+# vertical bar ornaments, vertical line extension, CJK stroke 丨, presentation-form vertical em
+# dash, halfwidth light vertical. SGLang's and vLLM's parsers match U+FF5C only, so markup
+# barred with these reaches the client whole, as content, with no call.
+CONFUSABLE_BARS = "\u01c0\u05c0\u2223\u2502\u2503\u2758\u2759\u23d0\u4e28\ufe31\uffe8"
 
 # The block's tag name per grammar (SGLang 0.5.23: deepseekv32_detector.py, deepseekv4_detector.py,
 # deepseekv41_detector.py `tool_calls_block_name`).

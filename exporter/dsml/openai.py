@@ -163,7 +163,7 @@ def grade_assembled(
     n = pos
     if asm.reasoning:
         phenotypes.check_prose(sink, asm.reasoning, 0, "reasoning")
-    prose = sample_checks(sink, asm.content, c_start, part, [], block_channel="content")
+    prose = sample_checks(sink, asm.content, c_start, part, [], block_channel="content", raw=False)
     _check_argument_values(sink, asm.calls, calls, c_start + len(asm.content))
     phenotypes.check_calls(sink, calls, "tool_calls")
     phenotypes.check_end(

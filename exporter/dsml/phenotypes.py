@@ -14,10 +14,12 @@ Python; every number is in :mod:`exporter.dsml.thresholds`. Pure: text in, findi
 from __future__ import annotations
 
 import json
+import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
+from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
 from exporter.dsml.catalog import STOPS
 from exporter.dsml.quoting import Quoting
@@ -191,7 +193,10 @@ def _glued_pattern() -> re.Pattern[str]:
     parts = []
     for a, ra in _ALPHA.items():
         for b, rb in _ALPHA.items():
-            if a != b:
+            # a Latin word with an Indic case ending glued on is how Tamil, Bengali, Telugu
+            # and Malayalam write loanwords (``daemonக்கு``, Debian's Tamil catalogs): the
+            # ending is 2-3 letters, each with its vowel sign, so it passes the letter count
+            if a != b and not (a == "latin" and b == "indic"):
                 parts.append(f"[{ra}]{{{k}}}[{rb}]{{{k}}}")
         if a != "latin":  # Latin glued to CJK, kana or Hangul is ordinary writing
             parts.append(f"[{ra}]{{{k}}}[{_EAST}]|[{_EAST}][{ra}]{{{k}}}")
@@ -275,7 +280,8 @@ _CLAUSE_END = tuple(",.;:!?，。、；：！？")
 
 def find_value_salad(value: str) -> tuple[int, int, str] | None:
     """Words of ``SCRIPT_MIN_GROUPS`` or more scripts switching ``VALUE_SALAD_MIN_SWITCHES``
-    times between words joined only by spaces, inside one value."""
+    times between words joined only by spaces, inside one value (one switch fewer across
+    ``VALUE_SALAD_MANY_GROUPS`` groups)."""
     if sum(1 for rx in _GROUPS.values() if rx.search(value)) < t.SCRIPT_MIN_GROUPS:
         return None
     chain: list[str] = []
@@ -290,8 +296,9 @@ def find_value_salad(value: str) -> tuple[int, int, str] | None:
             start = mt.start()
         else:
             chain.append(g)
-            if len(chain) - 1 >= t.VALUE_SALAD_MIN_SWITCHES and (
-                len(set(chain)) >= t.SCRIPT_MIN_GROUPS
+            switches, groups = len(chain) - 1, len(set(chain))
+            if (switches >= t.VALUE_SALAD_MIN_SWITCHES and groups >= t.SCRIPT_MIN_GROUPS) or (
+                switches >= t.VALUE_SALAD_MIN_SWITCHES - 1 and groups >= t.VALUE_SALAD_MANY_GROUPS
             ):
                 return start, mt.end(), f"{len(chain) - 1} switches"
         prev, prev_end = g, mt.end()
@@ -325,12 +332,56 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
                 continue
         elif (
             "\\" in unit  # escapes written out: \x00\x00..., \n\n...
+            or unit[0] == "%"  # printf conversions written out: %s%s%s... (message catalogs)
             or (_HEX.fullmatch(unit) and any(ch.isdigit() for ch in unit))  # hex: a7a7a7...
             or not any(ch.isalpha() or ord(ch) > 127 for ch in unit)
         ):
             continue
         return mt.start(), mt.end(), f"{unit[:16]!r} x{copies}"
-    return _letter_run(value) or _closing_run(value)
+    return _letter_run(value) or _closing_run(value) or _word_run(value)
+
+
+_LETTERS_ONLY = re.compile(r"[^\W\d_]+")
+# a unit of 1-3 letter words four times in a row: the screen (one regex pass in C, bounded
+# backtracking) before the exact pass builds a list of the value's words
+_WORD_RUN_SCREEN = re.compile(r"(?<!\S)((?:[^\W\d_]+ ){1,3}?)\1{3}")
+
+
+def _word_run(value: str) -> tuple[int, int, str] | None:
+    """One to three words (letters only) repeated ``VALUE_WORD_LOOP_REPEATS`` times back to
+    back, single spaces between: ``the the the ...`` inside a search query (issue 32). One pass
+    per unit size over the words: linear."""
+    if value.count(" ") < t.VALUE_WORD_LOOP_REPEATS - 1 or not _WORD_RUN_SCREEN.search(value):
+        return None
+    return _word_run_exact(value)
+
+
+def _word_run_exact(value: str) -> tuple[int, int, str] | None:
+    """:func:`_word_run`'s pass over the words, without its screens."""
+    spans = [(mt.start(), mt.end()) for mt in _WORD.finditer(value)]
+    words = [value[a:b] for a, b in spans]
+    for k in (1, 2, 3):
+        run = 0  # words equal to the word k before them, in a row, single spaces between
+        few_letters = False  # this run's unit was judged: too few distinct letters
+        for i in range(k, len(words)):
+            same = (
+                words[i] == words[i - k]
+                and spans[i][0] == spans[i - 1][1] + 1
+                and value[spans[i][0] - 1] == " "
+                and _LETTERS_ONLY.fullmatch(words[i]) is not None
+            )
+            run = run + 1 if same else 0
+            if not same:
+                few_letters = False
+            elif not few_letters and (run + k) // k >= t.VALUE_WORD_LOOP_REPEATS:
+                unit = words[i - k + 1 : i + 1]
+                if len({c.lower() for w in unit for c in w}) < t.LOOP_MIN_LETTERS:
+                    few_letters = True  # ha ha ha...: the whole run is judged once
+                    continue
+                first = i - run - k + 1
+                copies = (run + k) // k
+                return spans[first][0], spans[i][1], f"{' '.join(unit)[:16]!r} x{copies}"
+    return None
 
 
 _LETTER_RUN = re.compile(f"([^\\x00-\\x7f])\\1{{{t.VALUE_LOOP_CHAR_REPEATS - 1},}}")
@@ -386,6 +437,87 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
     return None
 
 
+# --- phrase_loop ------------------------------------------------------------------------------
+
+# a sentence ends in ASCII terminators before whitespace or the end (not ``wintypes.ULONG``,
+# ``v1.2``), or in CJK ones before anything
+_TERMINATOR = re.compile(r"([.!?]+(?=\s|\Z)|[。！？]+[.!?]*)")
+
+
+def _width(text: str) -> int:
+    """Display width: a CJK character (U+2E80 and up) is two columns, and says about as much
+    as a short word."""
+    return len(text) + sum(1 for c in text if c >= "\u2e80")
+
+
+def find_phrase_loop(text: str) -> tuple[int, int, str] | None:
+    """One sentence written ``PHRASE_LOOP_COPIES`` times back to back (whitespace between):
+    the short loop a damaged sampler falls into before it emits a valid block, below
+    ``ngram_loop``'s repeat counts and ``prose_loop``'s passage length (issue 32).
+
+    A sentence is the text since the previous terminator run, stripped, with its own
+    terminators. ``re.split``, ``map(str.strip)`` and ``map(operator.eq)`` (all in C) cut the
+    text and look for two equal neighbours; only then does a Python loop count the run."""
+    need = t.PHRASE_LOOP_COPIES
+    if 2 * len(text) < need * t.PHRASE_LOOP_MIN_CHARS:  # a CJK character is two wide
+        return None
+    parts = _TERMINATOR.split(text)  # text, terminators, text, terminators, ..., text
+    terms = parts[1::2]
+    said = list(map(str.strip, parts[0:-1:2]))  # the sentence before each terminator run
+    if not any(map(operator.eq, said, said[1:])):
+        return None
+    run = 1
+    for j in range(1, len(terms)):
+        if not said[j] or said[j] != said[j - 1] or terms[j] != terms[j - 1]:
+            run = 1
+            continue
+        run += 1
+        sentence = said[j] + terms[j]
+        if (
+            run >= need
+            and _width(sentence) >= t.PHRASE_LOOP_MIN_CHARS
+            and len({c for c in sentence if c.isalpha()}) >= t.LOOP_MIN_LETTERS
+        ):
+            first = j - run + 1
+            before = sum(map(len, parts[: 2 * first + 1]))  # through the first copy's text
+            start = (
+                before - len(said[first]) - (len(parts[2 * first]) - len(parts[2 * first].rstrip()))
+            )
+            end = sum(map(len, parts[: 2 * j + 2]))
+            return start, end, f"{sentence[:40]!r} x{run}"
+    return None
+
+
+# --- quoted_block ----------------------------------------------------------------------------
+
+
+def _openers(grammar: str | None) -> tuple[str, ...]:
+    """The block openers the deployment's parser looks for: V3.2 and V4 read each other's
+    invokes, V4.1 only its own (see :mod:`exporter.dsml.engines`); unknown: all three."""
+    if grammar == "v4.1":
+        return (m.block_open("v4.1"),)
+    if grammar in ("v3.2", "v4"):
+        return (m.block_open("v3.2"), m.block_open("v4"))
+    return tuple(m.block_open(g) for g in m.GRAMMARS)
+
+
+def find_quoted_block(text: str, grammar: str | None) -> tuple[int, int, str] | None:
+    """A block opener inside a Markdown fence or a backtick span of the prose: the grader reads
+    it as quoted text, but SGLang 0.5.23 and vLLM (0.24 and 0.30+) look for the opener
+    anywhere in content: they cut the content there and run the example as a real call."""
+    if "DSML" not in text:
+        return None
+    quoting: Quoting | None = None
+    for opener in _openers(grammar):
+        at = text.find(opener)
+        while at >= 0:
+            quoting = quoting or Quoting(text)
+            if quoting.covers(at):
+                return at, at + len(opener), opener
+            at = text.find(opener, at + 1)
+    return None
+
+
 # --- the per-sample entry points -----------------------------------------------------------------
 
 
@@ -394,6 +526,10 @@ def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
     loop = find_prose_loop(text)
     if loop is not None:
         sink.add("prose_loop", loop[0] + base, loop[1] + base, channel, loop[2])
+    elif channel == "content" and (phrase := find_phrase_loop(text)) is not None:
+        # content only: what the client reads before the call (reasoning is long, and its
+        # loops are ngram_loop's and prose_loop's)
+        sink.add("phrase_loop", phrase[0] + base, phrase[1] + base, channel, phrase[2])
     for a, b, detail in find_template_tokens(text):
         sink.add("template_token_leak", a + base, b + base, channel, detail)
     for a, b, detail in find_glued(text):
@@ -414,13 +550,26 @@ def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
 
 
 def check_calls(sink: FindingSink, calls: Sequence[ToolCall], channel: str) -> None:
-    """The same tool with the same arguments more than once in one response."""
+    """The same tool with the same arguments more than once in one response. Both copies reach
+    the client intact (SGLang and vLLM deliver every parsed invoke), so repetition alone is
+    judged by what the client receives: a loop of ``DUPLICATE_MIN_COPIES`` copies back to back
+    is ``duplicate_call``; any other repeat is the ``repeated_call`` signal (agents poll, retry
+    and fan out with the same arguments)."""
     seen: dict[str, int] = {}
+    prev, run, looped = "", 0, False
+    repeat: ToolCall | None = None
     for call in calls:
         key = call.name + "\0" + json.dumps(call.arguments, sort_keys=True, default=str)
+        run = run + 1 if key == prev else 1
+        prev = key
         seen[key] = seen.get(key, 0) + 1
-        if seen[key] == 2:
-            sink.add("duplicate_call", call.start, call.end, channel, call.name)
+        if run == t.DUPLICATE_MIN_COPIES:
+            looped = True
+            sink.add("duplicate_call", call.start, call.end, channel, f"{call.name} x{run}")
+        elif seen[key] == 2 and repeat is None:
+            repeat = call
+    if repeat is not None and not looped:
+        sink.add("repeated_call", repeat.start, repeat.end, channel, repeat.name)
 
 
 def check_end(
@@ -435,7 +584,11 @@ def check_end(
 ) -> None:
     """How the generation ended, when tools were offered and no call was even started:
     ``length`` spent on prose or reasoning (sglang#33397: long answers hit ``max_tokens`` with
-    zero tool calls), or a prose answer that stops mid-word (or on ``,``/``:``) under ``stop``."""
+    zero tool calls), or a prose answer under ``stop`` that ends in a letter, ``,`` or ``:``.
+
+    The second is a signal, not a verdict (issue 32): on clean answers from independent text in
+    14 scripts, answers ending in a list item, a URL, a heading, a table row, a label or a CJK
+    sentence without its ``。`` are the norm, and a cut mid-word looks the same."""
     if not tools or has_call or dsml_seen:
         return  # a cut inside a started block is length_in_block: truncation, not this
     if finish_reason == "length":

@@ -126,7 +126,7 @@ def decide_verdict(reasons: Iterable[str], has_call: bool, finish_reason: str | 
     ``finish_reason == "length"`` with no hard reason is truncated (its prefix was fine). One
     soft reason alone is suspect: a recoverable dialect deviation with no degeneration signal.
     A soft reason about the ending itself (family ``end``: ``length_tools_no_call``) is not
-    excused by ``length``: alone it is suspect. Info reasons never change the verdict.
+    excused by ``length``: alone it is suspect. Info and signal reasons never change the verdict.
     """
     codes = set(reasons)
     if not codes:

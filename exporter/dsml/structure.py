@@ -30,6 +30,7 @@ _VARIANT_REASON = {
     "doubled": "marker_doubled_bar",
     "spaced": "marker_spaced",
     "damaged": "marker_damaged",
+    "confusable": "marker_confusable",
 }
 _BAD_NAME = re.compile(r"[\s\"'<>`\\|\x00-\x1f\x7f" + m.BAR + "]")
 MAX_NAME = 256

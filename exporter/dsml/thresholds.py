@@ -112,11 +112,31 @@ VALUE_SALAD_MIN_SWITCHES = 5
 """Script switches between space-joined words inside one tool-call value, among at least
 SCRIPT_MIN_GROUPS groups: a value is short, so the salad confined to it is shorter than
 ``script_mix``'s 8 switches."""
+VALUE_SALAD_MANY_GROUPS = 4
+"""...or one switch fewer when the chain spans this many script groups: ``data данные 数据
+بيانات δεδομένα`` (issue 32). Bilingual text has two groups; a trilingual label three."""
 GLUED_MIN_LETTERS = 4
 """Letters of an alphabetic script on each side of a script change inside one word (no space,
 no punctuation): ``returnданных``; 4, because Russian case endings glued to English names
 (``Pythonом``, ``Dockerами``) have 2-3. Latin glued to CJK, kana or Hangul is normal
 (``使用Python``, ``API를``) and never counts; a CJK side needs one character."""
 CUT_MIN_CHARS = 12
-"""A prose answer under ``stop`` with tools offered and no call is "cut mid-word" only when it
-holds at least this many characters: a one-word reply is an answer, not a cut."""
+"""A prose answer under ``stop`` with tools offered and no call is counted as unterminated
+(``cut_under_stop``, a signal) only when it holds at least this many characters: a one-word
+reply is an answer, not a cut."""
+DUPLICATE_MIN_COPIES = 3
+"""The same call (tool and arguments) this many times back to back in one response is
+``duplicate_call`` (soft): a loop over the invoke. Twice is only counted (``repeated_call``):
+agents poll, retry and fan out, and both calls reach the client intact (issue 32)."""
+PHRASE_LOOP_COPIES = 3
+"""One sentence written this many times back to back (nothing but whitespace between) in the
+prose of a content channel is ``phrase_loop``: ``I will call the tool now.`` x3 before a valid
+block (issue 32), far below ``ngram_loop``'s repeats and ``prose_loop``'s 80 words. A quotation
+is said twice at most; a chorus is rarely a whole sentence three times over."""
+PHRASE_LOOP_MIN_CHARS = 12
+"""The sentence must be this wide (a CJK character counts two), letters among them:
+``No. No. No.`` and ``OK. OK. OK.`` are emphasis, not a loop."""
+VALUE_WORD_LOOP_REPEATS = 8
+"""One to three words (letters only, at least ``LOOP_MIN_LETTERS`` distinct) repeated this often
+back to back, single spaces between, inside one tool-call value: ``the the the ...``,
+``error log error log ...`` (issue 32); below ``ngram_loop``'s 16 repeats for short units."""

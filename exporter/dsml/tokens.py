@@ -17,7 +17,7 @@ from typing import Literal
 from exporter.dsml import markers as m
 
 TagKind = Literal["block", "invoke", "parameter", "unknown"]
-Variant = Literal["canonical", "ascii", "doubled", "spaced", "damaged"]
+Variant = Literal["canonical", "ascii", "doubled", "spaced", "damaged", "confusable"]
 
 # How far a tag's attributes may run before the tag counts as malformed (names are short).
 MAX_TAG_CHARS = 512
@@ -54,7 +54,7 @@ _LT_EVENTS = re.compile(
 _ATTR = re.compile(r"""([A-Za-z_][\w-]*)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=/]+))""")
 _REST = re.compile(rf"[^<>\n]{{0,{MAX_TAG_CHARS}}}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_BARS = m.BAR + "|"
+_BARS = m.BAR + "|" + m.CONFUSABLE_BARS
 
 
 @dataclass(slots=True)
@@ -238,6 +238,8 @@ def _classify(text: str, d: int) -> Tag | None:
         j += 1
     if not (has_angle or m.BAR in before or m.BAR in after or (before and after)):
         return None  # the word "DSML" in prose
+    if not has_angle and not (before + after).strip(m.CONFUSABLE_BARS):
+        return None  # │DSML│ in a box-drawn table: look-alikes are bars only after `<`
     nm = _NAME.match(text, j)
     name = nm.group() if nm else ""
     j = nm.end() if nm else j
@@ -248,6 +250,8 @@ def _classify(text: str, d: int) -> Tag | None:
         variant = "ascii"
     elif len(before) >= 2 or len(after) >= 2:
         variant = "doubled"
+    elif before == after and before in m.CONFUSABLE_BARS and (has_angle or closing):
+        variant = "confusable"  # <ǀDSMLǀinvoke ...>: one look-alike for both bars
     elif has_angle and spaces and len(before) == 1 and len(after) == 1:
         variant = "spaced"
     else:

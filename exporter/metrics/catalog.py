@@ -20,6 +20,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from exporter.dsml.catalog import SIGNALS
 from exporter.probe.snapshot import GAP_BUCKETS_S
 
 Kind = Literal["gauge", "counter", "histogram", "info"]
@@ -713,7 +714,9 @@ DSML_SAMPLES = _m(
 DSML_REASONS = _m(
     "dsv4_dsml_reasons_total",
     "counter",
-    "Reason codes found in graded outputs (see docs/dsml-grading.md), by source.",
+    "Reason codes found in graded outputs (see docs/dsml-grading.md), by source. Codes of "
+    f"severity signal ({', '.join(sorted(SIGNALS))}) are counted and never change a verdict: "
+    "clean answers have them too (issue 32); watch their rate, do not alert on one.",
     ("source", "reason"),
     "dsml",
 )

@@ -235,7 +235,7 @@ def complete(
     calls = [_pick_call(rng, tools)]
     if rng.random() < 0.2:
         second = _pick_call(rng, tools)
-        if second != calls[0]:  # a healthy model does not repeat a call (duplicate_call)
+        if second != calls[0]:  # the simulated model does not repeat a call (repeated_call)
             calls.append(second)
     block = dsml_block(calls)
     lead = rng.choice(["", "Let me check that.", "I'll look it up."])

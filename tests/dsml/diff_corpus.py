@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.dsml import markers as m
+from exporter.dsml.catalog import SIGNALS
 from exporter.dsml.encode import render_completion
 
 DIALECTS = ("v3.2", "v4", "v4.1")
@@ -167,9 +168,9 @@ def clean_item(rng: random.Random, dialect: str, key: str) -> Item:
     n_calls = rng.choice([0, 1, 1, 1, 2, 2, 3])
     names = [t["function"]["name"] for t in TOOLS]
     drawn = tuple((n, _args(rng, n)) for n in (rng.choice(names) for _ in range(n_calls)))
-    # a healthy model does not issue the same call twice in one turn (reason duplicate_call):
-    # identical draws are dropped, without a draw of their own, so the rest of the corpus holds
-    calls = tuple(c for i, c in enumerate(drawn) if c not in drawn[:i])
+    # the same call twice in one turn is clean (agents poll, retry, fan out; both reach the
+    # client): the repeated_call signal, never a verdict (issue 32)
+    calls = drawn
     thinking = rng.random() < 0.4
     prose = rng.choice(PROSE) if calls else rng.choice([p for p in PROSE if p])
     self_closing = dialect != "v3.2" and rng.random() < 0.5
@@ -503,7 +504,8 @@ def lenient(rng: random.Random, item: Item) -> Item | None:
 
 
 def repeat(rng: random.Random, item: Item) -> Item | None:
-    """An identical invoke repeated 2-6 times (the client runs the call again and again)."""
+    """An identical invoke written 3-7 times back to back: a loop over the invoke (the client
+    runs the call again and again). Twice is what agents do too (``repeated_call``, a signal)."""
     close = m.invoke_close(item.dialect)
     base = len(item.text) - len(item.content)
     opener = f"<{m.tag_prefix(item.dialect)}{m.INVOKE}"
@@ -517,7 +519,7 @@ def repeat(rng: random.Random, item: Item) -> Item | None:
     else:
         e += len(close)
     one = item.content[s:e]
-    copies = rng.randint(1, 5)
+    copies = 1 + rng.randint(1, 5)
     at = base + e
     return _edit(
         item,
@@ -582,6 +584,41 @@ def prose(rng: random.Random, item: Item) -> Item | None:
     return _edit(item, "prose.cut_stop", item.text[:base] + text[:p], "stop")
 
 
+def slipped(rng: random.Random, item: Item) -> Item | None:
+    """What issue 32 found reaching clients unflagged: every bar one look-alike, a sentence
+    looped before the block, a word loop or a short salad in one value, a fenced example
+    block in the prose (SGLang 0.5.23 and vLLM run it as a real call and cut the content)."""
+    kind = rng.choice(["confusable", "phrase_loop", "word_loop", "short_salad", "fenced"])
+    if kind == "confusable":
+        if not item.calls:
+            return None
+        bar = rng.choice(m.CONFUSABLE_BARS)
+        return _edit(
+            item, "marker.confusable", item.text.replace(B + "DSML" + B, f"{bar}DSML{bar}")
+        )
+    if kind == "phrase_loop":
+        sentence = rng.choice(
+            ["I will call the tool now. ", "Let me check the file.\n", "好的，我来调用工具。"]
+        )
+        return _prose_edit(item, "prose.phrase_loop", sentence * rng.randint(3, 5))
+    if kind == "fenced":
+        example = render_completion(
+            "", [("read_file", {"path": "example.txt"})], grammar=item.dialect
+        )
+        return _prose_edit(
+            item, "prose.fenced_example", f"For example:\n```\n{example.strip()}\n```\n"
+        )
+    if kind == "word_loop":
+        word = rng.choice(["the ", "error log ", "данные ", "config file path "])
+        return _value_edit(
+            rng, item, "value.word_loop", lambda v: f"{v} {word * rng.randint(8, 12)}"
+        )
+    words = ["data", "данные", "数据", "بيانات", "δεδομένα", "ข้อมูล"]
+    start = rng.randrange(len(words))
+    salad = " ".join(words[(start + i) % len(words)] for i in range(5))
+    return _value_edit(rng, item, "value.short_salad", lambda v: f"{v} {salad}" if v else salad)
+
+
 DAMAGES: tuple[Damage, ...] = (
     lenient,
     marker,
@@ -598,7 +635,22 @@ DAMAGES: tuple[Damage, ...] = (
     repeat,
     value,
     prose,
+    slipped,
 )
+
+
+# Damage the grader counts as a signal instead of grading it (issue 32): on clean answers from
+# independent text, an answer that ends without a full stop (a list item, a URL, a CJK sentence
+# without its 。) is the norm, and a cut mid-word under ``stop`` looks the same. Precision first:
+# such an output is "signalled", not flagged, and only these ops may be.
+SIGNALLED_OPS: dict[str, str] = {
+    "prose.cut_stop": "cut_under_stop: prose cut mid-word under stop, tools offered, no call",
+}
+
+
+def signalled(reasons: list[str]) -> bool:
+    """Whether a row that graded well_formed/no_tool_call was caught by a counted signal."""
+    return any(r in SIGNALS for r in reasons)
 
 
 def build(

@@ -22,7 +22,7 @@ from typing import Any
 
 from exporter.dsml import NO_TOOL_CALL, WELL_FORMED, ToolSet, grade_openai_response, grade_text
 from tests.dsml import sglang_oracle as oracle
-from tests.dsml.diff_corpus import TOOLS, Item, build
+from tests.dsml.diff_corpus import TOOLS, Item, build, signalled
 
 OK_VERDICTS = (WELL_FORMED, NO_TOOL_CALL)
 
@@ -103,7 +103,8 @@ def summarize(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
     clean = [r for r in rows if r["op"] == "clean"]
     damaged = [r for r in rows if r["op"] != "clean"]
     harmful = [r for r in damaged if r["harm_ns"] or r["harm_stream"]]
-    missed = [r for r in harmful if r["verdict"] in OK_VERDICTS]
+    passed = [r for r in harmful if r["verdict"] in OK_VERDICTS]
+    missed = [r for r in passed if not signalled(r["reasons"])]
     stricter = [r for r in damaged if r not in harmful and r["verdict"] not in OK_VERDICTS]
     by_op: dict[str, Counter[str]] = defaultdict(Counter)
     for r in damaged:
@@ -121,7 +122,9 @@ def summarize(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
         "harmful": len(harmful),
         "harm_ns_only": sum(1 for r in harmful if not r["harm_stream"]),
         "harm_stream_only": sum(1 for r in harmful if not r["harm_ns"]),
-        "harmful_flagged": len(harmful) - len(missed),
+        "harmful_flagged": len(harmful) - len(passed),
+        "harmful_signalled": len(passed) - len(missed),
+        "signalled_by_op": dict(Counter(r["op"] for r in passed if signalled(r["reasons"]))),
         "missed": missed,
         "client_view_clean_flagged": sum(
             1 for r in clean if r["client_verdict"] not in OK_VERDICTS

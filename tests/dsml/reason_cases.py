@@ -35,6 +35,7 @@ from tests.dsml.builders import (
 
 READ = invoke("read_file", par("path", "src/app.py"))
 LS = invoke("list_dir", par("path", "."), par("depth", "2", string=False))
+READ41 = invoke41("read_file", par41("path", "src/app.py"))
 GOOD = "I'll look at the file first." + block(READ)
 GOOD2 = "Reading two things." + block(READ, LS)
 TOOLS = [
@@ -70,6 +71,11 @@ TRIGGERS: dict[str, list[Case]] = {
     "marker_damaged": [
         Case("no angle", GOOD.replace(f"<{B}DSML{B}invoke", f"{B}DSML{B}invoke")),
         Case("missing bar", GOOD.replace(OPEN, f"<{B}DSML tool_calls>")),
+    ],
+    # issue 32: every bar one look-alike; SGLang and vLLM return the markup as content, no call
+    "marker_confusable": [
+        Case(f"all bars U+{ord(c):04X}", GOOD.replace(B, c), verdict="degenerate")
+        for c in "\u01c0\ufe31\u4e28\u2223\u2502\uffe8\u2758\u05c0"
     ],
     "marker_missing": [
         Case(
@@ -317,6 +323,15 @@ NEAR_MISSES: dict[str, list[Case]] = {
         Case("v4.1 dialect, grammar v4.1", V41, kwargs={"grammar": "4.1"}, verdict="well_formed"),
         Case("canonical", GOOD, verdict="well_formed"),
     ],
+    "marker_confusable": [
+        Case("box-drawn table cell", "│DSML│ format │\n│v4  │ tool_calls│", verdict="no_tool_call"),
+        Case("one bar replaced", GOOD.replace(f"<{B}DSML{B}invoke", f"<\u01c0DSML{B}invoke")),
+        Case(
+            "in a fence",
+            f"Look-alike bars:\n{FENCE}\n<\u2502DSML\u2502invoke>\n{FENCE}\n",
+            verdict="no_tool_call",
+        ),
+    ],
     "marker_damaged": [
         Case("the word DSML", "The DSML format wraps tool calls.", verdict="no_tool_call"),
         Case(
@@ -533,8 +548,7 @@ NEAR_MISSES: dict[str, list[Case]] = {
     "ngram_loop": [
         Case(
             "sentence five times",
-            "Okay. " + "I will call the tool now. " * 5,
-            verdict="no_tool_call",
+            "Okay. " + "I will call the tool now. " * 5,  # phrase_loop since issue 32
         ),
         Case("laughing", "ha" * 20, verdict="no_tool_call"),
         Case("zeros", "[" + "0, " * 300 + "0]", verdict="no_tool_call"),
@@ -653,6 +667,16 @@ def _with_value(value: str) -> str:
     return "Searching." + block(invoke("read_file", par("path", value)))
 
 
+# issue 32: clean answers that end without a full stop (a list item, a URL, a CJK sentence
+# without its 。): the reason it once graded them suspect is now a signal
+CLEAN_UNTERMINATED = (
+    "需要检查以下几项：\n1. 配置文件\n2. 日志目录",
+    "確認する項目：\n- 設定ファイル\n- ログ",
+    "설정 파일을 확인했습니다. 포트는 8080입니다",
+    "文档在这里：https://example.com/docs",
+    "I'll do two things:\n\n1. look at the config\n2. run the tests",
+)
+
 PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
     "length_tools_no_call": [
         Case(
@@ -668,24 +692,30 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
             verdict="suspect",
         ),
     ],
+    # a signal: counted, never a verdict (issue 32)
     "cut_under_stop": [
         Case(
             "cut mid-word",
             "I will first read the configuration and then the serv",
             kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
-            verdict="suspect",
+            verdict="no_tool_call",
         ),
         Case(
             "announced and stopped",
             "Let me look at the file with the reader tool:",
             kwargs={"finish_reason": "stop", **TOOLS_OFFERED},
-            verdict="suspect",
+            verdict="no_tool_call",
         ),
         Case(
             "openai cut",
             response=openai_message("Checking the deployment now, starting with the pod"),
             kwargs=TOOLS_OFFERED,
-            verdict="suspect",
+            verdict="no_tool_call",
+        ),
+        # issue 32's clean answers: counted the same way, and graded no_tool_call
+        *(
+            Case(f"clean ending {i}", text, kwargs={"finish_reason": "stop", **TOOLS_OFFERED})
+            for i, text in enumerate(CLEAN_UNTERMINATED)
         ),
     ],
     "prose_loop": [
@@ -695,6 +725,34 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
         # said once before, then looped: the first copies line up with the earlier one (the
         # word before it is the paragraph's last), so only the nearer period is the loop's
         Case("said before, then x3", SAID_BEFORE + PARAGRAPH * 3, verdict="degenerate"),
+    ],
+    # issue 32: a short sentence looped before a valid block, below ngram_loop and prose_loop
+    "phrase_loop": [
+        Case("x3 before a block", "I will call the tool now. " * 3 + block(READ)),
+        Case("x5 on lines, v4.1", "I will call the tool now.\n" * 5 + block41(READ41)),
+        Case("cjk x3", "我现在调用工具。" * 3 + block(READ)),
+        Case(
+            "openai content",
+            response=openai_message(
+                "I will call the tool now. " * 3,
+                tool_calls=[("read_file", {"path": "a"})],
+                finish_reason="tool_calls",
+            ),
+        ),
+    ],
+    # issue 32: SGLang 0.5.23 and vLLM run a quoted example as a real call, cutting the content
+    "quoted_block": [
+        Case(
+            "fenced example",
+            f"Like this:\n{FENCE}\n{block(READ).strip()}\n{FENCE}\nDone.",
+            verdict="suspect",
+        ),
+        Case(
+            "fenced example, then a call",
+            f"Example:\n{FENCE}\n{block(READ).strip()}\n{FENCE}" + block(LS),
+            verdict="suspect",
+        ),
+        Case("backtick opener", f"The block opens with `{OPEN}` always.", verdict="suspect"),
     ],
     "template_token_leak": [
         Case("chatml end", "The answer is 42.<|im_end|>", verdict="suspect"),
@@ -712,6 +770,8 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
         Case("dashes after a city", _with_value("Paris" + "-" * 150)),
         Case("a letter run after a line break", _with_value("print(f(3))\n" + "了" * 16)),
         Case("a rule far wider than the code", _with_value(CODE_VALUE + "=" * 100)),
+        Case("a word x8 in a query", _with_value("the " * 7 + "the")),
+        Case("two words x8", _with_value("config " + "error log " * 8)),
         Case(
             "openai argument",
             response=openai_message(
@@ -722,17 +782,31 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
     ],
     "value_salad": [
         Case("scripts in one value", _with_value("data данные 数据 بيانات δεδομένα data данные")),
+        Case("four switches, five groups", _with_value("data данные 数据 بيانات δεδομένα")),
     ],
     "duplicate_call": [
-        Case("twice", "Reading." + block(READ, READ), verdict="suspect"),
+        Case("three times", "Reading." + block(READ, READ, READ), verdict="suspect"),
         Case("six times", "Reading." + block(*([READ] * 6)), verdict="suspect"),
+        Case(
+            "openai three times",
+            response=openai_message(
+                tool_calls=[("read_file", {"path": "a"})] * 3, finish_reason="tool_calls"
+            ),
+            verdict="suspect",
+        ),
+    ],
+    # a signal: both calls reach the client intact (agents poll, retry, fan out)
+    "repeated_call": [
+        Case("twice", "Reading." + block(READ, READ), verdict="well_formed"),
+        Case("twice, apart", "Reading." + block(READ, LS, READ), verdict="well_formed"),
+        Case("apart, three times", "Reading." + block(READ, LS, READ, LS, READ)),
         Case(
             "openai twice",
             response=openai_message(
-                tool_calls=[("read_file", {"path": "a"}), ("read_file", {"path": "a"})],
+                tool_calls=[("list_dir", {"path": "src"}), ("list_dir", {"path": "src"})],
                 finish_reason="tool_calls",
             ),
-            verdict="suspect",
+            verdict="well_formed",
         ),
     ],
     "think_in_value": [
@@ -785,6 +859,48 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
         Case("a chorus x3", ("Row, row, row your boat gently down the stream. " * 3) + ESSAY),
         Case("said before, then x2", SAID_BEFORE + PARAGRAPH * 2, verdict="no_tool_call"),
     ],
+    "phrase_loop": [
+        Case(
+            "in reasoning",
+            "Let me read the file first. " * 4 + "</think>Done." + block(READ),
+            kwargs={"thinking": True},
+            verdict="well_formed",
+        ),
+        Case("said twice", "I will call the tool now. " * 2 + block(READ), verdict="well_formed"),
+        Case("emphasis", "No. No. No. Not that file." + block(READ), verdict="well_formed"),
+        Case(
+            "other words between",
+            "Checking a. Checking b. Checking a. Checking b." + block(READ),
+            verdict="well_formed",
+        ),
+        Case("a list of steps", "Step done.\n- a\nStep done.\n- b\nStep done." + block(READ)),
+        Case(
+            "code with attributes",  # the long-text corpus (ctypes): dots that end no sentence
+            "Fields:\n" + "    wintypes.ULONG,\n" * 4 + block(READ),
+            verdict="well_formed",
+        ),
+    ],
+    "quoted_block": [
+        Case(
+            "an invoke quoted",
+            f"Write `{inv('read_file')}` inside the block.",
+            verdict="no_tool_call",
+        ),
+        Case("the word in a fence", f"{FENCE}\nDSML tool_calls\n{FENCE}\n", verdict="no_tool_call"),
+        Case("a real block", GOOD, verdict="well_formed"),
+        # the client's view: the server's parser ran and left the example in content
+        Case(
+            "openai content",
+            response=openai_message(f"Example:\n{FENCE}\n{block(READ).strip()}\n{FENCE}\n"),
+            verdict="no_tool_call",
+        ),
+        Case(
+            "v4 opener quoted under v4.1",
+            f"V4 wrote `{OPEN}`." + block41(READ41),
+            kwargs={"grammar": "v4.1"},
+            verdict="well_formed",
+        ),
+    ],
     "template_token_leak": [
         Case("quoted", "ChatML ends a turn with `<|im_end|>`.", verdict="no_tool_call"),
         Case("in a value", _with_value("<|im_start|>user"), verdict="well_formed"),
@@ -801,6 +917,9 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
         Case("zeros", _with_value("0x" + "0" * 40), verdict="well_formed"),
         Case("dot leaders", _with_value("Introduction" + "." * 30 + "3"), verdict="well_formed"),
         Case("laughter", _with_value("Ahahahahaha"), verdict="well_formed"),
+        Case("a word x7", _with_value("the " * 6 + "the"), verdict="well_formed"),
+        Case("ha x9", _with_value("ha " * 9), verdict="well_formed"),
+        Case("numbers", _with_value("0 0 0 0 0 0 0 0 0 0"), verdict="well_formed"),
         Case("a rule on its own line", _with_value("Title\n" + "-" * 60), verdict="well_formed"),
         Case("a letter 15 times", _with_value("print(f(3))\n" + "了" * 15), verdict="well_formed"),
         Case("box drawing", _with_value("Table\n" + "─" * 40), verdict="well_formed"),
@@ -823,6 +942,7 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
             verdict="well_formed",
         ),
         Case("bilingual", _with_value("数据 data 报告 report 文件 file"), verdict="well_formed"),
+        Case("four switches, three groups", _with_value("data данные 数据 data данные")),
     ],
     "duplicate_call": [
         Case("different arguments", GOOD2, verdict="well_formed"),
@@ -831,6 +951,12 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
             "Reading." + block(READ, invoke("read_file", par("path", "src/b.py"))),
             verdict="well_formed",
         ),
+        Case("twice", "Reading." + block(READ, READ), verdict="well_formed"),
+        Case("three times, apart", "Reading." + block(READ, LS, READ, LS, READ)),
+    ],
+    "repeated_call": [
+        Case("different arguments", GOOD2, verdict="well_formed"),
+        Case("a loop is duplicate_call", "Reading." + block(READ, READ, READ), verdict="suspect"),
     ],
     "think_in_value": [
         Case("code literal", _with_value('text.split("</think>")[-1]'), verdict="well_formed"),

@@ -104,7 +104,7 @@ def test_vllm_parser_table_matches_the_released_registry() -> None:
     """VLLM_PARSER_DIALECTS restates vLLM's tool-parser registry for each supported release."""
     import re
 
-    from exporter.dsml.dialect import VLLM_PARSER_DIALECTS
+    from exporter.dsml.dialect import VLLM_LATER_PARSERS, VLLM_PARSER_DIALECTS
     from tests.dsml.vllm_oracle import RELEASES
     from tests.sglang_release import release_dir
 
@@ -113,9 +113,8 @@ def test_vllm_parser_table_matches_the_released_registry() -> None:
         registry = dict(re.findall(r'"(deepseek_v\d+)":\s*\(\s*"(\w+)"', src))
         assert registry.get("deepseek_v4") == "deepseekv4_tool_parser", version
         assert registry.get("deepseek_v32") == "deepseekv32_tool_parser", version
-        assert {n for n in registry if n in ("deepseek_v32", "deepseek_v4")} == set(
-            VLLM_PARSER_DIALECTS
-        )
+        deepseek = {n for n in registry if n.startswith(("deepseek_v32", "deepseek_v4"))}
+        assert deepseek == set(VLLM_PARSER_DIALECTS) - VLLM_LATER_PARSERS, (version, registry)
 
 
 @pytest.mark.parametrize("bad", ["v4@tgi", "v5@vllm"])
@@ -141,3 +140,19 @@ def test_scan_grades_saved_vllm_outputs_as_vllm_delivers_them(
     assert main(["scan", str(path), "--json", "--grammar", "v4"]) == 0
     plain = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["verdict"] for r in plain] == ["well_formed", "well_formed"]
+
+
+def test_vllm_deepseek_v41_is_graded_as_v41() -> None:
+    """Issue 32: vLLM 0.30+'s deepseek_v41 parser resolves to V4.1 (it was ``unknown``), and a
+    self-closing invoke followed by another, which that parser merges into one call, is
+    dialect_mismatch there; a self-closing invoke last in the block, or SGLang's reading, is not."""
+    from exporter.dsml.dialect import resolve_dialect
+
+    dialect, how = resolve_dialect("auto", "deepseek_v41", None, "vllm")
+    assert (dialect, how) == ("v4.1@vllm", "tool_call_parser")
+    calls = [("list_tasks", {}), ("read_file", {"path": "a"})]
+    merged = render_completion("", calls, grammar="v4.1", self_closing=True)
+    assert "dialect_mismatch" in grade_text(merged, grammar=dialect).reasons
+    assert grade_text(merged, grammar="v4.1").verdict == "well_formed"
+    last = render_completion("", calls[::-1], grammar="v4.1", self_closing=True)
+    assert grade_text(last, grammar=dialect).verdict == "well_formed"

@@ -5,7 +5,8 @@ imported with stub package modules, one release per process. Holds:
 
 - no clean output of any dialect is flagged, and the grader extracts the calls SGLang does;
 - at least 99% of the damaged outputs whose SGLang parse harms the client (non-streaming or
-  streaming view differs from the clean original's) are flagged;
+  streaming view differs from the clean original's) are flagged or, for the damage ops graded
+  by a counted signal instead (:data:`tests.dsml.diff_corpus.SIGNALLED_OPS`), signalled;
 - every damage op where the grader is stricter than SGLang (flags, yet the client gets the same
   thing) is listed in ``docs/dsml-grading.md`` with its reason (:data:`STRICTER`).
 """
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.dsml.diff_corpus import DAMAGES, DIALECTS
+from tests.dsml.diff_corpus import DAMAGES, DIALECTS, SIGNALLED_OPS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "dsml-grading.md").read_text(encoding="utf-8")
@@ -74,7 +75,13 @@ def test_no_clean_output_is_flagged(summary: dict[str, Any]) -> None:
 def test_harmful_outputs_are_flagged(summary: dict[str, Any]) -> None:
     harmful = summary["harmful"]
     assert harmful >= 1500
-    assert summary["harmful_flagged"] / harmful >= 0.99, summary["missed"][:10]
+    caught = summary["harmful_flagged"] + summary["harmful_signalled"]
+    assert caught / harmful >= 0.99, summary["missed"][:10]
+
+
+def test_only_documented_damage_is_left_to_a_signal(summary: dict[str, Any]) -> None:
+    """Precision first (issue 32): what a signal catches instead of a verdict is named."""
+    assert set(summary["signalled_by_op"]) <= set(SIGNALLED_OPS), summary["signalled_by_op"]
 
 
 def test_every_stricter_case_is_documented(summary: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from exporter.dsml import NO_TOOL_CALL, WELL_FORMED, Result, grade_text
+from exporter.dsml import NO_TOOL_CALL, REASON_SPECS, WELL_FORMED, Result, grade_text
 from exporter.samplers.length import estimate_tokens
 from tests.dsml.builders import block, invoke, par, tool
 from tests.dsml.long_corpus import MIN_TOKENS, LongText, build
@@ -77,7 +77,8 @@ DAMAGE: dict[str, Callable[[str], tuple[str, dict[str, object]]]] = {
     "script_glued": lambda x: (x + "\nIt will returnданных now.\n", {"finish_reason": "stop"}),
     "value_loop": lambda x: (as_value(x[:4000] + "Paris" + "-" * 150), {"tools": TOOLS}),
     "think_in_value": lambda x: (as_value(x[:4000] + " done</think>"), {"tools": TOOLS}),
-    "duplicate_call": lambda x: (as_value(x[:4000], copies=2), {"tools": TOOLS}),
+    "duplicate_call": lambda x: (as_value(x[:4000], copies=3), {"tools": TOOLS}),
+    "repeated_call": lambda x: (as_value(x[:4000], copies=2), {"tools": TOOLS}),
     "cut_under_stop": lambda x: (_cut_mid_word(x), {"finish_reason": "stop", "tools": TOOLS}),
     "length_tools_no_call": lambda x: (x, {"finish_reason": "length", "tools": TOOLS}),
 }
@@ -91,7 +92,12 @@ def test_reason_on_generated_damage(corpus: list[LongText], reason: str) -> None
     for t in sample:
         text, kwargs = DAMAGE[reason](t.text)
         result: Result = grade_text(text, **kwargs)  # type: ignore[arg-type]
-        if reason not in result.reasons or result.verdict in (WELL_FORMED, NO_TOOL_CALL):
+        # a signal is counted, never a verdict: found is all it can be
+        graded = REASON_SPECS[reason].severity == "signal" or result.verdict not in (
+            WELL_FORMED,
+            NO_TOOL_CALL,
+        )
+        if reason not in result.reasons or not graded:
             missed.append(t.source)
     assert len(sample) >= 200
     assert 1 - len(missed) / len(sample) >= MIN_DETECTED, missed[:5]

@@ -312,3 +312,25 @@ def test_the_repeat_screen_example_is_a_loop() -> None:
     text = " ".join(["a", *unit * 3])
     assert phenotypes._loop_in_words(text, text.split()) is not None
     assert phenotypes.find_prose_loop(text) is not None
+
+
+_LOOP_WORDS = st.sampled_from(["the", "error", "log", "ha", "x", "42", "данные", "-", "Ab"])
+
+
+@given(
+    st.lists(_LOOP_WORDS, max_size=6),
+    st.lists(_LOOP_WORDS, min_size=1, max_size=3),
+    st.integers(0, 12),
+    st.lists(_LOOP_WORDS, max_size=6),
+    st.sampled_from([" ", "\n", "  "]),
+)
+@example([], ["the"], 8, [], " ")
+@example(["x"], ["error", "log"], 9, ["42"], " ")
+@MANY
+def test_word_run_screens_never_hold_back_a_run(
+    head: list[str], unit: list[str], copies: int, tail: list[str], sep: str
+) -> None:
+    """value_loop's word-run screens (space count, a unit four times in a row) pass every value
+    the exact pass finds a run in (issue 32)."""
+    value = sep.join(head + unit * copies + tail)
+    assert phenotypes._word_run(value) == phenotypes._word_run_exact(value), value

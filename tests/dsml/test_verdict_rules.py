@@ -20,7 +20,7 @@ def test_vocabularies_are_closed_and_consistent() -> None:
     for code, spec in REASON_SPECS.items():
         assert spec.code == code
         assert spec.family in FAMILIES
-        assert spec.severity in ("hard", "soft", "info", "error")
+        assert spec.severity in ("hard", "soft", "info", "signal", "error")
         assert code.isidentifier() and code.islower()
 
 
@@ -37,6 +37,8 @@ def test_vocabularies_are_closed_and_consistent() -> None:
         (("length_in_block", "schema_mismatch"), False, "length", "truncated"),
         (("length_in_block", "nested_tag"), False, "length", "degenerate"),
         (("oversized",), True, None, "well_formed"),
+        (("cut_under_stop",), False, "stop", "no_tool_call"),  # a signal: counted, no verdict
+        (("repeated_call", "whitespace_layout"), True, "stop", "suspect"),
         (("bad_input", "ngram_loop"), False, None, "error"),
     ],
 )

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from exporter.sim.vllm import VERSION as SIM_VERSION
+from tests.dsml.diff_corpus import SIGNALLED_OPS
 from tests.dsml.test_differential import STRICTER
 from tests.dsml.vllm_oracle import RELEASES
 
@@ -65,7 +66,9 @@ def test_no_faithful_output_is_flagged(summary: dict[str, Any]) -> None:
 
 
 def test_every_harmful_output_is_flagged(summary: dict[str, Any]) -> None:
+    """Flagged, or for the ops left to a counted signal (issue 32) signalled."""
     assert summary["missed"] == [], summary["missed"][:5]
+    assert set(summary["signalled_by_op"]) <= set(SIGNALLED_OPS), summary["signalled_by_op"]
 
 
 def test_clean_self_closing_invokes_harm_and_are_flagged(summary: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from exporter.dsml.dialect import resolve_dialect
 from exporter.dsml.engines import qualify
 from exporter.sim import vllm as sim_vllm
 from tests.dsml import vllm_oracle as oracle
-from tests.dsml.diff_corpus import TOOLS, Item, build
+from tests.dsml.diff_corpus import TOOLS, Item, build, signalled
 from tests.dsml.differential import completion_of
 
 OK_VERDICTS = (WELL_FORMED, NO_TOOL_CALL)
@@ -127,7 +127,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "harmful": len(harmful),
         "harm_ns_only": sum(1 for r in harmful if not r["harm_stream"]),
         "harm_stream_only": sum(1 for r in harmful if not r["harm_ns"]),
-        "missed": [r for r in harmful if r["verdict"] in OK_VERDICTS],
+        "missed": [
+            r for r in harmful if r["verdict"] in OK_VERDICTS and not signalled(r["reasons"])
+        ],
+        "signalled_by_op": dict(
+            Counter(
+                r["op"] for r in harmful if r["verdict"] in OK_VERDICTS and signalled(r["reasons"])
+            )
+        ),
         "client_view_clean_flagged": sum(
             1 for r in clean if r["client_verdict"] not in OK_VERDICTS
         ),

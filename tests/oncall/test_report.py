@@ -25,7 +25,7 @@ from exporter.oncall.triage.http import parse_duration
 from exporter.oncall.triage.report import render
 from exporter.oncall.triage.report_html import NO_PLOTS
 from exporter.oncall.triage.report_md import table_md
-from exporter.oncall.triage.sections import Table, histogram_quantile
+from exporter.oncall.triage.sections import Table, histogram_quantile, reason_lines
 from exporter.sim.generation import DSML, dsml_block
 from tests.support import free_port
 
@@ -322,3 +322,15 @@ def test_triage_refuses_a_bad_alert_config(capsys, tmp_path, text, message):
     assert main(["triage", "--scan", str(site), "--alert-config", str(site)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dsv4-sidecar triage: error: --alert-config") and message in err, err
+
+
+def test_signals_are_shown_apart_from_the_reasons():
+    """Issue 32: a counted signal (cut_under_stop, repeated_call) never moves a verdict, so
+    triage lists it on its own line, not among the reasons of bad outputs."""
+    lines = reason_lines(
+        {"cut_under_stop": 40, "ngram_loop": 3, "repeated_call": 2, "oversized": 0}
+    )
+    assert lines[0] == "Top reasons: ngram_loop 3."
+    assert lines[1].startswith("Signals (counted, never a verdict")
+    assert "cut_under_stop 40, repeated_call 2" in lines[1]
+    assert reason_lines({}) == []

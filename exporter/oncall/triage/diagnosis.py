@@ -39,12 +39,15 @@ AT_ONE_MIN_DEGENERATE = 2  # degeneration at concurrency 1 needs at least this m
 AT_ONE_MIN_LOW = 0.005  # ...and a Wilson 95% lower bound above 0.5%
 ARTEFACT_SHARE = 0.5  # artefact-only outputs must be at least this share of the bad ones
 # Reasons that appear when DSML reaches the client unparsed or in another dialect, without
-# the text itself degenerating; info-severity reasons are ignored everywhere.
+# the text itself degenerating; info- and signal-severity reasons are ignored everywhere.
 ARTEFACT_REASONS = frozenset(
     {"unparsed_block", "version_mismatch", "marker_ascii_pipe", "whitespace_layout"}
 )
 HARD_REASONS = HARD  # the catalog says which reasons are hard
-INFO_REASONS = frozenset(c for c, s in REASON_SPECS.items() if s.severity in ("info", "error"))
+# signals (issue 32) are counted, never a verdict: like info, they say nothing about bad outputs
+INFO_REASONS = frozenset(
+    c for c, s in REASON_SPECS.items() if s.severity in ("info", "signal", "error")
+)
 
 SUPPORTED, POSSIBLE, RULED_OUT, UNKNOWN = "supported", "possible", "ruled_out", "unknown"
 STATUSES = (SUPPORTED, POSSIBLE, RULED_OUT, UNKNOWN)

@@ -10,6 +10,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from exporter.dsml.catalog import SIGNALS
 from exporter.oncall.repro_report import ReproReport, errors_cell, format_p
 from exporter.oncall.triage.diagnosis import GIB, Diagnosis, gib, pct
 from exporter.oncall.triage.evidence import BucketCount, Evidence
@@ -29,6 +30,24 @@ class Section:
     lines: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)  # keys of exporter.oncall.triage.plots
+
+
+def reason_lines(reasons: dict[str, int]) -> list[str]:
+    """The top reasons, and apart from them the counted signals (issue 32): a signal never
+    moves a verdict, so on-call reads it as a rate to watch, not as corruption."""
+    ranked = sorted(reasons.items(), key=lambda kv: -kv[1])
+    top = [(r, n) for r, n in ranked if r not in SIGNALS and n][:8]
+    signals = [(r, n) for r, n in ranked if r in SIGNALS and n]
+    out = []
+    if top:
+        out.append("Top reasons: " + ", ".join(f"{r} {n}" for r, n in top) + ".")
+    if signals:
+        out.append(
+            "Signals (counted, never a verdict: clean answers have them too): "
+            + ", ".join(f"{r} {n}" for r, n in signals)
+            + "."
+        )
+    return out
 
 
 def utc(t: float | None) -> str:
@@ -182,9 +201,7 @@ def _corruption(ev: Evidence) -> Section:
                     ],
                 )
             )
-        if c.reasons:
-            top = sorted(c.reasons.items(), key=lambda kv: -kv[1])[:8]
-            s.lines.append("Top reasons: " + ", ".join(f"{r} {n}" for r, n in top) + ".")
+        s.lines += reason_lines(c.reasons)
         if c.by_length:
             s.lines.append(
                 "By output length (output tokens: usage, else streamed deltas, else estimated): "
@@ -368,7 +385,5 @@ def _scan(ev: Evidence) -> Section:
         )
     if sc.buckets:
         s.tables.append(bucket_table(sc.buckets))
-    if sc.reasons:
-        top = list(sc.reasons.items())[:8]
-        s.lines.append("Top reasons: " + ", ".join(f"{r} {n}" for r, n in top) + ".")
+    s.lines += reason_lines(sc.reasons)
     return s
