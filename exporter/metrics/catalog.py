@@ -866,7 +866,10 @@ TAP_UPSTREAM_DISCARDED = _m(
     "dsv4_tap_upstream_discarded_total",
     "counter",
     "SGLang connections closed instead of pooled because of what SGLang sent, by `reason`: "
-    "`extra_bytes` (bytes after a complete response, or while the connection was idle). They "
+    "`extra_bytes` (bytes after a complete response, a body after a HEAD response, or bytes "
+    "while the connection was idle), `response_head_too_large` (a response head, 1xx heads "
+    "included, over the tap's max_header_bytes: the client gets 502), `too_many_interim` "
+    "(more 1xx responses to one request than the tap forwards: 502). They "
     "are dropped, never handed to the next client; a rising count means SGLang and the tap "
     "disagree on where a response ends.",
     ("reason",),

@@ -44,8 +44,9 @@ REJECT_REASONS = (
     "too_many_connections",  # over max_connections: 503
 )
 # Why an SGLang connection was closed instead of pooled, besides the ordinary reasons
-# (not keep-alive, paused, unfinished): bytes past a complete response.
-UPSTREAM_DISCARD_REASONS = ("extra_bytes",)
+# (not keep-alive, paused, unfinished): bytes past a complete response (a body after a HEAD
+# response included), a response head over max_header_bytes, more 1xx than MAX_INTERIM.
+UPSTREAM_DISCARD_REASONS = ("extra_bytes", "response_head_too_large", "too_many_interim")
 # not_ok / incomplete: the grading hand-off takes only complete HTTP 200 answers
 DROP_REASONS = ("queue_full", "too_large", "capture_budget", "not_ok", "incomplete")
 ERROR_STAGES = ("capture", "consumer")
