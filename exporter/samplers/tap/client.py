@@ -59,6 +59,41 @@ _HOST = re.compile(
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"host", b"expect"})
 
 
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def target_problem(target: bytes) -> str | None:
+    """``bad_target`` for a path nginx refuses with 400 (ngx_http_parse_complex_uri), else
+    None: a ``%`` not followed by two hex digits, a ``%00`` (a NUL in SGLang's path), or dot
+    segments that climb above the root once percent-decoded (``/..``, ``/a/%2e%2e/..``,
+    ``/a%2f..%2f..``; empty segments merge as nginx's ``merge_slashes`` does). The query is not
+    decoded (nginx leaves it alone too). Plain paths skip the work: only a ``%`` or ``/.``
+    in the path costs a decode."""
+    path = target.split(b"?", 1)[0]
+    if b"%" not in path and b"/." not in path:
+        return None
+    if b"%" in path:
+        parts = path.split(b"%")
+        out = bytearray(parts[0])
+        for part in parts[1:]:
+            if len(part) < 2 or part[0] not in _HEX or part[1] not in _HEX:
+                return "bad_target"
+            out.append(int(part[:2], 16))
+            out += part[2:]
+        if 0 in out:
+            return "bad_target"
+        path = bytes(out)
+    depth = 0
+    for segment in path.split(b"/")[1:]:
+        if segment == b"..":
+            if depth == 0:
+                return "bad_target"
+            depth -= 1
+        elif segment not in (b"", b"."):
+            depth += 1
+    return None
+
+
 class Rejected(Exception):
     """Raised from a parser callback to refuse a request (llhttp then reports a callback error;
     the connection keeps the reason in ``rejection``)."""
@@ -69,6 +104,7 @@ _ANSWERS = {
     "malformed_head": (400, "Bad Request", "malformed request"),
     "head_too_large": (400, "Bad Request", "request head too large"),
     "bad_version": (400, "Bad Request", "only HTTP/1.1 and HTTP/1.0 requests"),
+    "bad_target": (400, "Bad Request", "invalid request path"),
     "bad_host": (400, "Bad Request", "a request needs exactly one Host header"),
     "bad_connection": (400, "Bad Request", "Connection must not name a framing header"),
     "bad_transfer_encoding": (400, "Bad Request", "Transfer-Encoding must end with chunked"),
@@ -319,7 +355,7 @@ class ClientConnection(asyncio.Protocol):
             return self._junk_reason()
         if data[m.end() : line_end + 2] not in _LINE_ENDS:
             return "bad_version"
-        return None
+        return target_problem(m.group(1))
 
     def _junk_reason(self) -> str:
         return "junk_after_request" if self.served else "malformed_head"

@@ -33,6 +33,7 @@ REJECT_REASONS = (
     "malformed_head",  # llhttp could not parse the request line or headers
     "head_too_large",  # request line + headers over max_header_bytes
     "bad_version",  # not HTTP/1.1 or HTTP/1.0 (no version, HTTP/0.9, 2.0, RTSP...)
+    "bad_target",  # a path nginx refuses: bad %-escape, %00, dot segments above the root
     "bad_host",  # not exactly one Host header, or an invalid one (RFC 9112 §3.2)
     "bad_connection",  # Connection names a header the tap frames by (Content-Length...)
     "bad_transfer_encoding",  # Transfer-Encoding whose final coding is not chunked (§6.1)
