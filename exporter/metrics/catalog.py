@@ -801,7 +801,8 @@ TAP_ABORTED = _m(
     "closed mid-body; the client got the bytes so far, then a closed connection), "
     "`client_disconnect` (client left; the upstream request was cancelled at once) or "
     "`upstream_timeout` (no byte from SGLang for upstream_read_timeout: 504 before a head, "
-    "else the response is cut).",
+    "else the response is cut) or `client_send_timeout` (the client read nothing of the "
+    "response for client_send_timeout: cut, the upstream request cancelled).",
     ("reason",),
     "tap",
 )
@@ -818,7 +819,8 @@ TAP_REJECTED = _m(
     "`bad_chunked_body` (body framing broke after the head was forwarded), `body_timeout`, "
     "`junk_after_request` (garbage pipelined after a request), `pipelined_after_chunked` (a "
     "request in the same read as the end of a chunked body), `too_many_connections` (over "
-    "max_connections: 503).",
+    "max_connections: 503), `too_many_client_connections` (over max_connections_per_client "
+    "from one address: 503).",
     ("reason",),
     "tap",
 )

@@ -114,6 +114,11 @@ _ANSWERS = {
     "junk_after_request": (400, "Bad Request", "malformed request"),
     "pipelined_after_chunked": (400, "Bad Request", "no request may follow a chunked body"),
     "too_many_connections": (503, "Service Unavailable", "too many connections"),
+    "too_many_client_connections": (
+        503,
+        "Service Unavailable",
+        "too many connections from this address",
+    ),
 }
 _CODES = {
     400: "400_bad_request",
@@ -175,6 +180,7 @@ class ClientConnection(asyncio.Protocol):
         "last_read",
         "parser",
         "paused",
+        "peer",
         "reading",
         "rejection",
         "scan_from",
@@ -183,6 +189,7 @@ class ClientConnection(asyncio.Protocol):
         "transport",
         "url",
         "write_paused",
+        "write_paused_since",
     )
 
     def __init__(self, core: TapCore) -> None:
@@ -198,6 +205,8 @@ class ClientConnection(asyncio.Protocol):
         self.closing = False
         self.paused = False  # reading paused by the tap itself (back-pressure, pipelining)
         self.write_paused = False  # the client's transport is over its high-water mark
+        self.write_paused_since = 0.0
+        self.peer: str | None = None  # counted in core.by_address while set
         self.reading = False  # inside data_received: exchanges queue upstream writes
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -212,11 +221,21 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop transports are not asyncio.Transport subclasses: no isinstance check
         self.transport = transport  # type: ignore[assignment]
-        clients = self.core.clients
-        if len(clients) >= self.core.config.max_connections:
-            self.core.stats.rejected["too_many_connections"] += 1
+        core = self.core
+        clients = core.clients
+        if len(clients) >= core.config.max_connections:
+            core.stats.rejected["too_many_connections"] += 1
             self._answer_and_close("too_many_connections")
             return
+        peername = transport.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) and peername else ""
+        held = core.by_address.get(peer, 0)
+        if held >= core.config.max_connections_per_client:
+            core.stats.rejected["too_many_client_connections"] += 1
+            self._answer_and_close("too_many_client_connections")
+            return
+        core.by_address[peer] = held + 1
+        self.peer = peer
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -239,12 +258,20 @@ class ClientConnection(asyncio.Protocol):
         self.parser = None  # type: ignore[assignment]  # break the parser <-> protocol cycle
         self.buf = bytearray()
         self.core.clients.discard(self)
+        peer, self.peer = self.peer, None
+        if peer is not None:
+            left = self.core.by_address.get(peer, 1) - 1
+            if left > 0:
+                self.core.by_address[peer] = left
+            else:
+                self.core.by_address.pop(peer, None)
         active, self.active = self.active, None
         if active is not None:
             active.client_lost()
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        self.write_paused_since = time.monotonic()
         active = self.active
         if active is not None and active.up is not None:
             active.up.pause_reading()
@@ -540,6 +567,20 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.write(error_answer(reason))
         self.close()
+
+    def send_stalled_since(self, deadline: float) -> bool:
+        """True when the client has read nothing of what the tap wrote since ``deadline``
+        (its transport still over the high-water mark it crossed then)."""
+        return self.write_paused and self.write_paused_since < deadline
+
+    def send_timed_out(self) -> None:
+        """The client stopped reading a response for client_send_timeout: cut it (SGLang's
+        request is cancelled) so that its slot and buffers go to other users."""
+        active, self.active = self.active, None
+        if active is not None:
+            active.client_lost("client_send_timeout")
+        self.closing = True
+        self.abort()
 
     def body_stalled(self) -> None:
         """The idle sweep found the request body stalled: refuse it like a broken one."""

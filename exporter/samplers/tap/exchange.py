@@ -228,14 +228,15 @@ class Exchange:
             self.write(answer)
             self._finish(code, complete=False)
 
-    def client_lost(self) -> None:
-        """The client went away: drop SGLang's connection at once so generation stops."""
+    def client_lost(self, reason: str = "client_disconnect") -> None:
+        """The client went away (or was cut, ``reason``): drop SGLang's connection at once so
+        generation stops."""
         if self.finished:
             return
         up, self.up = self.up, None
         if up is not None:
             up.abort()
-        self.core.stats.aborted["client_disconnect"] += 1
+        self.core.stats.aborted[reason] += 1
         code = status_code_label(self.status) if self.head_sent else "client_closed"
         self._finish(code, complete=False)
 

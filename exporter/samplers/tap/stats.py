@@ -27,7 +27,7 @@ REQUEST_CODES = (
     "client_closed",
 )
 STATUS_CLASS = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
-ABORT_REASONS = ("upstream_reset", "client_disconnect", "upstream_timeout")
+ABORT_REASONS = ("upstream_reset", "client_disconnect", "upstream_timeout", "client_send_timeout")
 # Why the tap refused a client's request itself (docs/tap.md, "Hostile input").
 REJECT_REASONS = (
     "malformed_head",  # llhttp could not parse the request line or headers
@@ -43,6 +43,7 @@ REJECT_REASONS = (
     "junk_after_request",  # unparseable bytes pipelined after a complete request
     "pipelined_after_chunked",  # a request in the same read as a chunked body's end
     "too_many_connections",  # over max_connections: 503
+    "too_many_client_connections",  # over max_connections_per_client from one address: 503
 )
 # Why an SGLang connection was closed instead of pooled, besides the ordinary reasons
 # (not keep-alive, paused, unfinished): bytes past a complete response (a body after a HEAD
