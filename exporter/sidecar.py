@@ -128,6 +128,7 @@ class Sidecar:
             settings.grading_queue,
             on_change=self.exposition.bump,
             max_pending_bytes=settings.grading_queue_bytes,
+            worker="process",  # grading never holds the GIL of the loop the tap serves on
         )
         self._model_config = _read_model_config(settings.model_config_path)
         self.pipeline.dialect = lambda: self.dsml_dialect()[0]
