@@ -9,12 +9,19 @@ waiting. Conditions are awaited (``wait_for``), never slept for.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
 
 from exporter.samplers import decode
 from exporter.samplers.grading import GradingPipeline
-from tests.support import wait_for
+from tests.support import free_port, wait_for
 
 
 class _Exchange:
@@ -89,3 +96,77 @@ def test_a_dead_grading_process_is_replaced_and_the_request_counted_as_an_error(
         wait_for(lambda: pipeline.worker_pids() and pid not in pipeline.worker_pids())
     finally:
         pipeline.stop()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.e2e
+def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path) -> None:
+    """Through the real CLI: ``serve --tap-port`` grades what its tap samples, and the grading
+    runs in a child process of the sidecar (its spawned grading process)."""
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "tests.tap.fake_upstream", "--print-port"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    api, tap = free_port(), free_port()
+    sidecar = None
+    try:
+        assert upstream.stdout is not None
+        up_port = int(upstream.stdout.readline())
+        sidecar = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(api),
+                "--tap-port",
+                str(tap),
+                "--tap-sample-rate",
+                "1",
+                "--sglang-url",
+                f"http://127.0.0.1:{up_port}",
+                "--gpu-backend",
+                "fake",
+                "--canary",
+                "false",
+                "--log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / "serve.stderr").open("wb"),
+        )
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        body["fake"] = {"chunks": 8, "first_ms": 0}
+        got = wait_for(
+            lambda: httpx.post(f"http://127.0.0.1:{tap}/v1/chat/completions", json=body),
+            timeout=60,
+        )
+        assert got.status_code == 200
+
+        def graded() -> float:
+            text = httpx.get(f"http://127.0.0.1:{api}/metrics").text
+            return sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("dsv4_dsml_samples_total{") and 'source="tap"' in line
+            )
+
+        wait_for(lambda: graded() >= 1, timeout=60)
+        assert _children(sidecar.pid), "no grading process under the sidecar"
+    finally:
+        for proc in (sidecar, upstream):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(15)
