@@ -131,7 +131,14 @@ class GradingPipeline:
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         if self.worker == "process" and self._executor is None:
-            self._executor = self._new_executor()
+            try:
+                self._executor = self._new_executor()
+            except (OSError, ImportError) as exc:  # no /dev/shm for its semaphores, say
+                log.warning(
+                    "no grading process (%s): grading runs in a thread of this process, "
+                    "where a large sample competes with the tap for the GIL",
+                    exc,
+                )
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="dsml-grader", daemon=True)
             self._thread.start()

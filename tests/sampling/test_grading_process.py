@@ -170,3 +170,24 @@ def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path) -> No
             if proc is not None:
                 proc.terminate()
                 proc.wait(15)
+
+
+def test_without_a_grading_process_grading_falls_back_to_a_thread(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A container without /dev/shm cannot make the process pool's semaphores: the sidecar
+    still starts and grades, in a thread, and says so."""
+
+    def no_pool() -> None:
+        raise OSError("no /dev/shm")
+
+    monkeypatch.setattr(GradingPipeline, "_new_executor", staticmethod(no_pool))
+    pipeline = GradingPipeline(worker="process")
+    pipeline.start()
+    try:
+        pipeline.submit(decode.from_exchange(_Exchange("fine")))
+        wait_for(lambda: _graded(pipeline) == 1)
+        assert pipeline.worker_pids() == []
+        assert "no grading process" in caplog.text
+    finally:
+        pipeline.stop()
