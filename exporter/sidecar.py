@@ -143,6 +143,8 @@ class Sidecar:
                     sample_seed=settings.tap_sample_seed,
                     queue_size=settings.tap_queue,
                     max_connections=settings.tap_max_connections,
+                    max_connections_per_client=settings.tap_max_connections_per_client,
+                    client_send_timeout=settings.tap_client_send_timeout,
                     upstream_read_timeout=settings.tap_upstream_read_timeout,
                     capture_budget_bytes=settings.tap_capture_budget_bytes,
                 ),

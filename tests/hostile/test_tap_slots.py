@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from exporter.samplers.tap import Tap, TapConfig
+from tests.support import free_port, wait_for
 from tests.tap.support import RawConnection, counter, run, settle
 
 pytestmark = pytest.mark.e2e
@@ -125,3 +129,55 @@ def test_one_address_cannot_take_every_slot_and_others_are_served() -> None:
             assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
 
     run(scenario(), timeout=60)
+
+
+def test_the_per_address_cap_is_a_setting_of_the_real_cli(tmp_path: Path) -> None:
+    """``serve --tap-max-connections-per-client 2``: a third connection from one address gets
+    503 while another address is served (the setting reaches the tap)."""
+    api, tap_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(api),
+            "--tap-port",
+            str(tap_port),
+            "--tap-max-connections-per-client",
+            "2",
+            "--sglang-url",
+            "http://127.0.0.1:9",  # nothing there: requests get 502, slots still count
+            "--gpu-backend",
+            "fake",
+            "--canary",
+            "false",
+            "--log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "serve.stderr").open("wb"),
+    )
+
+    async def scenario() -> None:
+        held = [await _open_from("127.0.0.2", tap_port) for _ in range(2)]
+        reader, writer = await _open_from("127.0.0.2", tap_port)
+        answer = await reader.read()
+        writer.transport.abort()
+        assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
+        conn = await RawConnection.open(tap_port)
+        got = await conn.request("GET", "/x", headers=[("Connection", "close")])
+        await conn.close()
+        assert got.status == 502  # served (by the tap: SGLang is not there), not refused
+        for _, w in held:
+            w.transport.abort()
+
+    try:
+        wait_for(lambda: socket.create_connection(("127.0.0.1", tap_port), timeout=1).close() or 1)
+        run(scenario(), timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(15)
