@@ -21,6 +21,7 @@ import queue
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -60,10 +61,20 @@ WORKER_NICE = 10
 
 
 def _worker_init() -> None:
-    """In the grading process: yield the CPU to the tap; Ctrl-C is the parent's to handle."""
+    """In the grading process: yield the CPU to the tap; Ctrl-C is the parent's to handle;
+    exit when the parent is gone (a sidecar killed outright, SIGKILL or the OOM killer, never
+    shuts its pool down, and the worker would wait on its queue forever, holding memory)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):  # not permitted: separate, only not deprioritised
         os.nice(WORKER_NICE)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _grade_in_worker(

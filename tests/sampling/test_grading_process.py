@@ -108,9 +108,12 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.e2e
-def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["terminate", "kill"])
+def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path, stop: str) -> None:
     """Through the real CLI: ``serve --tap-port`` grades what its tap samples, and the grading
-    runs in a child process of the sidecar (its spawned grading process)."""
+    runs in a child process of the sidecar (its spawned grading process), which goes when the
+    sidecar goes, even killed outright (orphaned grading processes were found after bench
+    runs)."""
     upstream = subprocess.Popen(
         [sys.executable, "-m", "tests.tap.fake_upstream", "--print-port"],
         stdout=subprocess.PIPE,
@@ -164,10 +167,15 @@ def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path) -> No
             )
 
         wait_for(lambda: graded() >= 1, timeout=60)
-        assert _children(sidecar.pid), "no grading process under the sidecar"
+        children = _children(sidecar.pid)
+        assert children, "no grading process under the sidecar"
+        # a sidecar that is stopped, or killed outright, takes its grading process with it
+        getattr(sidecar, stop)()
+        sidecar.wait(15)
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children))
     finally:
         for proc in (sidecar, upstream):
-            if proc is not None:
+            if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(15)
 
