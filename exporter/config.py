@@ -26,6 +26,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from exporter.samplers.tap.config import TapConfig
 from exporter.sources.gpu_backends import ENTRY_POINT_GROUP
 
 ENV_PREFIX = "DSV4_SIDECAR_"
@@ -297,6 +298,21 @@ class SidecarSettings(BaseSettings):
     )
     tap_max_connections: int = Field(
         512, ge=1, le=65536, description="Tap client connections at once; more get 503."
+    )
+    tap_max_connections_per_client: int = Field(
+        TapConfig.max_connections_per_client,
+        ge=1,
+        le=65536,
+        description=(
+            "Tap client connections at once from one address; more get 503 (behind a gateway "
+            "every client shares its address: raise it up to tap_max_connections)."
+        ),
+    )
+    tap_client_send_timeout: float = Field(
+        TapConfig.client_send_timeout,
+        gt=0,
+        le=86400,
+        description="Seconds a tap client may read nothing of a response; then it is cut.",
     )
     tap_upstream_read_timeout: float = Field(
         900.0,

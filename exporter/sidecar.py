@@ -128,6 +128,7 @@ class Sidecar:
             settings.grading_queue,
             on_change=self.exposition.bump,
             max_pending_bytes=settings.grading_queue_bytes,
+            worker="process",  # grading never holds the GIL of the loop the tap serves on
         )
         self._model_config = _read_model_config(settings.model_config_path)
         self.pipeline.dialect = lambda: self.dsml_dialect()[0]
@@ -142,6 +143,8 @@ class Sidecar:
                     sample_seed=settings.tap_sample_seed,
                     queue_size=settings.tap_queue,
                     max_connections=settings.tap_max_connections,
+                    max_connections_per_client=settings.tap_max_connections_per_client,
+                    client_send_timeout=settings.tap_client_send_timeout,
                     upstream_read_timeout=settings.tap_upstream_read_timeout,
                     capture_budget_bytes=settings.tap_capture_budget_bytes,
                 ),

@@ -828,7 +828,8 @@ TAP_ABORTED = _m(
     "closed mid-body; the client got the bytes so far, then a closed connection), "
     "`client_disconnect` (client left; the upstream request was cancelled at once) or "
     "`upstream_timeout` (no byte from SGLang for upstream_read_timeout: 504 before a head, "
-    "else the response is cut).",
+    "else the response is cut) or `client_send_timeout` (the client read nothing of the "
+    "response for client_send_timeout: cut, the upstream request cancelled).",
     ("reason",),
     "tap",
 )
@@ -838,13 +839,15 @@ TAP_REJECTED = _m(
     "Client requests the tap refused itself (answered 400/408/501/503, or cut when a response "
     "was already under way; the client connection is closed and any half-sent SGLang request "
     "dropped), by `reason`: `malformed_head`, `head_too_large`, `bad_version` (not HTTP/1.1 "
-    "or 1.0), `bad_host` (not exactly one valid Host), `bad_connection` (Connection names "
+    "or 1.0), `bad_target` (a path nginx refuses: a bad %-escape, %00, dot segments above the "
+    "root), `bad_host` (not exactly one valid Host), `bad_connection` (Connection names "
     "Content-Length, Transfer-Encoding, Host or Expect), `bad_transfer_encoding` (final "
     "coding not chunked, or chunked on HTTP/1.0), `unsupported_transfer_coding`, "
     "`bad_chunked_body` (body framing broke after the head was forwarded), `body_timeout`, "
     "`junk_after_request` (garbage pipelined after a request), `pipelined_after_chunked` (a "
     "request in the same read as the end of a chunked body), `too_many_connections` (over "
-    "max_connections: 503).",
+    "max_connections: 503), `too_many_client_connections` (over max_connections_per_client "
+    "from one address: 503).",
     ("reason",),
     "tap",
 )
@@ -893,7 +896,10 @@ TAP_UPSTREAM_DISCARDED = _m(
     "dsv4_tap_upstream_discarded_total",
     "counter",
     "SGLang connections closed instead of pooled because of what SGLang sent, by `reason`: "
-    "`extra_bytes` (bytes after a complete response, or while the connection was idle). They "
+    "`extra_bytes` (bytes after a complete response, a body after a HEAD response, or bytes "
+    "while the connection was idle), `response_head_too_large` (a response head, 1xx heads "
+    "included, over the tap's max_header_bytes: the client gets 502), `too_many_interim` "
+    "(more 1xx responses to one request than the tap forwards: 502). They "
     "are dropped, never handed to the next client; a rising count means SGLang and the tap "
     "disagree on where a response ends.",
     ("reason",),

@@ -2,7 +2,9 @@
 
 Every way in (canary, tap, ingest) hands the pipeline a
 :class:`~exporter.samplers.decode.GradingRequest`; the pipeline grades it off the response
-path, in one worker thread, and counts the verdict by source and concurrency bucket. The
+path, in one worker thread (which, with ``worker="process"`` as the sidecar runs it, hands the
+decoding and grading to one lower-priority grading process, so that no sample holds the GIL
+of the loop the tap serves on), and counts the verdict by source and concurrency bucket. The
 queue is bounded twice, by count (``grading_queue``) and by the bytes the waiting requests
 hold (``grading_queue_bytes``): when either is full the request is dropped and counted, never
 waited for. A grader exception is counted and never propagates. Degenerate and suspect
@@ -11,12 +13,19 @@ samples go to the triage store.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import multiprocessing
+import os
 import queue
 import re
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Literal, Protocol
 
 from prometheus_client.core import Metric
 from prometheus_client.samples import Exemplar
@@ -46,6 +55,39 @@ DEFAULT_QUEUE_BYTES = 32 << 20  # the grading_queue_bytes setting's default
 _EXEMPLAR_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
+# How much lower the grading process runs than the sidecar (os.nice): under the container's CPU
+# limit the request path (the tap's loop) is scheduled first and grading takes what is left.
+WORKER_NICE = 10
+
+
+def _worker_init() -> None:
+    """In the grading process: yield the CPU to the tap; Ctrl-C is the parent's to handle;
+    exit when the parent is gone (a sidecar killed outright, SIGKILL or the OOM killer, never
+    shuts its pool down, and the worker would wait on its queue forever, holding memory)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):  # not permitted: separate, only not deprioritised
+        os.nice(WORKER_NICE)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _grade_in_worker(
+    request: GradingRequest, max_chars: int, dialect: str | None
+) -> tuple[Result, int, str]:
+    """Decode and grade one request (runs in the grading process: its GIL, not the tap's).
+    Only the verdict comes back; the sample's bytes stay here."""
+    request = decode.resolve(request)
+    result = decode.grade(request, max_chars=max_chars, dialect=dialect)
+    tokens, counted = decode.output_tokens(request, result)
+    return result, tokens, counted
+
+
 class TapExchange(decode.CapturedExchangeLike, Protocol):
     """What :class:`TapHandoff` reads besides the bodies: how the exchange ended."""
 
@@ -64,6 +106,7 @@ class GradingPipeline:
         *,
         max_pending_bytes: int = DEFAULT_QUEUE_BYTES,
         max_chars: int = DEFAULT_MAX_CHARS,
+        worker: Literal["thread", "process"] = "thread",
     ) -> None:
         # ``is None``, not ``or``: an empty store has len 0 and is falsy, and the operator's
         # store (its cap, capacity, byte limit and redaction patterns) would be replaced.
@@ -91,9 +134,24 @@ class GradingPipeline:
         self.errors = dict.fromkeys(SOURCES, 0)
         self.exemplars: dict[tuple[str, str, str], Exemplar] = {}
         self._thread: threading.Thread | None = None
+        # "process": the queue's worker thread hands each request to one grading process and
+        # only counts the verdict, so decoding and grading (38-54 ms of GIL per 7 MB sample,
+        # issue 31) never stall the loop the tap and the API run on. "thread" grades in the
+        # worker thread itself (library default; tests patch the grader in-process).
+        self.worker = worker
+        self._executor: ProcessPoolExecutor | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
+        if self.worker == "process" and self._executor is None:
+            try:
+                self._executor = self._new_executor()
+            except (OSError, ImportError) as exc:  # no /dev/shm for its semaphores, say
+                log.warning(
+                    "no grading process (%s): grading runs in a thread of this process, "
+                    "where a large sample competes with the tap for the GIL",
+                    exc,
+                )
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name="dsml-grader", daemon=True)
             self._thread.start()
@@ -103,6 +161,25 @@ class GradingPipeline:
             self._queue.put(None)
             self._thread.join(timeout)
             self._thread = None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _new_executor() -> ProcessPoolExecutor:
+        """One grading process, spawned (not forked: the sidecar has threads and a running
+        loop), started on the first request."""
+        return ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_init,
+        )
+
+    def worker_pids(self) -> list[int]:
+        """The grading process's pid once it runs (empty with ``worker="thread"``)."""
+        executor = self._executor
+        procs = getattr(executor, "_processes", None) or {}
+        return sorted(int(pid) for pid in procs)
 
     def submit(self, request: GradingRequest) -> bool:
         """Queue a request for grading; never blocks. False when it was dropped (and counted)
@@ -131,11 +208,42 @@ class GradingPipeline:
             if request is None:
                 return
             try:
-                self.grade_now(request)
+                if self._executor is not None:
+                    self._grade_remote(request)
+                else:
+                    self.grade_now(request)
             finally:
                 with self._lock:
                     self.pending -= 1
                     self.pending_bytes -= max(0, request.size)
+
+    def _grade_remote(self, request: GradingRequest) -> None:
+        """Grade in the grading process (this thread waits on a pipe, holding no GIL); count
+        here. A process that died (killed for memory, say) is replaced, the request counted
+        as an error."""
+        executor = self._executor
+        assert executor is not None
+        try:
+            future = executor.submit(_grade_in_worker, request, self.max_chars, self.dialect())
+            result, tokens, counted = future.result()
+        except Exception as exc:
+            if isinstance(exc, BrokenProcessPool):
+                log.warning("the grading process died; starting a new one")
+                if self._executor is executor:
+                    executor.shutdown(wait=False, cancel_futures=True)
+                    self._executor = self._new_executor()
+            else:
+                log.error(
+                    "grader raised on a %s sample (text not logged): %s",
+                    request.source,
+                    type(exc).__name__,
+                )
+            with self._lock:
+                self.errors[request.source] = self.errors.get(request.source, 0) + 1
+            self._on_change()
+            return
+        self._count(request, result, tokens, counted)
+        self._on_change()
 
     def grade_now(self, request: GradingRequest) -> Result | None:
         """Grade and count one request in the calling thread."""

@@ -226,6 +226,26 @@ def test_a_silent_upstream_is_timed_out_with_504() -> None:
             b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: ,chunked\r\n\r\n0\r\n\r\n",
             "bad_transfer_encoding",
         ),
+        # issue 31: paths nginx refuses (a NUL in SGLang's path, bad escapes, above the root)
+        *(
+            (b"GET " + target + b" HTTP/1.1\r\nHost: t\r\n\r\n", "bad_target")
+            for target in (
+                b"/a%00b",
+                b"/%00",
+                b"/a%zz",
+                b"/a%2",
+                b"/a%",
+                b"/..",
+                b"//..",
+                b"/../x",
+                b"/a/b/../../..",
+                b"/%2e%2e/x",
+                b"/.%2e/x",
+                b"/a%2f..%2f..%2fx",
+                b"/a%2F%2E%2E%2F%2E%2E",
+                b"/a/..%00",
+            )
+        ),
     ],
 )
 def test_heads_that_would_redefine_framing_are_refused(raw: bytes, reason: str) -> None:
@@ -235,6 +255,24 @@ def test_heads_that_would_redefine_framing_are_refused(raw: bytes, reason: str) 
             assert answer.startswith(b"HTTP/1.1 400 ")
             assert counter(tap, "dsv4_tap_rejected_total", reason=reason) == 1
             assert fake.stats.requests == 0
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "target",
+    [b"/a/../b", b"/a/..", b"/a?q=%00", b"/a?x=%zz", b"/a%20b", b"/a%ff", b"/a/./b", b"/a//b"],
+)
+def test_paths_nginx_accepts_are_forwarded(target: bytes) -> None:
+    async def scenario() -> None:
+        async with tap_env() as (fake, tap, _):
+            answer = await send_raw(
+                tap.port or 0,
+                b"GET " + target + b" HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            )
+            assert not answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+            assert counter(tap, "dsv4_tap_rejected_total", reason="bad_target") == 0
+            assert fake.stats.requests == 1
 
     run(scenario())
 

@@ -631,6 +631,27 @@ def _structural() -> dict[str, Builder]:
             b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n",
         ),
         "h2_preface": lambda c: b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        # paths nginx refuses once percent-decoded (issue 31: the tap forwarded them)
+        **{
+            f"target_{label}": (
+                lambda c, t=tail: b"GET " + _p(c, "r0") + t + b" HTTP/1.1\r\n" + HOST + b"\r\n\r\n"
+            )
+            for label, tail in (
+                ("pct00", b"%00"),
+                ("pct00_mid", b"%00x"),
+                ("pct_bad_hex", b"%zz"),
+                ("pct_short", b"%2"),
+                ("pct_trailing", b"%"),
+                ("dots_above_root", b"/../../../x"),
+                ("pct_dots_above_root", b"/%2e%2e/%2E%2E/.%2e/x"),
+                ("pct_slash_dots", b"%2f..%2f..%2f..%2fx"),
+                ("dots_then_pct00", b"/..%00"),
+                ("dots_within", b"/../x"),
+                ("query_pct00", b"?q=%00"),
+                ("query_bad_pct", b"?q=%zz"),
+                ("pct_high_byte", b"%ff%c0%ae"),
+            )
+        },
         "head_60k": lambda c: get(c, 0, b"X-Big: " + b"a" * 60000 + b"\r\n"),
         "head_70k": lambda c: get(c, 0, b"X-Big: " + b"a" * 70000 + b"\r\n"),
         "many_headers": lambda c: get(c, 0, b"".join(b"X-%d: v\r\n" % i for i in range(90))),

@@ -59,6 +59,41 @@ _HOST = re.compile(
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"host", b"expect"})
 
 
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def target_problem(target: bytes) -> str | None:
+    """``bad_target`` for a path nginx refuses with 400 (ngx_http_parse_complex_uri), else
+    None: a ``%`` not followed by two hex digits, a ``%00`` (a NUL in SGLang's path), or dot
+    segments that climb above the root once percent-decoded (``/..``, ``/a/%2e%2e/..``,
+    ``/a%2f..%2f..``; empty segments merge as nginx's ``merge_slashes`` does). The query is not
+    decoded (nginx leaves it alone too). Plain paths skip the work: only a ``%`` or ``/.``
+    in the path costs a decode."""
+    path = target.split(b"?", 1)[0]
+    if b"%" not in path and b"/." not in path:
+        return None
+    if b"%" in path:
+        parts = path.split(b"%")
+        out = bytearray(parts[0])
+        for part in parts[1:]:
+            if len(part) < 2 or part[0] not in _HEX or part[1] not in _HEX:
+                return "bad_target"
+            out.append(int(part[:2], 16))
+            out += part[2:]
+        if 0 in out:
+            return "bad_target"
+        path = bytes(out)
+    depth = 0
+    for segment in path.split(b"/")[1:]:
+        if segment == b"..":
+            if depth == 0:
+                return "bad_target"
+            depth -= 1
+        elif segment not in (b"", b"."):
+            depth += 1
+    return None
+
+
 class Rejected(Exception):
     """Raised from a parser callback to refuse a request (llhttp then reports a callback error;
     the connection keeps the reason in ``rejection``)."""
@@ -69,6 +104,7 @@ _ANSWERS = {
     "malformed_head": (400, "Bad Request", "malformed request"),
     "head_too_large": (400, "Bad Request", "request head too large"),
     "bad_version": (400, "Bad Request", "only HTTP/1.1 and HTTP/1.0 requests"),
+    "bad_target": (400, "Bad Request", "invalid request path"),
     "bad_host": (400, "Bad Request", "a request needs exactly one Host header"),
     "bad_connection": (400, "Bad Request", "Connection must not name a framing header"),
     "bad_transfer_encoding": (400, "Bad Request", "Transfer-Encoding must end with chunked"),
@@ -78,6 +114,11 @@ _ANSWERS = {
     "junk_after_request": (400, "Bad Request", "malformed request"),
     "pipelined_after_chunked": (400, "Bad Request", "no request may follow a chunked body"),
     "too_many_connections": (503, "Service Unavailable", "too many connections"),
+    "too_many_client_connections": (
+        503,
+        "Service Unavailable",
+        "too many connections from this address",
+    ),
 }
 _CODES = {
     400: "400_bad_request",
@@ -139,6 +180,7 @@ class ClientConnection(asyncio.Protocol):
         "last_read",
         "parser",
         "paused",
+        "peer",
         "reading",
         "rejection",
         "scan_from",
@@ -147,6 +189,7 @@ class ClientConnection(asyncio.Protocol):
         "transport",
         "url",
         "write_paused",
+        "write_paused_since",
     )
 
     def __init__(self, core: TapCore) -> None:
@@ -162,6 +205,8 @@ class ClientConnection(asyncio.Protocol):
         self.closing = False
         self.paused = False  # reading paused by the tap itself (back-pressure, pipelining)
         self.write_paused = False  # the client's transport is over its high-water mark
+        self.write_paused_since = 0.0
+        self.peer: str | None = None  # counted in core.by_address while set
         self.reading = False  # inside data_received: exchanges queue upstream writes
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -176,11 +221,21 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop transports are not asyncio.Transport subclasses: no isinstance check
         self.transport = transport  # type: ignore[assignment]
-        clients = self.core.clients
-        if len(clients) >= self.core.config.max_connections:
-            self.core.stats.rejected["too_many_connections"] += 1
+        core = self.core
+        clients = core.clients
+        if len(clients) >= core.config.max_connections:
+            core.stats.rejected["too_many_connections"] += 1
             self._answer_and_close("too_many_connections")
             return
+        peername = transport.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) and peername else ""
+        held = core.by_address.get(peer, 0)
+        if held >= core.config.max_connections_per_client:
+            core.stats.rejected["too_many_client_connections"] += 1
+            self._answer_and_close("too_many_client_connections")
+            return
+        core.by_address[peer] = held + 1
+        self.peer = peer
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -203,12 +258,20 @@ class ClientConnection(asyncio.Protocol):
         self.parser = None  # type: ignore[assignment]  # break the parser <-> protocol cycle
         self.buf = bytearray()
         self.core.clients.discard(self)
+        peer, self.peer = self.peer, None
+        if peer is not None:
+            left = self.core.by_address.get(peer, 1) - 1
+            if left > 0:
+                self.core.by_address[peer] = left
+            else:
+                self.core.by_address.pop(peer, None)
         active, self.active = self.active, None
         if active is not None:
             active.client_lost()
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        self.write_paused_since = time.monotonic()
         active = self.active
         if active is not None and active.up is not None:
             active.up.pause_reading()
@@ -319,7 +382,7 @@ class ClientConnection(asyncio.Protocol):
             return self._junk_reason()
         if data[m.end() : line_end + 2] not in _LINE_ENDS:
             return "bad_version"
-        return None
+        return target_problem(m.group(1))
 
     def _junk_reason(self) -> str:
         return "junk_after_request" if self.served else "malformed_head"
@@ -504,6 +567,20 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.write(error_answer(reason))
         self.close()
+
+    def send_stalled_since(self, deadline: float) -> bool:
+        """True when the client has read nothing of what the tap wrote since ``deadline``
+        (its transport still over the high-water mark it crossed then)."""
+        return self.write_paused and self.write_paused_since < deadline
+
+    def send_timed_out(self) -> None:
+        """The client stopped reading a response for client_send_timeout: cut it (SGLang's
+        request is cancelled) so that its slot and buffers go to other users."""
+        active, self.active = self.active, None
+        if active is not None:
+            active.client_lost("client_send_timeout")
+        self.closing = True
+        self.abort()
 
     def body_stalled(self) -> None:
         """The idle sweep found the request body stalled: refuse it like a broken one."""

@@ -42,6 +42,15 @@ class TapConfig:
     # Client connections open at once; more are answered 503 and closed. With the per-connection
     # bounds in docs/tap.md ("Memory bounds") this caps the tap's buffers.
     max_connections: int = 512
+    # Client connections at once from one address (IPv4 address or IPv6 address); more are
+    # answered 503 and closed, so one host cannot take every slot (issue 31: 512 sockets that
+    # never read shut everyone out). Behind a gateway every client shares its address: raise it
+    # up to max_connections there.
+    max_connections_per_client: int = 128
+    # A response the client reads nothing of for this long (its socket buffer full, the tap's
+    # write buffer over its high-water mark) is cut and the connection aborted, as nginx's
+    # send_timeout (60 s) does; SGLang's request is cancelled with it.
+    client_send_timeout: float = 60.0
     # One budget for the bodies every in-flight sampling candidate keeps (request until the
     # sampling decision, response until the hand-off); past it a candidate is not captured
     # (dropped, reason capture_budget) and its request is still forwarded.
@@ -61,10 +70,16 @@ class TapConfig:
             "upstream_idle_timeout",
             "client_idle_timeout",
             "upstream_read_timeout",
+            "client_send_timeout",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
-        for name in ("max_connections", "capture_budget_bytes", "max_header_bytes"):
+        for name in (
+            "max_connections",
+            "max_connections_per_client",
+            "capture_budget_bytes",
+            "max_header_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
 

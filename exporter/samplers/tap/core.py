@@ -16,7 +16,16 @@ if TYPE_CHECKING:
 class TapCore:
     """Plain attribute bag the hot path reads; built once per :class:`Tap`."""
 
-    __slots__ = ("capture_budget", "clients", "config", "pool", "sampler", "sink", "stats")
+    __slots__ = (
+        "by_address",
+        "capture_budget",
+        "clients",
+        "config",
+        "pool",
+        "sampler",
+        "sink",
+        "stats",
+    )
 
     def __init__(self, config: TapConfig, stats: TapStats, sink: SampleSink) -> None:
         self.config = config
@@ -33,3 +42,5 @@ class TapCore:
             max_idle=config.max_idle_upstream,
         )
         self.clients: set[ClientConnection] = set()
+        # open client connections per peer address (max_connections_per_client)
+        self.by_address: dict[str, int] = {}

@@ -37,6 +37,9 @@ _REPLAYABLE = frozenset({b"GET", b"HEAD"})
 _perf = time.perf_counter
 _mono = time.monotonic
 _NO_BODY_STATUS = frozenset({204, 304})
+# Interim (1xx) responses forwarded per request; one more and the response is refused (502).
+# RFC 9110 §15.2 sets no limit, but SGLang sends at most one 100 Continue; nginx forwards none.
+MAX_INTERIM = 4
 
 
 class _ExtraBytes(Exception):
@@ -58,13 +61,16 @@ class Exchange:
         "connecting",
         "content_type",
         "core",
+        "discard",
         "expect_continue",
         "extra",
         "finished",
         "got_bytes",
         "head",
+        "head_bytes",
         "head_sent",
         "interim",
+        "interims",
         "is_head",
         "last_up",
         "method",
@@ -126,8 +132,11 @@ class Exchange:
         self.reused = False
         self.sent = False  # a byte of this request was written to an SGLang connection
         self.extra = False  # SGLang sent bytes past the end of its response
+        self.discard: str | None = None  # why SGLang's response was refused (counted)
         self.last_up = 0.0  # monotonic time of the last write to / read from SGLang
         self.got_bytes = False
+        self.head_bytes = 0  # response bytes read before the final head was complete
+        self.interims = 0  # 1xx responses read (forwarded up to MAX_INTERIM)
         self.status = 0
         self.reason = b""
         self.resp_headers: list[tuple[bytes, bytes]] = []
@@ -219,14 +228,15 @@ class Exchange:
             self.write(answer)
             self._finish(code, complete=False)
 
-    def client_lost(self) -> None:
-        """The client went away: drop SGLang's connection at once so generation stops."""
+    def client_lost(self, reason: str = "client_disconnect") -> None:
+        """The client went away (or was cut, ``reason``): drop SGLang's connection at once so
+        generation stops."""
         if self.finished:
             return
         up, self.up = self.up, None
         if up is not None:
             up.abort()
-        self.core.stats.aborted["client_disconnect"] += 1
+        self.core.stats.aborted[reason] += 1
         code = status_code_label(self.status) if self.head_sent else "client_closed"
         self._finish(code, complete=False)
 
@@ -323,13 +333,26 @@ class Exchange:
         self.t_head_in = _perf()
         self.got_bytes = True
         self.body = None
+        self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)  # type: ignore[union-attr]
         except HttpParserError as exc:
             if not self.extra:
+                # Nothing of this read reached the client yet: a response whose head and
+                # broken body came in one read is answered 502 (and counted so), not a
+                # silent empty 2xx.
                 log.debug("bad response from upstream: %s", type(exc).__name__)
-                self._upstream_broken()
+                self.head_sent = False
+                self.status = 0
+                self._upstream_broken(self.discard)
                 return
+        if not self.head_sent and self.head_bytes > self.core.config.max_header_bytes:
+            # an endless head (or 1xx flood) from SGLang: bounded like a client's head
+            self.discard = "response_head_too_large"
+            self.head_sent = False
+            self.status = 0
+            self._upstream_broken(self.discard)
+            return
         self._flush()
         if self.resp_done:
             self._complete()
@@ -433,6 +456,10 @@ class Exchange:
         headers, has_length, chunked, ctype, request_id = _response_headers(self.resp_headers)
         if status < 200:  # 100 Continue / 103 Early Hints: forward, then read the final head
             self.interim = True
+            self.interims += 1
+            if self.interims > MAX_INTERIM:  # a 1xx flood: SGLang's stream is off
+                self.discard = "too_many_interim"
+                raise _ExtraBytes
             if not self.close_after:
                 self.out.append(http.response_head(status, self.reason, headers, False, False))
             return
@@ -458,6 +485,9 @@ class Exchange:
             self.resp_done = True
 
     def on_body(self, piece: bytes) -> None:
+        if self.resp_done:  # a body after a HEAD response: never forwarded, never pooled
+            self.extra = True
+            raise _ExtraBytes
         if self.client_chunked:
             self.out.append(b"%x\r\n%b\r\n" % (len(piece), piece))
         else:
@@ -514,7 +544,9 @@ class Exchange:
         self.close_after = True
         self._finish(status_code_label(self.status), complete=False)
 
-    def _upstream_broken(self) -> None:
+    def _upstream_broken(self, discard: str | None = None) -> None:
+        if discard is not None:
+            self.core.stats.upstream_discarded[discard] += 1
         up, self.up = self.up, None
         if up is not None:
             up.abort()

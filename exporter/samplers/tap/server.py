@@ -114,15 +114,19 @@ class Tap:
         return self.stats.collect()
 
     def _sweep(self) -> None:
-        """Close client connections idle (or stuck mid-head) for client_idle_timeout, refuse
+        """Close client connections idle (or stuck mid-head) for client_idle_timeout, cut
+        those that read nothing of a response for client_send_timeout, refuse
         (408) requests whose body stalled that long (their SGLang connection is aborted), and
         time out (504) responses SGLang sent nothing of for upstream_read_timeout."""
         now = time.monotonic()
         deadline = now - self.config.client_idle_timeout
         read_deadline = now - self.config.upstream_read_timeout
+        send_deadline = now - self.config.client_send_timeout
         for client in list(self._core.clients):
             if client.idle and client.idle_since < deadline:
                 client.close()
+            elif client.send_stalled_since(send_deadline):
+                client.send_timed_out()
             elif client.body_stalled_since(deadline):
                 client.body_stalled()
             else:

@@ -27,12 +27,13 @@ REQUEST_CODES = (
     "client_closed",
 )
 STATUS_CLASS = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
-ABORT_REASONS = ("upstream_reset", "client_disconnect", "upstream_timeout")
+ABORT_REASONS = ("upstream_reset", "client_disconnect", "upstream_timeout", "client_send_timeout")
 # Why the tap refused a client's request itself (docs/tap.md, "Hostile input").
 REJECT_REASONS = (
     "malformed_head",  # llhttp could not parse the request line or headers
     "head_too_large",  # request line + headers over max_header_bytes
     "bad_version",  # not HTTP/1.1 or HTTP/1.0 (no version, HTTP/0.9, 2.0, RTSP...)
+    "bad_target",  # a path nginx refuses: bad %-escape, %00, dot segments above the root
     "bad_host",  # not exactly one Host header, or an invalid one (RFC 9112 §3.2)
     "bad_connection",  # Connection names a header the tap frames by (Content-Length...)
     "bad_transfer_encoding",  # Transfer-Encoding whose final coding is not chunked (§6.1)
@@ -42,10 +43,12 @@ REJECT_REASONS = (
     "junk_after_request",  # unparseable bytes pipelined after a complete request
     "pipelined_after_chunked",  # a request in the same read as a chunked body's end
     "too_many_connections",  # over max_connections: 503
+    "too_many_client_connections",  # over max_connections_per_client from one address: 503
 )
 # Why an SGLang connection was closed instead of pooled, besides the ordinary reasons
-# (not keep-alive, paused, unfinished): bytes past a complete response.
-UPSTREAM_DISCARD_REASONS = ("extra_bytes",)
+# (not keep-alive, paused, unfinished): bytes past a complete response (a body after a HEAD
+# response included), a response head over max_header_bytes, more 1xx than MAX_INTERIM.
+UPSTREAM_DISCARD_REASONS = ("extra_bytes", "response_head_too_large", "too_many_interim")
 # not_ok / incomplete: the grading hand-off takes only complete HTTP 200 answers
 DROP_REASONS = ("queue_full", "too_large", "capture_budget", "not_ok", "incomplete")
 ERROR_STAGES = ("capture", "consumer")
