@@ -45,6 +45,11 @@ class EngineDialect(str):
         obj.engine = engine
         return obj
 
+    def __reduce__(self) -> tuple[type[EngineDialect], tuple[str, str]]:
+        """Pickled with its engine: a verdict crosses from the grading process to the
+        sidecar's (str's own pickling would call ``__new__`` without the engine)."""
+        return (EngineDialect, (str(self), self.engine))
+
 
 def split(grammar: str) -> tuple[str, str | None]:
     """(base dialect, engine or None) of ``v4@vllm`` / ``v4``; ValueError for an unknown engine."""

@@ -163,7 +163,11 @@ class GradingPipeline:
             self._thread = None
         executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            # wait: the process and its queues are closed before the interpreter exits (left
+            # to exit handlers, multiprocessing's resource tracker prints a leaked-semaphore
+            # warning as a plain line into JSON logs). stop() runs off the event loop, and a
+            # grading in flight is bounded by the sample caps.
+            executor.shutdown(wait=True, cancel_futures=True)
 
     @staticmethod
     def _new_executor() -> ProcessPoolExecutor:
@@ -228,7 +232,7 @@ class GradingPipeline:
             result, tokens, counted = future.result()
         except Exception as exc:
             if isinstance(exc, BrokenProcessPool):
-                log.warning("the grading process died; starting a new one")
+                log.warning("the grading process died (%r); starting a new one", exc)
                 if self._executor is executor:
                     executor.shutdown(wait=False, cancel_futures=True)
                     self._executor = self._new_executor()

@@ -41,7 +41,13 @@ TARGET_LABELS = ("job", "instance", *KUBERNETES_LABELS)
 
 # Exported names that no rule, panel or runbook shows, each with why. The test below fails
 # when one of them becomes shown (remove it here) or when an unshown name is not listed.
-UNWATCHED: dict[str, str] = {}
+UNWATCHED: dict[str, str] = {
+    # Modelled, not yet measured on a GPU: shown in `plan` and /api/v1/footprint beside the
+    # tensor bytes, kept off dashboards and alerts until `make gpu-check` proves the model
+    # (docs/gpu-validation.md, docs/footprint.md).
+    "dsv4_kv_pool_device_bytes": "modelled; awaits make gpu-check on hardware",
+    "dsv4_kv_pool_device_overcommit_bytes": "modelled; awaits make gpu-check on hardware",
+}
 
 
 def _runbook_promql() -> dict[str, str]:

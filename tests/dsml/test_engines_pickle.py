@@ -1,0 +1,14 @@
+"""A verdict crosses from the grading process to the sidecar's by pickle: an engine's dialect
+must survive it (it once broke the grading process for every vLLM sample)."""
+
+from __future__ import annotations
+
+import pickle
+
+from exporter.dsml.engines import EngineDialect
+
+
+def test_engine_dialect_pickles_with_its_engine():
+    dialect = EngineDialect("v4", "vllm")
+    back = pickle.loads(pickle.dumps(dialect))
+    assert back == "v4" and back.engine == "vllm" and isinstance(back, EngineDialect)
