@@ -137,6 +137,28 @@ def _accepts(port: int) -> bool:
         return False
 
 
+async def start_tap(upstream_port: int, tmp: Path, procs: list[subprocess.Popen]) -> int:
+    """The standalone tap in front of ``upstream_port``, added to ``procs``; its port."""
+    tap = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter.samplers.tap",
+            "--upstream",
+            f"http://127.0.0.1:{upstream_port}",
+            "--print-port",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=(tmp / "tap.stderr").open("wb"),
+    )
+    procs.append(tap)
+    assert tap.stdout is not None
+    line = await asyncio.to_thread(tap.stdout.readline)
+    if not line.strip():
+        raise RuntimeError(f"the tap did not start: {(tmp / 'tap.stderr').read_text()}")
+    return int(line)
+
+
 async def _wait_listening(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
     """Until something accepts on ``port``, or the process exits first."""
     if not await settle(lambda: proc.poll() is not None or _accepts(port)):
@@ -342,24 +364,7 @@ async def _proxies(tmp: Path, nginx: str) -> AsyncIterator[dict[str, ProxyRun]]:
         )
         await _wait_listening(runs["nginx"].port, procs[-1], "nginx")
 
-        tap = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter.samplers.tap",
-                "--upstream",
-                f"http://127.0.0.1:{ports['tap']}",
-                "--print-port",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=(tmp / "tap.stderr").open("wb"),
-        )
-        procs.append(tap)
-        assert tap.stdout is not None
-        line = await asyncio.to_thread(tap.stdout.readline)
-        if not line.strip():
-            raise RuntimeError(f"the tap did not start: {(tmp / 'tap.stderr').read_text()}")
-        runs["tap"].port = int(line)
+        runs["tap"].port = await start_tap(ports["tap"], tmp, procs)
 
         runs["serve"].port = _free_port()
         serve = subprocess.Popen(

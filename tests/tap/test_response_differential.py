@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import re
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from tests.tap.test_framing_differential import (
     _stop,
     _wait_listening,
     parse_responses,
+    start_tap,
 )
 
 pytestmark = pytest.mark.e2e
@@ -265,24 +265,8 @@ async def _proxies(
             )
         )
         await _wait_listening(nginx_port, procs[-1], "nginx")
-        tap = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter.samplers.tap",
-                "--upstream",
-                f"http://127.0.0.1:{ports['tap']}",
-                "--print-port",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=(tmp / "tap.stderr").open("wb"),
-        )
-        procs.append(tap)
-        assert tap.stdout is not None
-        line = await asyncio.to_thread(tap.stdout.readline)
-        if not line.strip():
-            raise RuntimeError(f"the tap did not start: {(tmp / 'tap.stderr').read_text()}")
-        yield {"nginx": (nginx_port, ups["nginx"]), "tap": (int(line), ups["tap"])}
+        tap_port = await start_tap(ports["tap"], tmp, procs)
+        yield {"nginx": (nginx_port, ups["nginx"]), "tap": (tap_port, ups["tap"])}
     finally:
         for proc in procs:
             await asyncio.to_thread(_stop, proc)
