@@ -107,3 +107,42 @@ def test_plan_and_serve_give_the_same_footprint(capsys, version, args, env):
         for key in ("model", "index_k_dtype", "full_tokens", "stage", "settings", "pools"):
             assert served[key] == want[key], key
         assert served["device_bytes"] == want["device_bytes"]
+
+
+def _device_series(dtype: str | None) -> dict[str, float]:
+    """The view's device-bytes series for rank 0, rendered as /metrics renders them."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tests.support import sample_value
+
+    raw = json.loads((FIX / "sglang" / "server_info_v0.5.json").read_text())
+    raw.update(
+        DEPLOYMENTS[0][0], version="0.5.23", served_model_name=DEPLOYMENTS[0][0]["model_path"]
+    )
+    view = FootprintView(load_settings({"index_k_dtype": dtype} if dtype else {}), env={})
+    view.refresh(parse_server_info(raw), {}, {})
+    assert view.status == "ok", view.detail
+    registry = CollectorRegistry()
+    registry.register(view)
+    text = generate_latest(registry).decode()
+    out = {}
+    for measure in ("pytorch_allocated", "pytorch_reserved"):
+        out[measure] = sample_value(text, "dsv4_kv_pool_device_bytes", rank="0", measure=measure)
+    out["device_over"] = sample_value(text, "dsv4_kv_pool_device_overcommit_bytes", rank="0")
+    out["tensor_over"] = sample_value(text, "dsv4_kv_pool_overcommit_bytes", rank="0")
+    out["planned"] = view.ranks[0].footprint.planned_bytes
+    out["tensors"] = sum(p.allocated_bytes for p in view.ranks[0].footprint.pools.values())
+    return out
+
+
+def test_device_bytes_series_follow_the_deployment():
+    """dsv4_kv_pool_device_bytes sits above the tensors (the allocator's rounding), its
+    over-commit is reserved minus planned, and both move with the index-K dtype: the bf16 fork
+    adds ~4 GiB per rank that fp8 does not."""
+    fp8, fork = _device_series(None), _device_series("bf16")
+    for s in (fp8, fork):
+        assert s["tensors"] < s["pytorch_allocated"] <= s["pytorch_reserved"]
+        assert s["pytorch_reserved"] < s["tensors"] * 1.01  # rounding, not a pool
+        assert s["device_over"] == s["pytorch_reserved"] - s["planned"]
+        assert s["device_over"] > s["tensor_over"]
+    assert fork["device_over"] - fp8["device_over"] > 3 * GIB
