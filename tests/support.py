@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -263,3 +264,13 @@ def tap_load(sc: ServerThread) -> Iterator[None]:
     finally:
         stop.set()
         t.join(timeout=30)
+
+
+def serve_argv(sglang_url: str, *extra: str) -> list[str]:
+    """``dsv4-sidecar serve`` as the tests start it: loopback, the fake GPU backend, no canary,
+    errors only on stderr; ``extra`` adds the flags a test is about."""
+    return [
+        sys.executable, "-m", "exporter", "serve", "--host", "127.0.0.1",
+        "--sglang-url", sglang_url, "--gpu-backend", "fake", "--canary", "false",
+        "--log-level", "error", *extra,
+    ]  # fmt: skip

@@ -13,14 +13,13 @@ import asyncio
 import contextlib
 import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from exporter.samplers.tap import Tap, TapConfig
-from tests.support import free_port, wait_for
+from tests.support import free_port, serve_argv, wait_for
 from tests.tap.support import RawConnection, counter, run, settle
 
 pytestmark = pytest.mark.e2e
@@ -136,28 +135,15 @@ def test_the_per_address_cap_is_a_setting_of_the_real_cli(tmp_path: Path) -> Non
     503 while another address is served (the setting reaches the tap)."""
     api, tap_port = free_port(), free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "serve",
-            "--host",
-            "127.0.0.1",
+        serve_argv(
+            "http://127.0.0.1:9",  # nothing there: requests get 502, slots still count
             "--port",
             str(api),
             "--tap-port",
             str(tap_port),
             "--tap-max-connections-per-client",
             "2",
-            "--sglang-url",
-            "http://127.0.0.1:9",  # nothing there: requests get 502, slots still count
-            "--gpu-backend",
-            "fake",
-            "--canary",
-            "false",
-            "--log-level",
-            "error",
-        ],
+        ),
         stdout=subprocess.DEVNULL,
         stderr=(tmp_path / "serve.stderr").open("wb"),
     )

@@ -21,7 +21,7 @@ import pytest
 
 from exporter.samplers import decode
 from exporter.samplers.grading import GradingPipeline
-from tests.support import free_port, wait_for
+from tests.support import free_port, serve_argv, wait_for
 
 
 class _Exchange:
@@ -125,28 +125,15 @@ def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path, stop:
         assert upstream.stdout is not None
         up_port = int(upstream.stdout.readline())
         sidecar = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "serve",
-                "--host",
-                "127.0.0.1",
+            serve_argv(
+                f"http://127.0.0.1:{up_port}",
                 "--port",
                 str(api),
                 "--tap-port",
                 str(tap),
                 "--tap-sample-rate",
                 "1",
-                "--sglang-url",
-                f"http://127.0.0.1:{up_port}",
-                "--gpu-backend",
-                "fake",
-                "--canary",
-                "false",
-                "--log-level",
-                "error",
-            ],
+            ),
             stdout=subprocess.DEVNULL,
             stderr=(tmp_path / "serve.stderr").open("wb"),
         )

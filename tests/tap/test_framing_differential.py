@@ -74,7 +74,7 @@ from pathlib import Path
 import pytest
 from httptools import HttpParserError, HttpResponseParser
 
-from tests.support import require
+from tests.support import require, serve_argv
 from tests.tap.framing_cases import Case, build_corpus
 from tests.tap.logging_upstream import LoggingUpstream, Received
 from tests.tap.support import settle
@@ -368,26 +368,13 @@ async def _proxies(tmp: Path, nginx: str) -> AsyncIterator[dict[str, ProxyRun]]:
 
         runs["serve"].port = _free_port()
         serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "serve",
-                "--host",
-                "127.0.0.1",
+            serve_argv(
+                f"http://127.0.0.1:{ports['serve']}",
                 "--port",
                 "0",
                 "--tap-port",
                 str(runs["serve"].port),
-                "--sglang-url",
-                f"http://127.0.0.1:{ports['serve']}",
-                "--gpu-backend",
-                "fake",
-                "--canary",
-                "false",
-                "--log-level",
-                "error",
-            ],
+            ),
             stdout=subprocess.DEVNULL,
             stderr=(tmp / "serve.stderr").open("wb"),
         )
