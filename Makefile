@@ -14,7 +14,7 @@ help:
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
 	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
-	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules)"
+	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules, pools)"
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml, its promtool tests, the runbooks and the knob table from exporter/thresholds.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
 	@echo "make k8s    - regenerate docker/k8s/generated/ (PrometheusRule, dashboard ConfigMaps)"
@@ -108,7 +108,7 @@ fmt: venv
 # Every generator has one shape (exporter/generated.py): no argument writes its files,
 # --check writes nothing and exits 1 naming the stale ones (2: it could not render).
 GENERATORS := exporter.metrics.docgen exporter.config_docs exporter.sim.config_docs \
-              exporter.oncall.triage.rules_doc \
+              exporter.oncall.triage.rules_doc exporter.footprint.pools_doc \
               alerts.generate dashboards.generate dashboards.readme
 
 docs: venv
@@ -116,6 +116,7 @@ docs: venv
 	$(PY) -m exporter.config_docs
 	$(PY) -m exporter.sim.config_docs
 	$(PY) -m exporter.oncall.triage.rules_doc
+	$(PY) -m exporter.footprint.pools_doc
 
 # Generated observability artefacts; tests/obs fails when the committed output is stale.
 alerts: venv

@@ -2,7 +2,8 @@
 
 Three layers, each kept separate so every number can be explained:
 geometry (what the model is) -> pricing (what the configurator plans) -> allocation (what the
-device pool takes). ``model`` combines them into a per-rank :class:`Footprint`.
+device pool takes). ``model`` combines them into a per-rank :class:`Footprint`. Every sub-pool
+is one row of ``pools.POOL_TABLE``, which all three read.
 """
 
 from exporter.footprint.allocation import allocated_bytes
@@ -26,9 +27,9 @@ from exporter.footprint.model import (
     plan_for_budget,
     plan_pipeline,
 )
+from exporter.footprint.pools import BASE_POOLS, POOL_TABLE, Pool, PoolContext, pools_in
 from exporter.footprint.presets import PRESETS, preset_for_served_name, resolve_model
 from exporter.footprint.pricing import (
-    POOLS,
     BudgetError,
     available_bytes_from_gpu,
     indexer_bytes_per_token,
@@ -54,11 +55,12 @@ from exporter.footprint.settings import (
 )
 
 __all__ = [
+    "BASE_POOLS",
     "CONFIGURATORS",
     "INDEX_K_DTYPES",
     "NEWEST_RELEASE",
     "NOT_MODELLED_SWITCHES",
-    "POOLS",
+    "POOL_TABLE",
     "PRESETS",
     "RULES",
     "BudgetError",
@@ -70,6 +72,8 @@ __all__ = [
     "LayerCounts",
     "ModelGeometry",
     "PipelinePlan",
+    "Pool",
+    "PoolContext",
     "PoolFootprint",
     "ReleaseRules",
     "RuleChoice",
@@ -87,6 +91,7 @@ __all__ = [
     "parse_pp_partition",
     "plan_for_budget",
     "plan_pipeline",
+    "pools_in",
     "pp_partition",
     "preset_for_served_name",
     "resolve_model",

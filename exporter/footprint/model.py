@@ -7,20 +7,18 @@ from typing import Any
 
 from exporter.footprint.allocation import allocated_tensors
 from exporter.footprint.device_bytes import DeviceBytes, pool_tensor_sizes, simulate
-from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice, stage_slice
+from exporter.footprint.geometry import ModelGeometry, StageSlice, stage_slice
+from exporter.footprint.pools import PoolContext, pools_in
 from exporter.footprint.pricing import (
-    POOLS,
     BudgetError,
     TokenCoefficient,
-    c2_state_fixed_bytes,
     c128_state_fixed_bytes,
     counts_for_full_tokens,
+    fixed_bias_bytes,
     full_tokens_for_budget,
-    kv_priced_bytes,
     low_ratio_padding_bytes,
     priced_index_k_dtype,
     stored_index_k_dtype,
-    swa_cap_fixed_bytes,
     swa_cap_tokens,
     swa_slot_bytes,
     token_coefficient,
@@ -208,35 +206,32 @@ def footprint_for_tokens(
     rule_set = rules.rules if isinstance(rules, RuleChoice) else rules
     stage = stage or stage_slice(geom)
     coeffs = _coefficients(geom, stage, settings, rule_set)
+    ctx = PoolContext(geom, stage, settings, rule_set)
     bias = c128_state_fixed_bytes(geom, stage, settings, rule_set)
-    c2_bias = c2_state_fixed_bytes(geom, stage, settings)
     counts = counts_for_full_tokens(geom, settings, full_tokens, rule_set, stage)
     tensors = allocated_tensors(geom, stage, settings, counts, rule_set)
     alloc = {pool: per * n for pool, (per, n) in tensors.items()}
     plan_terms = coeffs[configurator].terms
-    # The low-ratio pages the configurator reserves beyond the coefficient (V4.1), planned
-    # against the pools they belong to.
-    padding = _low_ratio_padding_by_pool(geom, stage, settings, full_tokens, rule_set)
-    # Cap mode (0.5.21+): the SWA pool and its c4 state are a fixed slot count, planned as a bias.
+    # Cap mode (0.5.21+): the SWA-sized pools are a fixed slot count, planned as a bias.
     cap = swa_cap_tokens(geom, settings, rule_set)
     cap_planned = (
         {p: cap * b for p, b in swa_slot_bytes(geom, stage, settings, rule_set).items()}
         if cap is not None
         else {}
     )
-    swa_bias = swa_cap_fixed_bytes(geom, stage, settings, rule_set)
     pools = {}
-    for name in (*POOLS, *(k for k in alloc if k not in POOLS)):
+    for pool in pools_in(ctx):
+        name = pool.name
         planned = round(plan_terms.get(name, 0.0) * full_tokens + cap_planned.get(name, 0.0))
-        planned += padding.get(name, 0)
-        if name == "c128_state":
-            planned += bias
-        if name == "c2_state":
-            planned += c2_bias
-        pools[name] = PoolFootprint(name, counts.for_pool(name), planned, alloc[name])
+        # Reserved pages beyond the per-token bytes (V4.1 low-ratio pools), then the
+        # request-scoped biases (c128 state from 0.5.15, V4.1 c2 state).
+        if pool.reserved is not None:
+            planned += pool.reserved(ctx, full_tokens)
+        planned += pool.fixed(ctx)
+        pools[name] = PoolFootprint(name, pool.tokens(counts), planned, alloc[name])
     budget = available_bytes
     if budget is None:
-        budget = round(bias + c2_bias + swa_bias + coeffs[configurator].total * full_tokens)
+        budget = round(fixed_bias_bytes(ctx) + coeffs[configurator].total * full_tokens)
     try:
         correct: int | None = _full_tokens(
             geom, stage, settings, rule_set, budget, coeffs["fixed"].total
@@ -301,43 +296,17 @@ def _full_tokens(
 ) -> int:
     """``calculate_pool_sizes``: budget minus the fixed biases (c128 state, c2 state, the
     cap-mode SWA pool, summed in SGLang's order), over the coefficient, then (V4.1) whole
-    pages off until the low-ratio reserved pages fit."""
-    bias: float = c128_state_fixed_bytes(geom, stage, settings, rules)
-    bias += c2_state_fixed_bytes(geom, stage, settings)
-    bias += swa_cap_fixed_bytes(geom, stage, settings, rules)
+    pages off until the pools' reserved pages (the low-ratio ones) fit."""
+    ctx = PoolContext(geom, stage, settings, rules)
     padding = None
-    if stage.main.c1 or stage.main.c2:
+    if any(pool.reserved is not None for pool in pools_in(ctx)):
 
         def padding(full: int) -> float:
             return low_ratio_padding_bytes(geom, stage, settings, full, rules)
 
-    return full_tokens_for_budget(available_bytes, bias, coefficient, settings.page_size, padding)
-
-
-def _low_ratio_padding_by_pool(
-    geom: ModelGeometry,
-    stage: StageSlice,
-    settings: DeploymentSettings,
-    full: int,
-    rules: ReleaseRules,
-) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for ratio, n in ((1, stage.main.c1), (2, stage.main.c2)):
-        if not n or not rules.low_ratio_paged:
-            continue
-        one = StageSlice(
-            stage.start,
-            stage.end,
-            stage.pp_rank,
-            stage.pp_size,
-            LayerCounts(0, 0, 0, c1=n if ratio == 1 else 0, c2=n if ratio == 2 else 0),
-            stage.draft,
-        )
-        total = low_ratio_padding_bytes(geom, one, settings, full, rules)
-        kv = settings.page_size * kv_priced_bytes(geom, settings.page_size // ratio, rules) * n
-        out[f"c{ratio}_kv"] = round(kv)
-        out[f"c{ratio}_index_k"] = round(total - kv)
-    return out
+    return full_tokens_for_budget(
+        available_bytes, fixed_bias_bytes(ctx), coefficient, settings.page_size, padding
+    )
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import yaml
 
 from exporter.app import create_app
 from exporter.config_loader import load_settings
-from exporter.footprint.pricing import POOLS
+from exporter.footprint.pools import BASE_POOLS as POOLS
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from exporter.units import GIB

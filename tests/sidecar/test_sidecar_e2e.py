@@ -8,6 +8,7 @@ import pytest
 
 from exporter.app import create_app
 from exporter.config_loader import load_settings
+from exporter.footprint.pools import BASE_POOLS
 from exporter.sim.fake_nvml import FakeNvml
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
@@ -75,16 +76,7 @@ def test_legacy_bf16_shows_about_4_gib_per_rank(legacy_sim):
         assert sample_value(text, "dsv4_gpus_visible") == 8  # fake GPUs follow SGLang's tp_size
         # fake NVML's used memory includes the allocated pools (from its next poll on)
         alloc = sum(
-            sample_value(text, "dsv4_kv_pool_allocated_bytes", rank="0", pool=p)
-            for p in (
-                "swa_kv",
-                "c4_kv",
-                "c128_kv",
-                "c4_index_k",
-                "c4_state",
-                "c4_index_state",
-                "c128_state",
-            )
+            sample_value(text, "dsv4_kv_pool_allocated_bytes", rank="0", pool=p) for p in BASE_POOLS
         )
         wait_for(
             lambda: (

@@ -9,8 +9,6 @@ shows the same table, generated, so the two cannot drift: `make docs` rewrites i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from exporter import generated
 from exporter.oncall.triage.diagnosis import CAUSES, RULES, TITLES
 
@@ -31,23 +29,17 @@ def rules_table() -> str:
 
 
 def render(doc: str) -> str:
-    if BEGIN not in doc or END not in doc:
-        raise ValueError(f"markers {BEGIN!r} / {END!r} not found")
-    head, rest = doc.split(BEGIN, 1)
-    _old, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{rules_table()}\n{END}{tail}"
+    return generated.fill_block(doc, BEGIN, END, rules_table())
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = generated.parser(__doc__)
-    ap.add_argument("--out", type=Path, default=Path("docs/oncall.md"))
-    args = ap.parse_args(argv)
-
-    def rendered() -> dict[Path, str]:
-        return {args.out: render(args.out.read_text(encoding="utf-8"))}
-
-    return generated.main(
-        rendered, "docs", check=args.check, name="exporter.oncall.triage.rules_doc"
+    return generated.block_main(
+        argv,
+        __doc__,
+        "docs/oncall.md",
+        "exporter.oncall.triage.rules_doc",
+        (BEGIN, END),
+        rules_table,
     )
 
 
