@@ -45,11 +45,11 @@ from exporter.footprint.buffers import (
     swa_cap_tokens,
 )
 from exporter.footprint.geometry import LayerCounts, ModelGeometry, StageSlice
-from exporter.footprint.releases import ReleaseRules
+from exporter.footprint.releases import RULES, ReleaseRules
 from exporter.footprint.settings import DeploymentSettings, IndexKDtype
 
 Release = tuple[int, int, int]
-FIRST: Release = (0, 5, 12)  # the first release with DSV4 pools (releases.RULES[0])
+FIRST: Release = RULES[0].first  # the first release with DSV4 pools
 
 
 @dataclass(frozen=True)

@@ -146,12 +146,22 @@ _R23 = replace(
     requests_per_worker_floor=1,
 )
 
+
+def release_name(release: tuple[int, int, int]) -> str:
+    """(0, 5, 23) -> "0.5.23"."""
+    return ".".join(str(n) for n in release)
+
+
+# The release table: one rule set per range of releases, oldest first. The first and newest
+# releases these rules know are read off it, so adding a rule set moves them with it.
 RULES: tuple[ReleaseRules, ...] = (_R12, _R13, _R14, _R15, _R21, _R22, _R23)
 NEWEST: ReleaseRules = RULES[-1]
-NEWEST_RELEASE = "0.5.23"
-FIRST_RELEASE = "0.5.12"
+NEWEST_RELEASE = release_name(NEWEST.last)
+FIRST_RELEASE = release_name(RULES[0].first)
 # Every published SGLang release with DSV4 pools (PyPI, post releases included): the one list
-# tests/conformance runs each release's own code for, and the releases these rules cover.
+# tests/conformance runs each release's own code for, and the releases these rules cover
+# (tests/footprint/test_releases.py holds it to RULES: each published release verified, each
+# rule set covering one, the newest published being NEWEST_RELEASE).
 PUBLISHED_RELEASES: tuple[str, ...] = (
     "0.5.12",
     "0.5.12.post1",

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from exporter.cli import main
+from exporter.footprint import NEWEST_RELEASE, RULES
 from exporter.footprint.pools import BASE_POOLS
 from exporter.units import GIB
 
@@ -50,7 +51,12 @@ def test_json_contract(capsys):
 
 def test_default_is_the_newest_release(capsys):
     d = _json(capsys, "--index-k-dtype", "fp8")
-    assert (d["sglang_version"], d["rules"]) == ("0.5.23", "0.5.23")
+    assert (d["sglang_version"], d["rules"]) == (NEWEST_RELEASE, RULES[-1].name)
+    assert d == _json(capsys, "--index-k-dtype", "fp8", "--sglang-version", NEWEST_RELEASE)
+
+
+def test_newest_release_plan(capsys):
+    d = _json(capsys, "--index-k-dtype", "fp8", "--sglang-version", "0.5.23")
     # SGLang 0.5.23's own plan for this deployment (tests/conformance checks it against the code).
     assert d["full_tokens"] == 7_192_320
     assert d["bytes_per_full_token"]["legacy"] == 7086.75
@@ -66,9 +72,11 @@ def test_fp4_on_nvidia_shows_reclaimable_bytes(capsys):
 
 
 def test_newer_release_is_computed_and_marked_unverified(capsys):
-    d = _json(capsys, "--sglang-version", "0.6.2")
-    assert d["rules"] == "0.5.23" and d["rules_verified"] is False
-    assert main(["plan", "--sglang-version", "0.6.2"]) == 0
+    major, minor, _ = RULES[-1].last
+    newer = f"{major}.{minor + 1}.2"
+    d = _json(capsys, "--sglang-version", newer)
+    assert d["rules"] == RULES[-1].name and d["rules_verified"] is False
+    assert main(["plan", "--sglang-version", newer]) == 0
     assert "UNVERIFIED" in capsys.readouterr().out
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
 
 from exporter.footprint import (
+    NEWEST_RELEASE,
     PRESETS,
+    RULES,
     DeploymentSettings,
     GeometryError,
     VersionError,
@@ -17,22 +20,28 @@ from exporter.footprint import (
     plan_for_budget,
     rules_for_version,
 )
+from exporter.footprint.releases import (
+    FIRST_RELEASE,
+    PUBLISHED_RELEASES,
+    parse_release,
+    release_name,
+)
 from exporter.units import GIB
+
+
+def _spellings(release: tuple[int, int, int]) -> list[str]:
+    """How a release is written in the wild: post releases, candidates, local and v-prefixed."""
+    name = release_name(release)
+    return [name, f"{name}.post1", f"{name}rc2", f"{name}+sim", f"v{name}"]
 
 
 @pytest.mark.parametrize(
     ("version", "rules"),
     [
-        ("0.5.12", "0.5.12"),
-        ("0.5.12.post1", "0.5.12"),
-        ("0.5.13", "0.5.13"),
-        ("0.5.14", "0.5.14"),
-        ("0.5.15", "0.5.15-0.5.20"),
-        ("0.5.20rc2", "0.5.15-0.5.20"),
-        ("0.5.21", "0.5.21"),
-        ("0.5.22", "0.5.22"),
-        ("0.5.23+sim", "0.5.23"),
-        ("v0.5.23", "0.5.23"),
+        (version, rules.name)
+        for rules in RULES
+        for release in dict.fromkeys((rules.first, rules.last))
+        for version in _spellings(release)
     ],
 )
 def test_each_release_has_its_rules(version, rules):
@@ -40,19 +49,47 @@ def test_each_release_has_its_rules(version, rules):
     assert choice.rules.name == rules and choice.verified
 
 
+def test_rule_sets_follow_each_other_without_gaps():
+    for older, newer in itertools.pairwise(RULES):
+        major, minor, patch = older.last
+        assert newer.first == (major, minor, patch + 1), (older.name, newer.name)
+
+
+def test_the_published_releases_are_the_table_s():
+    """Every published release gets proven rules, every rule set covers a published release,
+    and the newest published release is the newest the rules know (what `plan` defaults to)."""
+    assert all(rules_for_version(v).verified for v in PUBLISHED_RELEASES)
+    for rules in RULES:
+        assert any(rules.covers(parse_release(v)) for v in PUBLISHED_RELEASES), rules.name
+    assert parse_release(PUBLISHED_RELEASES[-1]) == parse_release(NEWEST_RELEASE)
+    assert parse_release(PUBLISHED_RELEASES[0]) == parse_release(FIRST_RELEASE)
+
+
 def test_default_is_the_newest_release():
     choice = rules_for_version(None)
-    assert (choice.version, choice.rules.name, choice.verified) == ("0.5.23", "0.5.23", True)
+    assert (choice.version, choice.rules, choice.verified) == (NEWEST_RELEASE, RULES[-1], True)
 
 
-@pytest.mark.parametrize("version", ["0.5.24", "0.6.0rc1", "1.0.0"])
+_MAJOR, _MINOR, _PATCH = RULES[-1].last
+
+
+@pytest.mark.parametrize(
+    "version",
+    [f"{_MAJOR}.{_MINOR}.{_PATCH + 1}", f"{_MAJOR}.{_MINOR + 1}.0rc1", f"{_MAJOR + 1}.0.0"],
+)
 def test_newer_is_newest_rules_unverified(version):
     choice = rules_for_version(version)
-    assert choice.rules.name == "0.5.23" and not choice.verified
+    assert choice.rules is RULES[-1] and not choice.verified
     assert "UNVERIFIED" in choice.note and version in choice.note
 
 
-@pytest.mark.parametrize(("version", "fragment"), [("0.5.11", "0.5.12"), ("nightly", "X.Y.Z")])
+_FIRST = RULES[0].first
+
+
+@pytest.mark.parametrize(
+    ("version", "fragment"),
+    [(f"{_FIRST[0]}.{_FIRST[1]}.{_FIRST[2] - 1}", FIRST_RELEASE), ("nightly", "X.Y.Z")],
+)
 def test_unsupported_versions_say_why(version, fragment):
     with pytest.raises(VersionError, match=fragment.replace(".", r"\.")):
         rules_for_version(version)

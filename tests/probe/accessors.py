@@ -13,10 +13,12 @@ from __future__ import annotations
 import ast
 import sys
 
+from exporter.footprint.releases import PUBLISHED_RELEASES, parse_release, release_name
 from exporter.probe.targets import POOL_METHODS
 from tests.sglang_release import release_dir
 
-RELEASES = tuple(f"0.5.{n}" for n in range(12, 24))
+# Each published release once (post releases share their release's pool file).
+RELEASES = tuple(dict.fromkeys(release_name(parse_release(v)) for v in PUBLISHED_RELEASES))
 POOL_FILE = "sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
 POOL_CLASS = "DeepSeekV4TokenToKVPool"
 

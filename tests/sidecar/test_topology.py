@@ -16,10 +16,11 @@ from collections.abc import Callable
 
 import pytest
 
+from exporter.footprint.releases import FIRST_RELEASE, NEWEST_RELEASE
 from exporter.topology import RankPlace, Topology, TopologyError
 from tests.sglang_release import release_dir
 
-RELEASES = ("0.5.12", "0.5.20", "0.5.23")
+RELEASES = (FIRST_RELEASE, "0.5.20", NEWEST_RELEASE)  # the first, the forks' base, the newest
 # (tp, pp, nnodes): layouts a DSV4 deployment can take, one node to four.
 LAYOUTS = [
     (8, 1, 1),
