@@ -16,12 +16,11 @@ from exporter.footprint import (
     DeploymentSettings,
     Footprint,
     ModelGeometry,
+    PipelinePlan,
     RuleChoice,
-    footprint_for_tokens,
-    plan_for_budget,
+    plan_pipeline,
     resolve_model,
     rules_for_version,
-    stage_slice,
 )
 from exporter.footprint.releases import parse_release
 from exporter.sim.fake_nvml import FakeGpuSpec
@@ -57,8 +56,12 @@ class SimDeployment:
         return rules_for_version(self.settings.sglang_version)
 
     @cached_property
-    def footprints(self) -> list[Footprint]:
-        """One per PP stage: what SGLang plans and the pool allocates at start-up."""
+    def pipeline(self) -> PipelinePlan:
+        """Every PP stage as SGLang sizes it at start-up (``model.plan_pipeline``, the one
+        implementation of its MIN sync): each stage's own capacity from the budget, the
+        minimum across stages, and each stage's pools re-sized to it. What the pools really
+        allocate (ground truth, dtype included), priced by the simulated configurator on the
+        simulated budget."""
         s = self.settings
         ds = DeploymentSettings(
             index_k_dtype=s.index_k_dtype,
@@ -66,39 +69,18 @@ class SimDeployment:
             speculative=s.speculative,
         )
         budget = int(s.available_gib * GIB)
-        return [
-            plan_for_budget(
-                self.geometry,
-                ds,
-                s.configurator,
-                budget,
-                stage_slice(self.geometry, s.pp_size, r),
-                self.release,
-            )
-            for r in range(s.pp_size)
-        ]
+        return plan_pipeline(
+            self.geometry, ds, s.configurator, budget, self.release, pp_size=s.pp_size
+        )
 
-    @cached_property
-    def _truth(self) -> list[Footprint]:
-        s = self.settings
-        return [
-            footprint_for_tokens(
-                self.geometry,
-                fp.settings,
-                s.configurator,
-                self.max_total_num_tokens,
-                fp.stage,
-                int(s.available_gib * GIB),
-                self.release,
-            )
-            for fp in self.footprints
-        ]
+    @property
+    def footprints(self) -> tuple[Footprint, ...]:
+        """One per PP stage, at SGLang's token count (the minimum over stages)."""
+        return self.pipeline.stages
 
     def true_footprint(self, rank: int) -> Footprint:
-        """What ``rank``'s device pool really allocates (ground truth, dtype included) at
-        SGLang's token count (the minimum over stages), priced by the simulated configurator on
-        the simulated budget."""
-        return self._truth[rank // self.settings.tp_size]
+        """What ``rank``'s stage pools allocate at SGLang's token count."""
+        return self.footprints[rank // self.settings.tp_size]
 
     @property
     def ranks(self) -> int:
@@ -206,8 +188,7 @@ class SimDeployment:
 
     @property
     def max_total_num_tokens(self) -> int:
-        # SGLang takes the minimum across ranks so every stage can hold the same requests.
-        return min(fp.full_tokens for fp in self.footprints)
+        return self.pipeline.full_tokens
 
     @property
     def version(self) -> str:

@@ -7,6 +7,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from exporter.sim.deployment import SimDeployment
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from exporter.sources.sglang import parse_server_info
@@ -33,3 +34,15 @@ def test_default_is_the_readme_fork_on_0_5_20():
 def test_release_without_dsv4_pools_is_refused(version):
     with pytest.raises(ValidationError, match="sglang_version"):
         SimSettings(sglang_version=version)
+
+
+def test_simulated_pipeline_is_sized_as_plan_sizes_it():
+    """The simulator's PP stages come from model.plan_pipeline (SGLang's MIN sync), as `plan`'s
+    do: 0.5.21 V4-Flash PP 4 at 37.7 GiB, every stage re-sized to SGLang's 20,465,920 tokens
+    (tests/conformance), rank 0's own 27,410,176 not used."""
+    dep = SimDeployment(
+        SimSettings(sglang_version="0.5.21", index_k_dtype="fp8", available_gib=37.7, pp_size=4)
+    )
+    assert dep.pipeline.own_full_tokens[0] == 27_410_176
+    assert dep.max_total_num_tokens == 20_465_920
+    assert [fp.full_tokens for fp in dep.footprints] == [20_465_920] * 4
