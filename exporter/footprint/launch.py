@@ -15,7 +15,9 @@ configurator runs (docs/footprint.md, "Launch resolution"), and says what it res
 - ``--swa-full-tokens-ratio`` left unset: 0.1 for V4; V4.1 on 0.5.21+ keeps it unset (SWA cap
   mode);
 - EAGLE with no draft count: SGLang's auto choice for DeepSeek, 3 steps, top-k 1, 4 draft
-  tokens (``auto_choose_speculative_params``).
+  tokens (``auto_choose_speculative_params``); any speculative algorithm but EAGLE (NEXTN)
+  and, from 0.5.16, DSPARK (NGRAM, EAGLE3, ...), or EAGLE with top-k > 1, is refused as
+  ``apply_deepseek_v4_defaults`` refuses it (``refusals.speculative_refusals``).
 
 Pure: parsing a list of strings and a mapping, no I/O.
 """
@@ -28,7 +30,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.footprint.geometry import GeometryError, ModelGeometry, parse_pp_partition
-from exporter.footprint.refusals import Refusal, Refused
+from exporter.footprint.refusals import (
+    SGLANG_SPECULATIVE_ALGORITHMS,
+    Refusal,
+    Refused,
+    speculative_refusals,
+)
 from exporter.footprint.releases import RuleChoice
 from exporter.footprint.settings import (
     DEFAULT_CHUNKED_PREFILL_SIZE,
@@ -45,7 +52,6 @@ from exporter.footprint.settings import (
 # auto_choose_speculative_params for DeepSeek architectures (every release 0.5.12-0.5.23):
 # (num_steps, eagle_topk, num_draft_tokens) when --speculative-num-steps is not given.
 DSV4_AUTO_SPECULATIVE = (3, 1, 4)
-SPECULATIVE_ALGORITHMS = ("EAGLE", "NEXTN", "DSPARK")
 TRUTHY = ("1", "true", "yes", "on")
 
 # SGLANG_* switches read when sizing the pools; anything else SGLANG_* is reported as having no
@@ -410,17 +416,16 @@ def resolve(
     speculative = algo is not None and algo != "NONE"
     drafts = 0
     if speculative:
-        if algo not in SPECULATIVE_ALGORITHMS:
+        if algo not in SGLANG_SPECULATIVE_ALGORITHMS:
             raise LaunchError(
-                f"--speculative-algorithm {algo}: DeepSeek-V4 runs EAGLE (MTP) or DSPARK"
+                f"--speculative-algorithm {algo}: not one of SGLang's "
+                f"({', '.join(SGLANG_SPECULATIVE_ALGORITHMS)})"
             )
+        algo = "EAGLE" if algo == "NEXTN" else algo
+        for refusal in speculative_refusals(algo, launch.speculative_eagle_topk, choice):
+            raise Refused(refusal)
         if algo == "DSPARK":
             unmodelled.append("dspark-draft")
-        if launch.speculative_eagle_topk not in (None, 1):
-            raise LaunchError(
-                "--speculative-eagle-topk must be 1 for DeepSeek-V4 (apply_deepseek_v4_defaults:"
-                " only EAGLE with topk == 1 is supported)"
-            )
         if launch.speculative_num_draft_tokens is not None:
             drafts = launch.speculative_num_draft_tokens
         elif launch.speculative_num_steps is not None:

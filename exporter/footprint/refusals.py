@@ -56,6 +56,60 @@ def _since(first: Release) -> str:
     return ".".join(map(str, first)) + "+"
 
 
+# SGLang's built-in speculative algorithms (``SpeculativeAlgorithm``; --speculative-algorithm
+# is a free string, so none of them is an argparse error). NEXTN is EAGLE's alias, resolved
+# from the command line before any hook runs (``_resolve_speculative_algorithm_alias``).
+SGLANG_SPECULATIVE_ALGORITHMS = (
+    "EAGLE",
+    "NEXTN",
+    "EAGLE3",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "DSPARK",
+    "FROZEN_KV_MTP",
+)
+DSPARK_SINCE: Release = (0, 5, 16)
+
+
+def dsv4_speculative_algorithms(release: Release) -> tuple[str, ...]:
+    """The algorithms ``apply_deepseek_v4_defaults`` lets a DeepSeek-V4 launch run: EAGLE in
+    every release, DSPARK too from 0.5.16 (``deepseek_v4_hook.py``)."""
+    return ("EAGLE", "DSPARK") if _at_least(release, DSPARK_SINCE) else ("EAGLE",)
+
+
+def speculative_refusals(
+    algorithm: str, eagle_topk: int | None, choice: RuleChoice
+) -> list[Refusal]:
+    """``apply_deepseek_v4_defaults``' assertions on speculative decoding (every release):
+    only EAGLE (and DSPARK from 0.5.16), EAGLE with top-k 1. NGRAM, EAGLE3, STANDALONE,
+    DFLASH and FROZEN_KV_MTP are refused whatever their pools would be: SGLang never sizes
+    a DeepSeek-V4 KV pool for them. ``algorithm`` is upper-case, NEXTN already EAGLE."""
+    release = parse_release(choice.version)
+    check = "deepseek_v4_hook.apply_deepseek_v4_defaults"
+    allowed = dsv4_speculative_algorithms(release)
+    if algorithm not in allowed:
+        since = "0.5.12+" if algorithm != "DSPARK" else "0.5.12-0.5.15"
+        return [
+            Refusal(
+                check,
+                since,
+                f"--speculative-algorithm {algorithm}: DeepSeek-V4 runs only "
+                f"{' or '.join(allowed)} speculative decoding",
+            )
+        ]
+    if algorithm == "EAGLE" and eagle_topk not in (None, 1):
+        return [
+            Refusal(
+                check,
+                "0.5.12+",
+                f"--speculative-eagle-topk {eagle_topk}: only EAGLE with topk == 1 is "
+                "supported for DeepSeek-V4",
+            )
+        ]
+    return []
+
+
 def config_refusals(
     geom: ModelGeometry,
     settings: DeploymentSettings,
