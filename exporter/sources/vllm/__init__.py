@@ -7,7 +7,6 @@
 - :mod:`.engine`: which engine the sidecar sits beside (configured or discovered).
 """
 
-from exporter.sources.poller import HTTP_REASONS
 from exporter.sources.vllm.engine import EngineDiscovery, engine_of, footprint_fact
 from exporter.sources.vllm.metrics_text import (
     CacheConfig,
@@ -15,11 +14,8 @@ from exporter.sources.vllm.metrics_text import (
     has_vllm_families,
     parse_vllm_metrics,
 )
-from exporter.sources.vllm.source import REASONS, VllmSource
+from exporter.sources.vllm.source import ERROR_REASONS, VllmSource
 from exporter.sources.vllm.version import VllmFacts, parse_models, parse_version
-
-# Every reason the vLLM source counts (label values of dsv4_source_errors_total).
-ERROR_REASONS = (*HTTP_REASONS, *REASONS)
 
 __all__ = [
     "ERROR_REASONS",

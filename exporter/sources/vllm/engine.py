@@ -26,6 +26,7 @@ from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
 from exporter.sources import bounded
+from exporter.sources import reasons as source_reasons
 from exporter.sources.poller import HttpPoller, PollError, poll_forever
 from exporter.sources.vllm.metrics_text import has_vllm_families
 
@@ -33,7 +34,6 @@ ENGINES = ("sglang", "vllm")
 SETTING_VALUES = ("auto", *ENGINES)
 # The engines whose KV footprint the model prices (exporter/footprint: SGLang's pools).
 MODELLED = ("sglang",)
-REASONS = ("undecided",)
 # /server_info failures that still mean a server answered (vLLM: 404; a dev-mode oddity: JSON)
 _ANSWERED = ("http_status", "bad_json", bounded.TOO_DEEP)
 
@@ -80,7 +80,7 @@ class EngineDiscovery(HttpPoller):
             base_url,
             poll_interval=poll_interval,
             timeout=timeout,
-            reasons=REASONS,
+            reasons=source_reasons.names("engine"),
             max_body_bytes=bounded.METRICS_MAX_BYTES,
         )
         if setting not in SETTING_VALUES:
@@ -93,10 +93,10 @@ class EngineDiscovery(HttpPoller):
     async def run(self, stop: asyncio.Event) -> None:
         try:
             await poll_forever(
-                stop, self._cycle, self.poll_interval, until=lambda: self.engine is not None
+                stop, self.poll_once, self.poll_interval, until=lambda: self.engine is not None
             )
         finally:
-            await self.http.close()
+            await self.aclose()
 
     async def poll(self) -> None:
         info = version = text = None
