@@ -16,10 +16,11 @@ from exporter.probe.snapshot import write_snapshot
 from exporter.sim.fake_nvml import FakeNvml
 from exporter.sources import reasons
 from exporter.sources.base import health_families
+from exporter.sources.discovery import EngineDiscovery
 from exporter.sources.nvml import READINGS, NvmlSource, Reading
 from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.sglang import SglangSource
-from exporter.sources.vllm import EngineDiscovery, VllmSource
+from exporter.sources.vllm import VllmSource
 from exporter.supervisor import TaskSupervisor
 from tests.probe.test_probe_files import NOW, counters
 from tests.support import HANG_GUARD_S, sample_value, settle

@@ -103,6 +103,19 @@ class SglangSource(HttpPoller):
         self.health.count_error(reason, detail)
         self.live = None
 
+    def served_model(self) -> str | None:
+        """The name clients send as ``model``, from the last good /server_info."""
+        return self.facts.served_model_name if self.facts else None
+
+    def running(self) -> int | None:
+        """Concurrency right now as SGLang reports it (sglang:num_running_reqs)."""
+        live = self.live
+        return int(live.running) if live is not None and live.running is not None else None
+
+    def footprint_facts(self) -> ServerFacts | None:
+        """What the footprint model prices: the facts of an up server, else None."""
+        return self.facts if self.health.up else None
+
     def memory_by_rank(self) -> dict[int, RankMemory]:
         """Global rank (pp_rank * tp_size + tp_rank) -> SGLang's memory figures for it.
 

@@ -17,7 +17,8 @@ from exporter.metrics import catalog as m
 from exporter.sources import bounded
 from exporter.sources import reasons as source_reasons
 from exporter.sources.poller import HttpPoller, PollError
-from exporter.sources.sglang.server_info import ShapeError
+from exporter.sources.sglang.memory import RankMemory
+from exporter.sources.sglang.server_info import ServerFacts, ShapeError
 from exporter.sources.vllm.metrics_text import VllmLive, parse_vllm_metrics
 from exporter.sources.vllm.version import VllmFacts, parse_models, parse_version
 
@@ -101,6 +102,18 @@ class VllmSource(HttpPoller):
                 failed = ("metrics_unavailable", f"GET /metrics returned {reply.status}")
         self.live = None
         self.health.count_error(*failed)
+
+    def served_model(self) -> str | None:
+        """The name clients send as ``model`` (``/v1/models``, kept from the last good one)."""
+        return self.facts.served_model_name if self.facts else None
+
+    def memory_by_rank(self) -> dict[int, RankMemory]:
+        """vLLM reports no per-rank memory figures of the kind SGLang does."""
+        return {}
+
+    def footprint_facts(self) -> ServerFacts | None:
+        """None: the footprint model does not price vLLM's KV cache."""
+        return None
 
     def running(self) -> int | None:
         """Concurrency right now as vLLM reports it (vllm:num_requests_running)."""
