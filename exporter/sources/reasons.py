@@ -74,7 +74,28 @@ BY_SOURCE: Mapping[str, tuple[Reason, ...]] = {
         Reason("too_many_files", "more snapshot files than ranks"),
         *THREAD,
     ),
+    # counted, not zero-initialised: the footprint view's status and the canary's result
+    "footprint": (
+        Reason("unknown_model"),
+        Reason("no_sglang"),
+        Reason("no_token_count"),
+        Reason("bad_config"),
+        Reason("unsupported_version"),
+        Reason("not_modelled", "the engine's pools are not what the model prices"),
+    ),
+    "canary": (
+        Reason("http_error"),
+        Reason("timeout"),
+        Reason("error", "a probe raised"),
+        Reason("too_large"),
+        Reason("too_deep"),
+    ),
 }
+
+
+def own(source: str) -> tuple[str, ...]:
+    """The label values ``source`` declares, in declaration order."""
+    return tuple(r.name for r in BY_SOURCE[source])
 
 
 def names(source: str) -> tuple[str, ...]:

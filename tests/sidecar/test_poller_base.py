@@ -159,6 +159,17 @@ def test_every_counted_reason_is_in_the_generated_help(tmp_path):
         assert f"{src.health.name}: " in m.SOURCE_ERRORS.help
 
 
+def test_the_footprint_and_canary_count_only_declared_reasons():
+    """Counted, not zero-initialised: their label values are their declared reasons."""
+    from exporter.samplers.canary import RESULTS
+    from exporter.sources.footprint import STATUS_REASONS
+
+    assert ("ok", *reasons.own("footprint")) == STATUS_REASONS
+    assert ("success", *reasons.own("canary")) == RESULTS
+    assert "footprint: unknown_model" in m.SOURCE_ERRORS.help
+    assert "canary: http_error" in m.SOURCE_ERRORS.help
+
+
 def test_the_help_is_generated_from_the_declarations():
     text = reasons.help_text("Lead")
     assert text.startswith("Lead (nvml: ")
