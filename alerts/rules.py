@@ -424,20 +424,27 @@ def _meta(b: Builder) -> None:
                 'Read dsv4_source_errors_total{source="nvml"} by reason; a lost GPU or driver '
                 "mismatch needs the node drained.",
             ),
-            source_down(
-                "DSV4SGLangDown",
-                "SGLang",
-                "sglang",
-                'Read dsv4_source_errors_total{source="sglang"} by reason; check the server\'s '
-                "/health and the sidecar's upstream URL.",
-            ),
-            # Beside vLLM the sidecar polls vLLM instead (dsv4_engine_info): its own page.
-            source_down(
-                "DSV4VLLMDown",
-                "vLLM",
-                "vllm",
-                'Read dsv4_source_errors_total{source="vllm"} by reason; check the server\'s '
-                "/health and /version and the sidecar's upstream URL.",
+            # One page for whichever engine the sidecar sits beside (the engine table's rows,
+            # exporter/sources/engines.py): dsv4_engine_info names the engine, whose source
+            # has the engine's name; while the engine is unknown, discovery's own source.
+            b.alert(
+                "DSV4EngineDown",
+                f"(\n  {b.sel('dsv4_source_up')} == 0\n  or\n  time() - "
+                f"{b.sel('dsv4_source_last_success_timestamp_seconds')}"
+                f" > {c.source_stale_seconds}\n)\n"
+                "and ignoring (engine, footprint)\n"
+                "label_replace(\n  label_replace("
+                f"{b.sel('dsv4_engine_info')}, "
+                '"source", "$1", "engine", "(.+)"),\n'
+                '  "source", "engine", "engine", "unknown"\n)',
+                c.source_down_for,
+                "warning",
+                "The sidecar's engine source is down.",
+                "The {{ $labels.source }} source of {{ $labels.instance }} (the serving "
+                "engine's; engine while it is not yet known) is down or has not succeeded for "
+                f"over {c.source_stale_seconds}s; its panels and alerts are blind. Read "
+                'dsv4_source_errors_total{source="{{ $labels.source }}"} by reason; check '
+                "the server's /health and the sidecar's server_url.",
             ),
             b.alert(
                 "DSV4ProbeStale",

@@ -100,8 +100,8 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Source staleness",
-        "Age of each source's last successful poll; DSV4NVMLDown / DSV4SGLangDown / "
-        f"DSV4VLLMDown fire past {A.source_stale_seconds}s.",
+        "Age of each source's last successful poll; DSV4NVMLDown / DSV4EngineDown "
+        f"fire past {A.source_stale_seconds}s.",
         "s",
         [
             target(

@@ -266,7 +266,7 @@ def _landing(sc: Sidecar) -> str:
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>dsv4-sidecar</title>
 <style>body{{font-family:sans-serif;max-width:52em;margin:2em auto}}td{{padding:.2em .8em}}</style>
 </head><body><h1>dsv4-sidecar {html.escape(__version__)}</h1>
-<p>Watching SGLang at <code>{html.escape(sc.settings.sglang_url)}</code> and
+<p>Watching SGLang at <code>{html.escape(sc.settings.server_url)}</code> and
 {html.escape(sc.settings.gpu_backend)} GPUs{sim}: GPU memory per rank, KV-pool plan vs
 allocation (over-commit), SGLang load.</p>{over}
 <table><tr><th>source</th><th>state</th><th>last error</th></tr>{rows}</table>

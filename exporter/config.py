@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -46,7 +47,7 @@ FIXES: dict[str, str] = {
     "regexes, e.g. 'secret[0-9]+' or '[\"secret[0-9]+\", \"tok_[a-z]+\"]'",
     "canary_prompts_file": "point it at a readable JSON list or JSON Lines file of "
     "{messages, tools} objects, or unset it to use the built-in prompts",
-    "tap_port": "give the tap a port of its own (not the sidecar's port) and point sglang_url "
+    "tap_port": "give the tap a port of its own (not the sidecar's port) and point server_url "
     "at SGLang's plain http:// port, or unset tap_port",
     "node_rank": "set node_rank to this pod's node index, 0..nnodes-1 (e.g. from the "
     "LeaderWorkerSet worker index), or correct nnodes",
@@ -85,6 +86,27 @@ def _bearer_token(raw: str) -> str:
     return token
 
 
+# Settings renamed, still read under their former name (key, flag and environment variable):
+# former -> current. sglang_url named the server of every engine (issue 36).
+RENAMED: dict[str, str] = {"sglang_url": "server_url"}
+
+
+class _FormerEnvNames(PydanticBaseSettingsSource):
+    """The environment variables of :data:`RENAMED` settings, under their current names and
+    below the current variables (a pod spec written before a rename keeps working)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the former names itself
+
+    def __call__(self) -> dict[str, Any]:
+        prefix = self.settings_cls.model_config.get("env_prefix", "")
+        return {
+            new: os.environ[prefix + old.upper()]
+            for old, new in RENAMED.items()
+            if prefix + old.upper() in os.environ
+        }
+
+
 class SidecarSettings(BaseSettings):
     """Everything `dsv4-sidecar serve` can be told. Field descriptions feed the docs."""
 
@@ -117,13 +139,18 @@ class SidecarSettings(BaseSettings):
     )
     engine: Literal["auto", "sglang", "vllm"] = Field(
         "auto",
-        description="The serving engine at sglang_url: sglang, vllm, or auto (discovered: "
+        description="The serving engine at server_url: sglang, vllm, or auto (discovered: "
         "SGLang's /server_info, else vLLM's /version with vllm: families on /metrics). Under "
-        "vllm, sglang_url (and the sglang_* poll settings) name the vLLM server; dsml_dialect "
-        "is vLLM's --tool-call-parser dialect (deepseek_v4: v4).",
+        "vllm the sglang_* poll settings apply to the vLLM server; dsml_dialect is vLLM's "
+        "--tool-call-parser dialect (deepseek_v4: v4).",
+    )
+    server_url: str = Field(
+        "http://127.0.0.1:30000",
+        description="Base URL of the serving engine's server (SGLang's or vLLM's, whichever "
+        "`engine` is). Formerly sglang_url, still accepted: key, --sglang-url, "
+        "DSV4_SIDECAR_SGLANG_URL.",
     )
     # SGLang
-    sglang_url: str = Field("http://127.0.0.1:30000", description="SGLang server base URL.")
     sglang_poll_interval: float = Field(
         5.0, gt=0, le=HOUR, description="Seconds between SGLang polls."
     )
@@ -136,7 +163,7 @@ class SidecarSettings(BaseSettings):
         "nvml",
         description="nvml (built in), or the name of an installed GPU backend plugin (entry "
         f"point group {ENTRY_POINT_GROUP}); this repository's simulator installs fake, the "
-        "simulated SGLang's GPUs read from sglang_url, configured by its own DSV4_FAKE_GPU_* "
+        "simulated SGLang's GPUs read from server_url, configured by its own DSV4_FAKE_GPU_* "
         "variables (docs/simulator.md).",
     )
     nvml_poll_interval: float = Field(2.0, gt=0, le=HOUR, description="Seconds between NVML polls.")
@@ -193,7 +220,7 @@ class SidecarSettings(BaseSettings):
         description="DSML dialect of the deployment's tool parser; auto: SGLang's "
         "tool_call_parser, else the model's config.json, else each block's own spelling.",
     )
-    canary: bool = Field(True, description="Run the canary prober against sglang_url.")
+    canary: bool = Field(True, description="Run the canary prober against server_url.")
     canary_interval: float = Field(30.0, gt=0, le=DAY, description="Seconds per round of canaries.")
     canary_concurrency: int = Field(2, ge=1, le=64, description="Canary requests in flight, max.")
     canary_timeout: float = Field(
@@ -332,7 +359,24 @@ class SidecarSettings(BaseSettings):
         5.0, gt=0, le=DAY, description="Probe file older than this is down."
     )
 
-    @field_validator("sglang_url")
+    @model_validator(mode="before")
+    @classmethod
+    def _former_names(cls, data: Any) -> Any:
+        """A renamed setting given under its former name (here only from the constructor's
+        keywords: the loader renames file keys and flags) is its current one."""
+        if isinstance(data, dict) and any(old in data for old in RENAMED):
+            data = dict(data)
+            for old, new in RENAMED.items():
+                if old in data:
+                    data[new] = data.pop(old)
+        return data
+
+    @property
+    def sglang_url(self) -> str:
+        """The former name of :attr:`server_url`."""
+        return self.server_url
+
+    @field_validator("server_url")
     @classmethod
     def _url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
@@ -367,12 +411,12 @@ class SidecarSettings(BaseSettings):
     @field_validator("tap_port")
     @classmethod
     def _tap_speaks_http(cls, v: int | None, info: ValidationInfo) -> int | None:
-        url = info.data.get("sglang_url")
+        url = info.data.get("server_url")
         if v is not None and isinstance(url, str) and url.startswith("https://"):
             raise ValueError(
-                "the tap forwards plain HTTP to SGLang, but sglang_url is https://; point "
-                "sglang_url at SGLang's http:// port (it is on localhost in the pod) or unset "
-                "tap_port"
+                "the tap forwards plain HTTP to the engine, but server_url is https://; point "
+                "server_url at the engine's http:// port (it is on localhost in the pod) or "
+                "unset tap_port"
             )
         return v
 
@@ -515,7 +559,7 @@ class SidecarSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # init kwargs carry CLI flags and (lowest) the YAML file, merged in load_settings.
-        return (init_settings, env_settings)
+        return (init_settings, env_settings, _FormerEnvNames(settings_cls))
 
 
 def _read_token_file(path: Path) -> str:

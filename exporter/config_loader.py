@@ -25,7 +25,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
-from exporter.config import ENV_PREFIX, FIXES, NOT_SETTINGS, SidecarSettings
+from exporter.config import ENV_PREFIX, FIXES, NOT_SETTINGS, RENAMED, SidecarSettings
 from exporter.sources.bounded import (
     CONFIG_FILE_MAX_BYTES,
     LOCAL_READ_SECONDS,
@@ -52,7 +52,7 @@ def fix_for(cls: type[BaseSettings], key: str) -> str | None:
 def unknown_env(cls: type[BaseSettings], environ: Any = None) -> list[str]:
     """``DSV4_SIDECAR_*`` variables that name no setting, each with the closest known name."""
     prefix = cls.model_config.get("env_prefix", ENV_PREFIX)
-    known = {env_name(k, cls) for k in cls.model_fields}
+    known = {env_name(k, cls) for k in (*cls.model_fields, *_renamed(cls))}
     out = []
     for name in sorted(os.environ if environ is None else environ):
         if name.startswith(prefix) and name not in known and name not in NOT_SETTINGS:
@@ -60,6 +60,17 @@ def unknown_env(cls: type[BaseSettings], environ: Any = None) -> list[str]:
             hint = f"; did you mean {close[0]}?" if close else ""
             out.append(f"unknown environment variable {name} ignored{hint}")
     return out
+
+
+def _renamed(cls: type[BaseSettings]) -> dict[str, str]:
+    """``cls``'s renamed settings, former name -> current (exporter.config.RENAMED)."""
+    return RENAMED if issubclass(cls, SidecarSettings) else {}
+
+
+def _current(cls: type[BaseSettings], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with former names of renamed settings replaced by the current ones."""
+    renamed = _renamed(cls)
+    return {renamed.get(k, k): v for k, v in values.items()}
 
 
 def env_name(key: str, cls: type[BaseSettings] | None = None) -> str:
@@ -123,9 +134,10 @@ def load_settings(
     (``file_problems``).
     ``cls`` defaults to :class:`SidecarSettings` (the simulator passes its own)."""
     cls = cls or SidecarSettings
-    file_values = _read_file(config_file) if config_file else {}
-    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    file_values = _current(cls, _read_file(config_file)) if config_file else {}
+    flags = _current(cls, {k: v for k, v in (flags or {}).items() if v is not None})
     env_keys = {k for k in cls.model_fields if env_name(k, cls) in os.environ}
+    env_keys |= {new for old, new in _renamed(cls).items() if env_name(old, cls) in os.environ}
     for warning in unknown_env(cls):
         log.warning("config: %s", warning)
     # File values sit below the environment: drop those the environment sets.
@@ -194,8 +206,10 @@ def add_settings_arguments(parser: argparse.ArgumentParser, cls: type[BaseSettin
             choices = list(get_args(ann))
         value = info.get_default(call_default_factory=True)
         default = "unset" if value is None else ("none" if value == [] else value)
+        former = [flag_name(old) for old, new in _renamed(cls).items() if new == key]
         parser.add_argument(
             flag_name(key),
+            *former,
             dest=key,
             default=None,
             choices=choices,

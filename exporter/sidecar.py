@@ -4,9 +4,11 @@ Kept separate from the HTTP edge (``exporter.app``) so tests and the demo can dr
 directly. Sources run as asyncio tasks; each reports changes to the exposition cache, and the
 SGLang and NVML sources also trigger a recomputation of the footprint view.
 
-The engine seam: one engine source reads the server, SGLang's or vLLM's, picked by the
-``engine`` setting or discovered (:class:`EngineDiscovery`; until it knows, SGLang's source
-runs, as before the seam). Once vLLM is found, SGLang's loop ends and vLLM's starts.
+The engine seam: one engine source reads the server, that of a row of the engine table
+(:data:`exporter.sources.engines.ENGINES`) named by the ``engine`` setting or discovered
+(:class:`EngineDiscovery`; until it knows, the first row's source runs, SGLang's, as before the
+seam). Once another engine is found, that loop ends and the found engine's starts. Nothing here
+names an engine: what differs between engines is the row's.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from exporter import __version__
 from exporter.config import SidecarSettings
 from exporter.dsml import KERNEL as DSML_KERNEL
 from exporter.dsml import accel as dsml_accel
-from exporter.dsml.dialect import resolve_dialect
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
 from exporter.samplers.canary import CanaryProber, LongProfile, long_interval
@@ -34,15 +35,16 @@ from exporter.samplers.grading import GradingPipeline, TapHandoff
 from exporter.samplers.prompts import load_prompts
 from exporter.samplers.redact import Redactor
 from exporter.samplers.store import SampleStore
-from exporter.sources import gpu_backends
+from exporter.sources import engines, gpu_backends
 from exporter.sources.base import Reporter, Source, health_families
+from exporter.sources.discovery import EngineDiscovery
+from exporter.sources.engine import Engine, EnginePoll, EngineSource
 from exporter.sources.footprint import FootprintView
 from exporter.sources.nvml import NvmlLibrary, NvmlSource
 from exporter.sources.probe_drift import ModelDrift
 from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.reconcile import MemoryReconciliation
-from exporter.sources.sglang import RankMemory, SglangSource
-from exporter.sources.vllm import EngineDiscovery, VllmSource
+from exporter.sources.sglang import RankMemory
 from exporter.supervisor import CrashHook, LoopFactory, TaskSupervisor
 
 if TYPE_CHECKING:
@@ -63,22 +65,25 @@ class Sidecar:
         self.settings = settings
         self.registry = CollectorRegistry(auto_describe=False)
         self.exposition = Exposition(self.registry)
-        poll: dict[str, Any] = {
-            "poll_interval": settings.sglang_poll_interval,
-            "timeout": settings.sglang_timeout,
+        poll = EnginePoll(
+            settings.sglang_poll_interval,
+            settings.sglang_timeout,
+            scrape_metrics=settings.sglang_metrics,
+            on_change=self._changed,
+        )
+        # every engine's source, built from its row; one of them runs
+        self.servers: dict[str, EngineSource] = {
+            e.name: e.source(settings.server_url, poll) for e in engines.ENGINES
         }
-        engine_poll = {
-            **poll,
-            "scrape_metrics": settings.sglang_metrics,
-            "on_change": self._changed,
-        }
-        self.sglang = SglangSource(settings.sglang_url, **engine_poll)
-        self.vllm = VllmSource(settings.sglang_url, **engine_poll)
         self.engine = EngineDiscovery(
-            settings.engine, settings.sglang_url, on_found=self._engine_found, **poll
+            settings.engine,
+            settings.server_url,
+            on_found=self._engine_found,
+            poll_interval=poll.poll_interval,
+            timeout=poll.timeout,
         )
         # each engine source's loop ends on its own event too: the one not chosen stops
-        self._engine_stop = {"sglang": asyncio.Event(), "vllm": asyncio.Event()}
+        self._engine_stop = {name: asyncio.Event() for name in self.servers}
         self.footprint = FootprintView(settings, env=env)
         if nvml is None:
             # nvml: the real library; any other backend is a plugin (the simulator's "fake"),
@@ -94,9 +99,7 @@ class Sidecar:
             on_change=self._changed,
             rank_base=self._rank_base,
         )
-        server: SglangSource | VllmSource = (
-            self.vllm if self.engine.engine == "vllm" else self.sglang
-        )
+        server = self.server
         self.sources: dict[str, Reporter] = {
             "nvml": self.nvml,
             server.health.name: server,
@@ -138,7 +141,7 @@ class Sidecar:
 
             self.tap = Tap(
                 TapConfig(
-                    upstream=settings.sglang_url,
+                    upstream=settings.server_url,
                     sample_rate=settings.tap_sample_rate,
                     sample_seed=settings.tap_sample_seed,
                     queue_size=settings.tap_queue,
@@ -153,14 +156,14 @@ class Sidecar:
         self.canary: CanaryProber | None = None
         if settings.canary:
             self.canary = CanaryProber(
-                settings.sglang_url,
+                settings.server_url,
                 self.pipeline,
                 interval=settings.canary_interval,
                 concurrency=settings.canary_concurrency,
                 timeout=settings.canary_timeout,
                 prompts=load_prompts(settings.canary_prompts_file),
                 model=self.served_model,
-                concurrency_now=self.sglang_running,
+                concurrency_now=self.server_running,
                 max_tokens=settings.canary_max_tokens,
                 on_change=self.exposition.bump,
                 long=_long_profile(settings),
@@ -172,37 +175,43 @@ class Sidecar:
         self._stop = asyncio.Event()
         self.supervisor = TaskSupervisor(self._stop)
 
+    @property
+    def engine_row(self) -> Engine:
+        """The engine's row: the configured or discovered one, until known the table's first
+        (SGLang's, whose source ran before the seam)."""
+        return self.engine.found or engines.ENGINES[0]
+
+    @property
+    def server(self) -> EngineSource:
+        """The source of the engine's server."""
+        return self.servers[self.engine_row.name]
+
     def dsml_dialect(self) -> tuple[str | None, str]:
-        """(the deployment's DSML dialect or None for auto, where it came from); under vLLM
-        engine-qualified (``v4@vllm``): vLLM serves no endpoint with its --tool-call-parser,
-        so it is configured or taken from config.json."""
-        if self.engine.engine == "vllm":
-            return resolve_dialect(self.settings.dsml_dialect, None, self._model_config, "vllm")
-        return resolve_dialect(
-            self.settings.dsml_dialect, self.sglang.tool_call_parser, self._model_config
-        )
+        """(the deployment's DSML dialect or None for auto, where it came from), as the
+        engine's row reads its parser (engine-qualified under vLLM: ``v4@vllm``)."""
+        return self.engine_row.dialect(self.settings.dsml_dialect, self.server, self._model_config)
 
     def served_model(self) -> str | None:
         """The name clients send as ``model`` (the canary too), from the engine's source."""
-        if self.engine.engine == "vllm":
-            return self.vllm.facts.served_model_name if self.vllm.facts else None
-        return self.sglang.facts.served_model_name if self.sglang.facts else None
+        return self.server.served_model()
 
-    def _engine_found(self, engine: str) -> None:
+    def _engine_found(self, engine: Engine) -> None:
         """Discovery's answer: its own health leaves the scrape (the fact stays in
-        dsv4_engine_info); under vLLM, SGLang's source leaves and vLLM's takes its place.
-        ``sources`` is replaced, never changed in place: a scrape renders in a worker thread
-        and may be iterating the old one."""
-        swap = engine == "vllm" and "vllm" not in self.sources
-        keep = {
-            n: s for n, s in self.sources.items() if n != "engine" and (n != "sglang" or not swap)
-        }
-        self.sources = {**keep, "vllm": self.vllm} if swap else keep
-        if not swap:
+        dsv4_engine_info); when the found engine is not the one whose source ran until now,
+        that source leaves and the found engine's takes its place. ``sources`` is replaced,
+        never changed in place: a scrape renders in a worker thread and may be iterating the
+        old one."""
+        new = self.servers[engine.name]
+        old = [s for s in self.servers.values() if s is not new and s.health.name in self.sources]
+        gone = {"engine", *(s.health.name for s in old)}
+        keep = {n: s for n, s in self.sources.items() if n not in gone}
+        self.sources = {**keep, engine.name: new}
+        if not old:
             return
-        self._engine_stop["sglang"].set()
-        self.pollers = [p for p in self.pollers if p is not self.sglang] + [self.vllm]
-        self.supervisor.spawn("vllm", self._loop_of(self.vllm), self._crash_hook(self.vllm))
+        for src in old:
+            self._engine_stop[src.health.name].set()
+        self.pollers = [p for p in self.pollers if p not in old] + [new]
+        self.supervisor.spawn(engine.name, self._loop_of(new), self._crash_hook(new))
         self._changed()
 
     def _rank_base(self, local_gpus: int) -> int:
@@ -215,26 +224,23 @@ class Sidecar:
         topo = self.footprint.topology
         return node * (topo.gpus_per_node if topo is not None else local_gpus)
 
-    def sglang_running(self) -> int | None:
+    def server_running(self) -> int | None:
         """Concurrency right now as the engine reports it (sglang:num_running_reqs, or
         vllm:num_requests_running)."""
-        if self.engine.engine == "vllm":
-            return self.vllm.running()
-        live = self.sglang.live
-        return int(live.running) if live is not None and live.running is not None else None
+        return self.server.running()
 
     def _changed(self) -> None:
-        if self.engine.engine == "vllm":
-            self.footprint.engine_not_modelled("vllm")
+        row = self.engine_row
+        if not row.footprint_modelled:
+            self.footprint.engine_not_modelled(row.name)
             self.exposition.bump()
             return
-        facts = self.sglang.facts if self.sglang.health.up else None
         self.footprint.refresh(
-            facts,
+            self.server.footprint_facts(),
             self.nvml.total_bytes_by_rank(),
             self.nvml.free_bytes_by_rank(),
             gpu_used=self.nvml.used_bytes_by_rank(),
-            memory=self.sglang.memory_by_rank(),
+            memory=self.server.memory_by_rank(),
             probe_index_k=self.probe.index_k_by_rank() if self.probe is not None else None,
             probe_pools=self.probe.measured_pools_by_rank() if self.probe is not None else None,
         )
@@ -263,7 +269,7 @@ class Sidecar:
         if self.tap is not None and port is not None:  # the tap exists only with a port
             host = self.settings.tap_host or self.settings.host
             await self.tap.start(host, port)
-            log.info("tap listening on %s:%s -> %s", host, self.tap.port, self.settings.sglang_url)
+            log.info("tap listening on %s:%s -> %s", host, self.tap.port, self.settings.server_url)
         for src in self.pollers:
             self.supervisor.spawn(src.health.name, self._loop_of(src), self._crash_hook(src))
 
@@ -365,7 +371,7 @@ class _ReconcileInputs:
         return self.sc.nvml.used_bytes_by_rank()
 
     def memory_by_rank(self) -> dict[int, RankMemory]:
-        return self.sc.sglang.memory_by_rank()
+        return self.sc.server.memory_by_rank()
 
     def measured_pools_by_rank(self) -> dict[int, int]:
         probe = self.sc.probe

@@ -165,10 +165,10 @@ class AlertConfig:
     sidecar_absent_for: str = knob("10m", "`for:` of DSV4SidecarAbsent (no `up` series).")
     source_stale_seconds: int = knob(
         300,
-        "DSV4NVMLDown / DSV4SGLangDown / DSV4VLLMDown also fire when the source's last "
+        "DSV4NVMLDown / DSV4EngineDown also fire when the source's last "
         "success is older than this (a wedged poller that still reports up).",
     )
-    source_down_for: str = knob("5m", "`for:` of DSV4NVMLDown, DSV4SGLangDown and DSV4VLLMDown.")
+    source_down_for: str = knob("5m", "`for:` of DSV4NVMLDown and DSV4EngineDown.")
     probe_stale_seconds: int = knob(
         300, "DSV4ProbeStale when a rank's probe has not reported for this long."
     )

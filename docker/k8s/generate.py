@@ -256,7 +256,7 @@ LWS_TEMPLATES = {
     "leader": "/spec/leaderWorkerTemplate/leaderTemplate",
 }
 LWS_SELECTORS = {"worker": JOIN_SELECTOR, "leader": LEADER_SELECTOR}
-SGLANG_URL_ENV = "DSV4_SIDECAR_SGLANG_URL"
+SERVER_URL_ENV = "DSV4_SIDECAR_SERVER_URL"
 # The label the join puts on every pod template it adds the sidecar to: what its NetworkPolicy
 # selects (the workload's own labels are unknown here).
 JOIN_POD_LABEL = {"dsv4-sidecar/joined": "true"}
@@ -322,8 +322,8 @@ def join_worker_container(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
     the container's whole environment)."""
     c = join_container(k8s_dir)
     url = f"http://$(LWS_LEADER_ADDRESS):{sglang_port(k8s_dir)}"
-    c["args"] = [*c["args"], "--sglang-url", url]
-    c["env"] = [e for e in c["env"] if e["name"] != SGLANG_URL_ENV] + [
+    c["args"] = [*c["args"], "--server-url", url]
+    c["env"] = [e for e in c["env"] if e["name"] != SERVER_URL_ENV] + [
         {
             "name": "DSV4_SIDECAR_NODE_RANK",
             "valueFrom": {
@@ -513,12 +513,12 @@ def render_join_replacements(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
     the port are computed from the patches this file generates, so they cannot drift."""
     port = sglang_port(k8s_dir)
     sc = f"containers.[name={SIDECAR}]"
-    (env,) = [e for e in join_container(k8s_dir)["env"] if e["name"] == SGLANG_URL_ENV]
+    (env,) = [e for e in join_container(k8s_dir)["env"] if e["name"] == SERVER_URL_ENV]
     targets = [
         _port_target(
             kind,
             JOIN_SELECTOR,
-            f"spec.template.spec.{sc}.env.[name={SGLANG_URL_ENV}].value",
+            f"spec.template.spec.{sc}.env.[name={SERVER_URL_ENV}].value",
             env["value"],
             port,
         )

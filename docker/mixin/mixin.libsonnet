@@ -408,29 +408,16 @@ local num(x) =
             },
           },
           {
-            "alert": "DSV4SGLangDown",
-            "expr": "dsv4_source_up{" + num($._config.selector) + ", source=\"sglang\"} == 0\nor\ntime() - dsv4_source_last_success_timestamp_seconds{" + num($._config.selector) + ", source=\"sglang\"} > " + num($._config.source_stale_seconds),
+            "alert": "DSV4EngineDown",
+            "expr": "(\n  dsv4_source_up{" + num($._config.selector) + "} == 0\n  or\n  time() - dsv4_source_last_success_timestamp_seconds{" + num($._config.selector) + "} > " + num($._config.source_stale_seconds) + "\n)\nand ignoring (engine, footprint)\nlabel_replace(\n  label_replace(dsv4_engine_info{" + num($._config.selector) + "}, \"source\", \"$1\", \"engine\", \"(.+)\"),\n  \"source\", \"engine\", \"engine\", \"unknown\"\n)",
             "for": num($._config.source_down_for),
             "labels": {
               "severity": "warning",
             },
             "annotations": {
-              "summary": "The sidecar's SGLang source is down.",
-              "description": "The SGLang source of {{ $labels.instance }} is down or has not succeeded for over " + num($._config.source_stale_seconds) + "s; its panels and alerts are blind. Read dsv4_source_errors_total{source=\"sglang\"} by reason; check the server's /health and the sidecar's upstream URL.",
-              "runbook_url": num($._config.runbook_base_url) + "/DSV4SGLangDown.md",
-            },
-          },
-          {
-            "alert": "DSV4VLLMDown",
-            "expr": "dsv4_source_up{" + num($._config.selector) + ", source=\"vllm\"} == 0\nor\ntime() - dsv4_source_last_success_timestamp_seconds{" + num($._config.selector) + ", source=\"vllm\"} > " + num($._config.source_stale_seconds),
-            "for": num($._config.source_down_for),
-            "labels": {
-              "severity": "warning",
-            },
-            "annotations": {
-              "summary": "The sidecar's vLLM source is down.",
-              "description": "The vLLM source of {{ $labels.instance }} is down or has not succeeded for over " + num($._config.source_stale_seconds) + "s; its panels and alerts are blind. Read dsv4_source_errors_total{source=\"vllm\"} by reason; check the server's /health and /version and the sidecar's upstream URL.",
-              "runbook_url": num($._config.runbook_base_url) + "/DSV4VLLMDown.md",
+              "summary": "The sidecar's engine source is down.",
+              "description": "The {{ $labels.source }} source of {{ $labels.instance }} (the serving engine's; engine while it is not yet known) is down or has not succeeded for over " + num($._config.source_stale_seconds) + "s; its panels and alerts are blind. Read dsv4_source_errors_total{source=\"{{ $labels.source }}\"} by reason; check the server's /health and the sidecar's server_url.",
+              "runbook_url": num($._config.runbook_base_url) + "/DSV4EngineDown.md",
             },
           },
           {

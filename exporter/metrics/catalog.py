@@ -22,6 +22,7 @@ from prometheus_client.core import (
 
 from exporter.dsml.catalog import SIGNALS
 from exporter.probe.snapshot import GAP_BUCKETS_S
+from exporter.sources import reasons as source_reasons
 
 Kind = Literal["gauge", "counter", "histogram", "info"]
 
@@ -138,14 +139,8 @@ SOURCE_UP = _m(
 SOURCE_ERRORS = _m(
     "dsv4_source_errors_total",
     "counter",
-    "Failed polls of the named source, by bounded reason (nvml: library_not_found, "
-    "driver_not_loaded, gpu_lost, uninitialized, version_mismatch, no_gpus, timeout, wedged, "
-    "not_found, unknown; sglang: unreachable, timeout, http_status, bad_json, bad_shape, "
-    "metrics_unavailable, too_large = a body over its cap, too_deep = JSON nested too deep; "
-    "probe: dir_missing, dir_unreadable, too_many_files = more snapshot files than ranks, "
-    "internal; "
-    "any source: internal_error = its loop raised, see dsv4_sidecar_task_restarts_total; "
-    "collect_error = its collect() raised at a scrape, which left it out and served the rest).",
+    # generated from the reasons each source declares (exporter/sources/reasons.py)
+    source_reasons.help_text("Failed polls of the named source, by bounded reason"),
     (*SOURCE_LABELS, "reason"),
     "sidecar",
 )

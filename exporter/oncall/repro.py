@@ -39,8 +39,8 @@ from exporter.oncall.repro_report import (
 )
 from exporter.oncall.samples import SampleWriter
 from exporter.sources import bounded
+from exporter.sources.discovery import EngineDiscovery
 from exporter.sources.poller import PollError
-from exporter.sources.vllm import EngineDiscovery
 
 
 async def discover_model(url: str, timeout: float = 5.0) -> str | None:

@@ -31,11 +31,13 @@ from exporter.samplers.decode import GradingRequest, ResponseOutput
 from exporter.samplers.grading import GradingPipeline
 from exporter.samplers.prompts import load_prompts
 from exporter.sources import bounded
+from exporter.sources import reasons as source_reasons
 from exporter.sources.base import SourceHealth
 
 log = logging.getLogger(__name__)
 
-RESULTS = ("success", "http_error", "timeout", "error", bounded.TOO_LARGE, bounded.TOO_DEEP)
+# "success", then what a probe fails with (declared in exporter/sources/reasons.py)
+RESULTS = ("success", *source_reasons.own("canary"))
 CANARY_USER = "dsv4-sidecar-canary"
 
 

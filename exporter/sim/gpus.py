@@ -126,7 +126,7 @@ class FakeBackend:
 
     def create(self, settings: SidecarSettings) -> SimulatedNvml:
         gpus = SimulatorGpus(
-            settings.sglang_url,
+            settings.server_url,
             settings.node_rank,
             timeout=min(0.5, settings.nvml_timeout / 2),
             max_age=min(0.5, settings.nvml_poll_interval / 2),

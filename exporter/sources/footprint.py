@@ -48,21 +48,15 @@ from exporter.footprint.facts import (
 from exporter.footprint.launch import LaunchError, launch_from_server_args, resolve
 from exporter.footprint.refusals import Refused
 from exporter.metrics import catalog as m
+from exporter.sources import reasons as source_reasons
 from exporter.sources.base import SourceHealth
 from exporter.sources.sglang import RankMemory, ServerFacts
 from exporter.topology import RankPlace, Topology, TopologyError, node_topology
 
 log = logging.getLogger(__name__)
 
-STATUS_REASONS = (
-    "ok",
-    "unknown_model",
-    "no_sglang",
-    "no_token_count",
-    "bad_config",
-    "unsupported_version",
-    "not_modelled",
-)
+# "ok", then the reasons it is down for (declared in exporter/sources/reasons.py)
+STATUS_REASONS = ("ok", *source_reasons.own("footprint"))
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,25 @@
 """NVML source: memory and identity of every GPU this pod's ranks run on.
 
-NVML calls can block for seconds (or forever, on a wedged driver), so each poll runs in a
-worker thread with a timeout; a wedged poll is abandoned and no new one starts until that
-thread returns, so threads cannot pile up. Lifecycle errors (library not found, driver not
-loaded, GPU lost, uninitialised, version mismatch, no GPUs) fail closed: the affected
-per-GPU series are dropped, the source is marked down, and NVML is re-initialised on a
-backoff schedule, recovering without a restart.
+NVML calls can block for seconds (or forever, on a wedged driver), so each poll runs on the
+worker thread of :class:`~exporter.sources.poller.ThreadPoller`, with its timeout and wedge
+guard. Lifecycle errors (library not found, driver not loaded, GPU lost, uninitialised,
+version mismatch, no GPUs) fail closed: the affected per-GPU series are dropped, the source is
+marked down, and NVML is re-initialised on the base's backoff schedule, recovering without a
+restart. Only ``NVMLError`` is NVML's failure; anything else is a sidecar bug, left to the
+supervisor.
+
+Each per-GPU number is a row of :data:`READINGS` (field, call, fallback, metric), so a new GPU
+metric is one row here plus its catalog entry (dcgm-exporter's counters CSV, in Python).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,24 +27,12 @@ import pynvml  # nvidia-ml-py: pure Python; libnvidia-ml is loaded only at nvmlI
 from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
-from exporter.sources.base import SourceHealth
-from exporter.sources.poller import poll_forever
+from exporter.sources import reasons as source_reasons
+from exporter.sources.poller import MAX_BACKOFF_S, PollError, ThreadPoller
 
 log = logging.getLogger(__name__)
 
-ERROR_REASONS = (
-    "library_not_found",
-    "driver_not_loaded",
-    "gpu_lost",
-    "uninitialized",
-    "version_mismatch",
-    "no_gpus",
-    "timeout",
-    "wedged",
-    "not_found",
-    "unknown",
-)
-MAX_BACKOFF_S = 60.0
+ERROR_REASONS = source_reasons.names("nvml")
 
 
 _REASON_BY_CODE = {
@@ -55,6 +46,13 @@ _REASON_BY_CODE = {
     pynvml.NVML_ERROR_TIMEOUT: "timeout",
 }
 _LIBRARY_WIDE = ("uninitialized", "driver_not_loaded", "version_mismatch", "library_not_found")
+# What NVML answers for a call this GPU or driver does not have: the row's fallback applies.
+UNSUPPORTED: tuple[type[Exception], ...] = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_FunctionNotFound,
+)
+# No v2 memory info: unsupported, or (TypeError) an nvidia-ml-py too old for ``version``.
+_V1_ONLY: tuple[type[Exception], ...] = (TypeError, *UNSUPPORTED)
 
 
 class NvmlLibrary(Protocol):
@@ -75,11 +73,58 @@ class NvmlLibrary(Protocol):
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]: ...
 
 
-def error_reason(exc: BaseException) -> str:
-    """Map an NVMLError to a bounded label value."""
-    if isinstance(exc, pynvml.NVMLError):
-        return _REASON_BY_CODE.get(exc.value, "unknown")
-    return "unknown"
+def error_reason(exc: pynvml.NVMLError) -> str:
+    """Map an NVMLError to a bounded label value (``unknown``: a code without its own)."""
+    return _REASON_BY_CODE.get(exc.value, "unknown")
+
+
+class GpuCalls:
+    """One GPU's handle and the NVML calls rows read from it, each made at most once a poll
+    (three rows read one memory-info struct)."""
+
+    def __init__(self, nvml: Any, handle: Any) -> None:
+        self.nvml = nvml  # the library; a row may call what NvmlLibrary does not list
+        self.handle = handle
+
+    @functools.cached_property
+    def _memory(self) -> tuple[Any, bool]:
+        v2 = pynvml.nvmlMemory_v2
+        try:
+            return self.nvml.nvmlDeviceGetMemoryInfo(self.handle, version=v2), True
+        except _V1_ONLY:
+            return self.nvml.nvmlDeviceGetMemoryInfo(self.handle), False  # v1: no reserved
+
+    def memory(self) -> Any:
+        """Memory info, v2 where the driver has it, else v1."""
+        return self._memory[0]
+
+    def memory_v2(self) -> Any:
+        """Memory info v2 (``reserved``); NotSupported on a driver with v1 only."""
+        mem, v2 = self._memory
+        if not v2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return mem
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One per-GPU number: ``field`` (its key in :attr:`GpuReading.values`), ``call`` (reads
+    it through :class:`GpuCalls`), ``fallback`` (the value where NVML answers the call is not
+    supported on this GPU or driver; None leaves the series out) and ``metric`` (the catalog
+    entry it is exported as, with the GPU labels)."""
+
+    field: str
+    call: Callable[[GpuCalls], float]
+    fallback: float | None
+    metric: m.MetricSpec
+
+
+READINGS: tuple[Reading, ...] = (
+    Reading("total", lambda g: g.memory().total, None, m.GPU_MEMORY_TOTAL),
+    Reading("used", lambda g: g.memory().used, None, m.GPU_MEMORY_USED),
+    Reading("free", lambda g: g.memory().free, None, m.GPU_MEMORY_FREE),
+    Reading("reserved", lambda g: g.memory_v2().reserved, None, m.GPU_MEMORY_RESERVED),
+)
 
 
 class NoGpus(RuntimeError):
@@ -93,11 +138,12 @@ class GpuReading:
     uuid: str
     name: str
     pci_bus_id: str
-    total: int
-    used: int
-    free: int
-    reserved: int | None
+    values: Mapping[str, float]  # field -> value, for the rows NVML answered
     processes: tuple[tuple[int, int], ...] = ()
+
+    def value(self, name: str) -> int | None:
+        v = self.values.get(name)
+        return None if v is None else int(v)
 
 
 @dataclass(frozen=True)
@@ -120,8 +166,8 @@ def visible_selectors(env: dict[str, str] | None = None) -> list[str] | None:
     return None
 
 
-class NvmlSource:
-    """Polls NVML in a worker thread; ``collect()`` renders the latest snapshot."""
+class NvmlSource(ThreadPoller):
+    """Polls NVML on its worker thread; ``collect()`` renders the latest snapshot."""
 
     def __init__(
         self,
@@ -133,24 +179,26 @@ class NvmlSource:
         env: dict[str, str] | None = None,
         on_change: Callable[[], None] | None = None,
         rank_base: Callable[[int], int] | None = None,
+        readings: tuple[Reading, ...] = READINGS,
     ) -> None:
+        super().__init__(
+            "nvml",
+            poll_interval=poll_interval,
+            timeout=timeout,
+            reasons=ERROR_REASONS,
+            on_change=on_change,
+            max_backoff=MAX_BACKOFF_S,
+        )
         self._nvml = nvml
         # Global rank of this node's first GPU, given how many GPUs it reads (multi-node:
         # node_rank * gpus_per_node, exporter.topology); 0 on a single node.
         self.rank_base = rank_base or (lambda _n: 0)
-        self.poll_interval = poll_interval
-        self.timeout = timeout
         self.rank_map = rank_map
         self.per_process = per_process
+        self.readings = readings
         self.selectors = visible_selectors(env)
-        self.health = SourceHealth("nvml")
-        self.health.errors = dict.fromkeys(ERROR_REASONS, 0)
         self.snapshot: NvmlSnapshot | None = None
-        self._on_change = on_change or (lambda: None)
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nvml")
-        self._inflight: concurrent.futures.Future | None = None
         self._initialized = False
-        self._failures_in_row = 0
 
     @property
     def nvml(self) -> NvmlLibrary:
@@ -159,70 +207,44 @@ class NvmlSource:
         return self._nvml
 
     # --- polling -------------------------------------------------------------------------------
-    async def run(self, stop: asyncio.Event) -> None:
+    async def poll(self) -> None:
         try:
-            await poll_forever(stop, self.poll_once, self.poll_interval)
-        finally:
-            self.close()
-
-    async def poll_once(self) -> float:
-        """One poll; returns the delay until the next (backoff after failures)."""
-        t0 = time.perf_counter()
-        if self._inflight is not None and not self._inflight.done():
-            self._fail("wedged", "a previous NVML call has not returned", t0)
-            return self._backoff()
-        fut = self._executor.submit(self._cycle)
-        self._inflight = fut
-        try:
-            snap = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=self.timeout)
-        except asyncio.TimeoutError:
-            # Abandon the wedged thread: a fresh executor takes the next poll once it returns.
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nvml")
-            self._initialized = False
-            self._fail("timeout", f"NVML poll exceeded {self.timeout}s", t0)
-            return self._backoff()
-        except NoGpus as exc:
-            self._reset_library()
-            self._fail("no_gpus", str(exc), t0)
-            return self._backoff()
-        except Exception as exc:  # NVMLError or anything unexpected from the library
-            reason = error_reason(exc)
-            self._reset_library()
-            self._fail(reason, f"{type(exc).__name__}: {exc}", t0)
-            return self._backoff()
-        duration = time.perf_counter() - t0
+            snap = await self.in_worker(self._cycle)
+        except PollError as exc:
+            if exc.reason not in ("timeout", "wedged"):  # NVML answered: re-initialise it
+                await self._reset_library()
+            raise
         self.snapshot = snap
         if snap.failed:
             for reason in snap.failed.values():
-                self.health.failure(reason, "GPU query failed; re-initialising NVML", duration)
-            self._failures_in_row += 1
+                self.degraded(reason, "GPU query failed; re-initialising NVML")
             self._initialized = False  # re-init next cycle: a lost GPU may come back
-        else:
-            self.health.success(duration)
-            self._failures_in_row = 0
-        self._on_change()
-        return self.poll_interval
 
-    def _backoff(self) -> float:
-        self._failures_in_row += 1
-        return min(self.poll_interval * 2 ** (self._failures_in_row - 1), MAX_BACKOFF_S)
-
-    def _fail(self, reason: str, detail: str, t0: float) -> None:
-        if self.health.up or self.health.cycles == 0:
-            log.warning("NVML source down: %s: %s", reason, detail)
+    def went_down(self) -> None:
         self.snapshot = None  # fail closed: no per-GPU series from a failed poll
-        self.health.failure(reason, detail, time.perf_counter() - t0)
-        self._on_change()
 
-    def _reset_library(self) -> None:
+    def abandoned(self) -> None:
+        self._initialized = False
+
+    async def _reset_library(self) -> None:
         if self._initialized:
-            # Shutdown of a broken library may fail too; re-init anyway.
-            with contextlib.suppress(Exception):
-                self._executor.submit(self.nvml.nvmlShutdown).result(timeout=self.timeout)
+            # Shutdown of a broken library may fail too (as NVMLError, or by hanging): re-init
+            # anyway, on the next cycle.
+            with contextlib.suppress(PollError, pynvml.NVMLError):
+                await self.in_worker(self.nvml.nvmlShutdown)
         self._initialized = False
 
     # --- worker-thread side --------------------------------------------------------------------
     def _cycle(self) -> NvmlSnapshot:
+        """One read of every GPU; NVML's failures as PollError with their reason."""
+        try:
+            return self._read_all()
+        except NoGpus as exc:
+            raise PollError("no_gpus", str(exc)) from None
+        except pynvml.NVMLError as exc:
+            raise PollError(error_reason(exc), f"{type(exc).__name__}: {exc}") from None
+
+    def _read_all(self) -> NvmlSnapshot:
         nv = self.nvml
         if not self._initialized:
             nv.nvmlInit()
@@ -261,36 +283,30 @@ class NvmlSource:
         else:
             h = nv.nvmlDeviceGetHandleByUUID(selector)
             index = position
-        try:
-            mem = nv.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
-            reserved = int(mem.reserved)
-        except (TypeError, pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NotSupported):
-            mem = nv.nvmlDeviceGetMemoryInfo(h)  # older driver: v1 only, no reserved field
-            reserved = None
+        calls = GpuCalls(nv, h)
+        values: dict[str, float] = {}
+        for row in self.readings:
+            try:
+                values[row.field] = float(row.call(calls))
+            except UNSUPPORTED:
+                if row.fallback is not None:
+                    values[row.field] = row.fallback
         procs: tuple[tuple[int, int], ...] = ()
         if self.per_process:
-            try:
+            with contextlib.suppress(pynvml.NVMLError_NotSupported):
                 procs = tuple(
                     (int(p.pid), int(p.usedGpuMemory or 0))
                     for p in nv.nvmlDeviceGetComputeRunningProcesses(h)
                 )
-            except pynvml.NVMLError_NotSupported:
-                procs = ()
         return GpuReading(
             rank=rank,
             index=index,
             uuid=str(nv.nvmlDeviceGetUUID(h)),
             name=str(nv.nvmlDeviceGetName(h)),
             pci_bus_id=str(nv.nvmlDeviceGetPciInfo(h).busId),
-            total=int(mem.total),
-            used=int(mem.used),
-            free=int(mem.free),
-            reserved=reserved,
+            values=values,
             processes=procs,
         )
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
     # --- exposition ----------------------------------------------------------------------------
     def collect(self) -> Iterable[Metric]:
@@ -299,12 +315,7 @@ class NvmlSource:
         if not snap or not snap.gpus:
             return
         info = m.GPU_INFO.family(labels=list(m.GPU_INFO.labels))
-        fams = {
-            "total": m.GPU_MEMORY_TOTAL.family(),
-            "used": m.GPU_MEMORY_USED.family(),
-            "free": m.GPU_MEMORY_FREE.family(),
-            "reserved": m.GPU_MEMORY_RESERVED.family(),
-        }
+        fams = {row.field: row.metric.family() for row in self.readings}
         procs = m.GPU_PROCESS_MEMORY.family() if self.per_process else None
         for g in snap.gpus:
             labels = [str(g.rank), str(g.index), g.uuid]
@@ -319,11 +330,8 @@ class NvmlSource:
                     "driver_version": snap.driver_version,
                 },
             )
-            fams["total"].add_metric(labels, float(g.total))
-            fams["used"].add_metric(labels, float(g.used))
-            fams["free"].add_metric(labels, float(g.free))
-            if g.reserved is not None:
-                fams["reserved"].add_metric(labels, float(g.reserved))
+            for name, value in g.values.items():
+                fams[name].add_metric(labels, value)
             if procs is not None:
                 for pid, used in g.processes:
                     procs.add_metric([*labels, str(pid)], float(used))
@@ -332,14 +340,17 @@ class NvmlSource:
         if procs is not None:
             yield procs
 
-    def free_bytes_by_rank(self) -> dict[int, int]:
+    def _by_rank(self, name: str) -> dict[int, int]:
         snap = self.snapshot
-        return {g.rank: g.free for g in snap.gpus} if snap else {}
+        if not snap:
+            return {}
+        return {g.rank: v for g in snap.gpus if (v := g.value(name)) is not None}
+
+    def free_bytes_by_rank(self) -> dict[int, int]:
+        return self._by_rank("free")
 
     def used_bytes_by_rank(self) -> dict[int, int]:
-        snap = self.snapshot
-        return {g.rank: g.used for g in snap.gpus} if snap else {}
+        return self._by_rank("used")
 
     def total_bytes_by_rank(self) -> dict[int, int]:
-        snap = self.snapshot
-        return {g.rank: g.total for g in snap.gpus} if snap else {}
+        return self._by_rank("total")

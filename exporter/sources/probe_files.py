@@ -16,12 +16,12 @@ A down rank exports ``dsv4_probe_up{rank} 0``, its last report timestamp (for
 dropped, like a lost GPU's series: they are no longer being measured, and a restarted writer
 starts from zero anyway (Prometheus treats that as a counter reset). A rank silent for
 ``forget_after_s`` disappears entirely. The source itself is down only when the directory
-cannot be listed.
+cannot be listed, or its read does not return within ``timeout_s`` (a hung mount: the
+:class:`~exporter.sources.poller.ThreadPoller`'s worker thread, timeout and wedge guard).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import time
@@ -41,8 +41,8 @@ from exporter.probe.snapshot import (
     rank_from_filename,
     read_snapshot,
 )
-from exporter.sources.base import SourceHealth
-from exporter.sources.poller import poll_forever
+from exporter.sources import reasons as source_reasons
+from exporter.sources.poller import PollError, ThreadPoller
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class ProbeFileSource:
+class ProbeFileSource(ThreadPoller):
     """``ProbeFileSource(directory, stale_after_s=5.0, interval_s=1.0, forget_after_s=3600.0)``.
 
     ``run(stop)`` polls every ``interval_s``; ``collect()`` renders the latest poll.
@@ -86,63 +86,61 @@ class ProbeFileSource:
         interval_s: float = 1.0,
         forget_after_s: float = 3600.0,
         *,
+        timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         pid_alive: Callable[[int], bool] = _pid_alive,
         on_change: Callable[[], None] | None = None,
     ) -> None:
+        super().__init__(
+            "probe",
+            poll_interval=interval_s,
+            timeout=timeout_s,
+            reasons=source_reasons.names("probe"),
+            on_change=on_change,  # the probe's index-K dtype settles a fact
+        )
         self.directory = Path(directory)
         self.stale_after_s = stale_after_s
         self.interval_s = interval_s
         self.forget_after_s = forget_after_s
-        self.health = SourceHealth(name="probe")
         self._clock = clock
         self._pid_alive = pid_alive
         self._own_ns = pid_namespace()
         self._hostname = socket.gethostname()
         self._last_good: dict[str, Snapshot] = {}
         self._ranks: tuple[RankView, ...] = ()
-        self._on_change = on_change or (lambda: None)
 
     @property
     def ranks(self) -> tuple[RankView, ...]:
         return self._ranks
 
-    async def run(self, stop: asyncio.Event) -> None:
-        await poll_forever(stop, self._cycle, self.interval_s)
+    async def poll(self) -> None:
+        """A directory read is file I/O (a slow or hung mount): always on the worker thread."""
+        self._ranks = await self.in_worker(self.scan)
 
-    async def _cycle(self) -> None:
-        """A directory read is file I/O (a slow or hung mount): always in a worker thread."""
-        await asyncio.to_thread(self.poll_once)
-        self._on_change()
+    def went_down(self) -> None:
+        self._ranks = ()
 
-    def poll_once(self) -> None:
-        """List and read the directory, then swap in the new view. Never raises."""
-        started = time.monotonic()
+    def scan(self) -> tuple[RankView, ...]:
+        """List and read the directory (worker-thread side); PollError when it cannot be
+        listed."""
         try:
             names = sorted(os.listdir(self.directory))
         except FileNotFoundError:
-            self.health.failure("dir_missing", str(self.directory), time.monotonic() - started)
-            self._ranks = ()
-            return
+            raise PollError("dir_missing", str(self.directory)) from None
         except OSError as exc:
-            self.health.failure("dir_unreadable", f"{self.directory}: {exc}")
-            self._ranks = ()
-            return
-        try:
-            now = self._clock()
-            ranked = [name for name in names if rank_from_filename(name)]
-            if len(ranked) > MAX_RANK_FILES:  # each file is a rank's series: bounded
-                self.health.count_error(
-                    "too_many_files", f"{len(ranked)} snapshot files, read {MAX_RANK_FILES}"
-                )
-                ranked = ranked[:MAX_RANK_FILES]
-            views = [self._view(name, now) for name in ranked]
-            self._ranks = tuple(v for v in views if v is not None)
-            present = {v.rank for v in self._ranks}
-            self._last_good = {r: s for r, s in self._last_good.items() if r in present}
-            self.health.success(time.monotonic() - started)
-        except Exception as exc:  # a bug here must not kill the poller
-            self.health.failure("internal", repr(exc), time.monotonic() - started)
+            raise PollError("dir_unreadable", f"{self.directory}: {exc}") from None
+        now = self._clock()
+        ranked = [name for name in names if rank_from_filename(name)]
+        if len(ranked) > MAX_RANK_FILES:  # each file is a rank's series: bounded
+            self.health.count_error(
+                "too_many_files", f"{len(ranked)} snapshot files, read {MAX_RANK_FILES}"
+            )
+            ranked = ranked[:MAX_RANK_FILES]
+        views = [self._view(name, now) for name in ranked]
+        ranks = tuple(v for v in views if v is not None)
+        present = {v.rank for v in ranks}
+        self._last_good = {r: s for r, s in self._last_good.items() if r in present}
+        return ranks
 
     def _view(self, name: str, now: float) -> RankView | None:
         rank = rank_from_filename(name)

@@ -167,7 +167,7 @@ def test_sim_stack_wiring():
     assert flags["--index-k-dtype"] == "bf16"
     assert flags["--hicache"] == "on" and flags["--configurator"] == "legacy"
     env = _env(sidecar)
-    assert env["DSV4_SIDECAR_SGLANG_URL"] == f"http://sglang-sim:{SGLANG_PORT}"
+    assert env["DSV4_SIDECAR_SERVER_URL"] == f"http://sglang-sim:{SGLANG_PORT}"
     assert env["DSV4_SIDECAR_GPU_BACKEND"] == "fake"
     assert env["DSV4_SIDECAR_TAP_PORT"] == str(TAP_PORT)
     # The switch a real pod shares with SGLang agrees with the simulated deployment.
@@ -188,7 +188,7 @@ def test_real_stack_wiring():
     sidecar = services["sidecar"]
     env = _env(sidecar)
     assert env["DSV4_SIDECAR_GPU_BACKEND"] == "nvml"
-    assert env["DSV4_SIDECAR_SGLANG_URL"].startswith("${SGLANG_URL:-http")
+    assert env["DSV4_SIDECAR_SERVER_URL"].startswith("${SGLANG_URL:-http")
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     assert env["DSV4_SIDECAR_PROBE_DIR"] == PROBE_DIR
     (gpus,) = sidecar["deploy"]["resources"]["reservations"]["devices"]

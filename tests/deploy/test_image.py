@@ -87,7 +87,7 @@ def container(image, simulator):
     args = ["run", "--detach", "--name", name, "--network", "host", *mod.limits()]
     args += ["--read-only", "--user", f"{SIDECAR_UID}:{SIDECAR_UID}", "--cap-drop", "ALL"]
     args += ["--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,size=16m,mode=1777"]
-    args += ["--env-file", str(env_file), "--env", f"DSV4_SIDECAR_SGLANG_URL={simulator}"]
+    args += ["--env-file", str(env_file), "--env", f"DSV4_SIDECAR_SERVER_URL={simulator}"]
     args += ["--env", "DSV4_SIDECAR_GPU_BACKEND=fake", "--env", "DSV4_SIDECAR_CANARY=false"]
     # The port as an argument, not DSV4_SIDECAR_PORT: the HEALTHCHECK must follow it.
     args += [str(result["image"]), "serve", "--host", "127.0.0.1", "--port", str(port)]

@@ -353,7 +353,7 @@ def test_shared_env_configmap_matches_compose(pod):
 def test_sidecar_wiring(pod):
     sglang, sidecar = container(pod, "sglang"), container(pod, "dsv4-sidecar")
     e = env(sidecar)
-    assert e["DSV4_SIDECAR_SGLANG_URL"] == f"http://127.0.0.1:{SGLANG_PORT}"
+    assert e["DSV4_SIDECAR_SERVER_URL"] == f"http://127.0.0.1:{SGLANG_PORT}"
     assert e["DSV4_SIDECAR_GPU_BACKEND"] == "nvml"
     assert e["DSV4_SIDECAR_TAP_PORT"] == str(TAP_PORT)
     assert e["NVIDIA_VISIBLE_DEVICES"] == "all" and e["NVIDIA_DRIVER_CAPABILITIES"] == "utility"

@@ -57,7 +57,7 @@ def test_egress_is_dns_only():
     }
     assert peer["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
     env = {e["name"]: e.get("value") for e in _sidecar()["env"]}
-    assert env["DSV4_SIDECAR_SGLANG_URL"].startswith("http://127.0.0.1:")
+    assert env["DSV4_SIDECAR_SERVER_URL"].startswith("http://127.0.0.1:")
 
 
 def test_network_policy_covers_every_port_of_the_pod():

@@ -247,7 +247,7 @@ def test_lws_sidecars_take_their_node_rank_and_the_leaders_address(rendered):
         env = {e["name"]: e for e in sc["env"]}
         assert "worker-index" in env["DSV4_SIDECAR_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
         assert f"http://$(LWS_LEADER_ADDRESS):{SGLANG_PORT}" in sc["args"], role
-        assert "DSV4_SIDECAR_SGLANG_URL" not in env
+        assert "DSV4_SIDECAR_SERVER_URL" not in env
 
 
 def test_unlabelled_workloads_are_left_alone(tmp_path):
@@ -331,7 +331,7 @@ def _sglang_ports(docs: list[dict[str, Any]]) -> dict[str, str]:
     for obj in (d for d in docs if d["kind"] in KINDS):
         for role, tpl in _templates(obj).items():
             (sc,) = [c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR]
-            urls = [e["value"] for e in sc["env"] if e["name"] == "DSV4_SIDECAR_SGLANG_URL"]
+            urls = [e["value"] for e in sc["env"] if e["name"] == "DSV4_SIDECAR_SERVER_URL"]
             urls += [a for a in sc.get("args", []) if a.startswith("http://")]
             (url,) = urls
             out[f"{obj['kind']} {role}"] = url.rsplit(":", 1)[1]

@@ -60,7 +60,7 @@ def start_sidecar(sglang_url: str, **extra_env: str) -> Sidecar:
             "DSV4_SIDECAR_HOST": "127.0.0.1",
             "DSV4_SIDECAR_PORT": str(port),
             "DSV4_SIDECAR_TAP_PORT": str(tap),
-            "DSV4_SIDECAR_SGLANG_URL": sglang_url,
+            "DSV4_SIDECAR_SERVER_URL": sglang_url,
             "DSV4_SIDECAR_GPU_BACKEND": "fake",
             "DSV4_SIDECAR_MODEL_PRESET": "deepseek-v4-flash",
             "DSV4_SIDECAR_SGLANG_POLL_INTERVAL": "0.5",

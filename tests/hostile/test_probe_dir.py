@@ -4,6 +4,7 @@ give a bounded, specific answer; the poller never blocks and /metrics always ren
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -16,7 +17,7 @@ from tests.probe.test_probe_files import NOW, Clock, render, samples, value
 
 def _poll(source: ProbeFileSource) -> None:
     """poll_once on a thread that must finish: a blocked open() would hang it."""
-    t = threading.Thread(target=source.poll_once, daemon=True)
+    t = threading.Thread(target=lambda: asyncio.run(source.poll_once()), daemon=True)
     t.start()
     t.join(10)
     assert not t.is_alive(), "poll_once blocked"

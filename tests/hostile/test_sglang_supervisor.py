@@ -76,7 +76,7 @@ def test_sidecar_source_crash_is_internal_error_and_restarted(monkeypatch):
         )
         sc = Sidecar(settings)
         calls = 0
-        real = sc.sglang.poll_once
+        real = sc.servers["sglang"].poll_once
 
         async def buggy() -> None:
             nonlocal calls
@@ -85,14 +85,14 @@ def test_sidecar_source_crash_is_internal_error_and_restarted(monkeypatch):
                 raise KeyError("bug")
             await real()
 
-        monkeypatch.setattr(sc.sglang, "poll_once", buggy)
+        monkeypatch.setattr(sc.servers["sglang"], "poll_once", buggy)
         sc.supervisor.min_backoff = 0.01
 
         async def go() -> str:
             await sc.start()
             for _ in range(300):
                 await asyncio.sleep(0.02)
-                if sc.sglang.health.up:
+                if sc.servers["sglang"].health.up:
                     break
             text = generate_latest(sc.registry).decode()
             await sc.stop()

@@ -30,7 +30,8 @@ BUDGET_BY_AREA: dict[str, int] = {
     "dsml": 540,
     "footprint": 300,
     "tap": 60,
-    "sidecar": 50,
+    # issue 36: each source's declared error reasons zero-initialised (probe 6, internal_error)
+    "sidecar": 65,
     "gpu": 50,
     "canary": 25,
     "sglang": 100,

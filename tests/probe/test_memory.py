@@ -7,6 +7,7 @@ The released pools themselves are measured in test_release_probe.py.
 
 from __future__ import annotations
 
+import asyncio
 import types
 
 import pytest
@@ -140,7 +141,7 @@ def test_source_exports_measured_memory(tmp_path):
     write_snapshot(tmp_path, "0", c, written_at=NOW - 1)
     write_snapshot(tmp_path, "1", ProbeCounters(), written_at=NOW - 1)  # nothing measured yet
     source = ProbeFileSource(tmp_path, clock=Clock())
-    source.poll_once()
+    asyncio.run(source.poll_once())
     found = samples(source)
     assert value(found, "dsv4_probe_pool_bytes", rank="0", pool="swa_kv") == 700
     assert value(found, "dsv4_probe_pool_bytes", rank="0", pool="c4_index_k") == 500
@@ -159,7 +160,7 @@ def test_down_rank_drops_its_measurement(tmp_path):
     c.memory = _memory({"swa_kv": 700})
     write_snapshot(tmp_path, "0", c, written_at=NOW - 60)  # stale
     source = ProbeFileSource(tmp_path, clock=Clock())
-    source.poll_once()
+    asyncio.run(source.poll_once())
     assert value(samples(source), "dsv4_probe_pool_bytes", rank="0", pool="swa_kv") is None
     assert source.measured_pools() == {}
 
@@ -202,7 +203,7 @@ def test_no_drift_exported_while_the_model_has_no_numbers(tmp_path):
     c.memory = _memory({"swa_kv": 700})
     write_snapshot(tmp_path, "0", c, written_at=NOW - 1)
     source = ProbeFileSource(tmp_path, clock=Clock())
-    source.poll_once()
+    asyncio.run(source.poll_once())
     view = FootprintView(load_settings({"gpu_backend": "fake", "canary": False}), env={})
     assert view.status == "no_sglang"
     (family,) = ModelDrift(view, source).collect()

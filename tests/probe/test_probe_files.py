@@ -62,7 +62,7 @@ def render(source: ProbeFileSource) -> str:
 def test_up_rank_exports_its_counters(tmp_path):
     write_snapshot(tmp_path, "0", counters(), written_at=NOW - 1)
     source = ProbeFileSource(tmp_path, clock=Clock())
-    source.poll_once()
+    asyncio.run(source.poll_once())
     found = samples(source)
     assert source.health.up
     assert value(found, "dsv4_probe_up", rank="0") == 1
@@ -90,7 +90,7 @@ def test_up_rank_exports_its_counters(tmp_path):
 def test_verification_series_only_when_on(tmp_path):
     write_snapshot(tmp_path, "0", counters(verify=True), written_at=NOW)
     source = ProbeFileSource(tmp_path, clock=Clock())
-    source.poll_once()
+    asyncio.run(source.poll_once())
     found = samples(source)
     assert value(found, "dsv4_hicache_index_k_checksum_checks_total", rank="0") == 2
     assert value(found, "dsv4_hicache_index_k_checksum_mismatches_total", rank="0") == 1
@@ -101,11 +101,11 @@ def test_stale_writer_goes_down_and_drops_counters(tmp_path):
     write_snapshot(tmp_path, "1", counters(), written_at=NOW)
     clock = Clock()
     source = ProbeFileSource(tmp_path, stale_after_s=5.0, clock=clock)
-    source.poll_once()
+    asyncio.run(source.poll_once())
     assert value(samples(source), "dsv4_probe_up", rank="0") == 1
     clock.now = NOW + 6
     write_snapshot(tmp_path, "1", counters(), written_at=clock.now - 0.5)  # still writing
-    source.poll_once()
+    asyncio.run(source.poll_once())
     found = samples(source)
     assert value(found, "dsv4_probe_up", rank="0") == 0
     assert value(found, "dsv4_probe_down_reason", rank="0", reason="stale") == 1
@@ -126,7 +126,7 @@ def test_closed_and_dead_writers(tmp_path):
         return pid == os.getpid()
 
     source = ProbeFileSource(tmp_path, clock=Clock(), pid_alive=pid_alive)
-    source.poll_once()
+    asyncio.run(source.poll_once())
     found = samples(source)
     assert value(found, "dsv4_probe_down_reason", rank="0", reason="writer_exited") == 1
     assert value(found, "dsv4_probe_down_reason", rank="1", reason="writer_dead") == 1
@@ -137,7 +137,7 @@ def test_pid_not_checked_across_namespaces(tmp_path):
     path = write_snapshot(tmp_path, "0", counters(), written_at=NOW, pid=4_000_000)
     path.write_text(path.read_text().replace('"pid_namespace":', '"pid_namespace":"pid:[1]","x":'))
     source = ProbeFileSource(tmp_path, clock=Clock(), pid_alive=lambda pid: False)
-    source.poll_once()
+    asyncio.run(source.poll_once())
     assert value(samples(source), "dsv4_probe_up", rank="0") == 1
 
 
@@ -145,11 +145,11 @@ def test_garbage_marks_that_rank_down_only(tmp_path):
     write_snapshot(tmp_path, "0", counters(), written_at=NOW)
     write_snapshot(tmp_path, "1", counters(), written_at=NOW - 2)
     source = ProbeFileSource(tmp_path, clock=Clock())
-    source.poll_once()
+    asyncio.run(source.poll_once())
     (tmp_path / "rank-1.json").write_text("{not json")
     (tmp_path / "rank-2.json").write_text('{"format": "dsv4-probe-snapshot", "version": 9}')
     (tmp_path / ".rank-3.json.1.tmp").write_text("partial")
-    source.poll_once()
+    asyncio.run(source.poll_once())
     found = samples(source)
     assert source.health.up
     assert value(found, "dsv4_probe_up", rank="0") == 1
@@ -165,13 +165,14 @@ def test_missing_directory_and_forgetting(tmp_path):
     directory = tmp_path / "probe"
     clock = Clock()
     source = ProbeFileSource(directory, forget_after_s=100.0, clock=clock)
-    source.poll_once()
-    assert not source.health.up and source.health.errors == {"dir_missing": 1}
+    asyncio.run(source.poll_once())
+    assert not source.health.up and source.health.errors["dir_missing"] == 1
+    assert sum(source.health.errors.values()) == 1  # the others zero-initialised
     write_snapshot(directory, "0", counters(), written_at=NOW)
-    source.poll_once()
+    asyncio.run(source.poll_once())
     assert source.health.up and [v.rank for v in source.ranks] == ["0"]
     clock.now = NOW + 101
-    source.poll_once()
+    asyncio.run(source.poll_once())
     assert source.ranks == () and value(samples(source), "dsv4_probe_up", rank="0") is None
 
 
@@ -205,7 +206,7 @@ def test_probe_to_metrics_end_to_end(standins, tmp_path):
         Rig(cc, pool_cls, SimOps()).load_and_forward()
         assert Reporter(probe).tick() is not None
     source = ProbeFileSource(tmp_path)
-    source.poll_once()
+    asyncio.run(source.poll_once())
     found = samples(source)
     reads = "dsv4_hicache_index_k_reads_total"
     assert value(found, reads, rank="0", gated="false") == 0

@@ -39,8 +39,8 @@ def test_a_raising_collect_leaves_that_source_out_and_serves_the_rest(sim: Serve
     sc = Sidecar(SidecarSettings(sglang_url=sim.url, gpu_backend="fake", canary=False))
 
     async def poll() -> None:
-        await sc.sglang.poll_once()
-        await sc.sglang.close()
+        await sc.servers["sglang"].poll_once()
+        await sc.servers["sglang"].close()
 
     asyncio.run(poll())
     before = _scrape(sc)
@@ -51,7 +51,7 @@ def test_a_raising_collect_leaves_that_source_out_and_serves_the_rest(sim: Serve
         yield from ()
         raise RuntimeError("a bug in one source")
 
-    sc.sglang.collect = broken  # type: ignore[method-assign]
+    sc.servers["sglang"].collect = broken  # type: ignore[method-assign]
     after = _scrape(sc)
     assert after[("dsv4_source_up", (("source", "sglang"),))] == 0.0
     key = ("dsv4_source_errors_total", (("reason", "collect_error"), ("source", "sglang")))

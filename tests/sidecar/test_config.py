@@ -21,6 +21,32 @@ def test_precedence_flag_over_env_over_file(tmp_path, monkeypatch):
     assert s.nvml_poll_interval == 7  # file over default
 
 
+def test_server_url_and_its_former_name_sglang_url(tmp_path, monkeypatch, caplog):
+    """One server URL setting for every engine; sglang_url, its former name, still works as a
+    file key, a flag, a constructor keyword and an environment variable, below the new one."""
+    f = tmp_path / "c.yaml"
+    f.write_text("sglang_url: http://file:1\n")
+    assert load_settings(None, f).server_url == "http://file:1"
+    assert load_settings({"sglang_url": "http://flag:1"}, f).server_url == "http://flag:1"
+    assert SidecarSettings(sglang_url="http://kw:1").server_url == "http://kw:1"
+    monkeypatch.setenv("DSV4_SIDECAR_SGLANG_URL", "http://old-env:2")
+    with caplog.at_level("WARNING"):
+        s = load_settings(None, f)
+    assert s.server_url == "http://old-env:2" == s.sglang_url  # env over file
+    assert "unknown environment variable" not in caplog.text
+    monkeypatch.setenv("DSV4_SIDECAR_SERVER_URL", "http://new-env:3")
+    assert load_settings(None, f).server_url == "http://new-env:3"  # the current name wins
+    assert load_settings({"server_url": "http://flag:4"}).server_url == "http://flag:4"
+    # the flag's former spelling parses to the same setting
+    import argparse
+
+    from exporter.config_loader import add_settings_arguments
+
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser, SidecarSettings)
+    assert parser.parse_args(["--sglang-url", "http://x:1"]).server_url == "http://x:1"
+
+
 def test_bad_env_value_names_key_origin_and_fix(monkeypatch):
     monkeypatch.setenv("DSV4_SIDECAR_NVML_TIMEOUT", "soon")
     with pytest.raises(ConfigError) as e:
@@ -32,7 +58,7 @@ def test_bad_env_value_names_key_origin_and_fix(monkeypatch):
 def test_unknown_file_key_lists_known_keys(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("sglang_uri: http://x\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'sglang_uri'.*sglang_url"):
+    with pytest.raises(ConfigError, match=r"unknown key 'sglang_uri'.*server_url"):
         load_settings(None, f)
 
 
@@ -50,7 +76,7 @@ def test_missing_file(tmp_path):
 
 
 def test_url_and_rank_map_validation():
-    with pytest.raises(ConfigError, match=r"sglang_url.*http://"):
+    with pytest.raises(ConfigError, match=r"server_url.*http://"):
         load_settings({"sglang_url": "localhost:30000"})
     assert load_settings({"rank_map": "3,2"}).rank_map == [3, 2]
 

@@ -38,8 +38,8 @@ def _sidecar(url: str, **kw: object) -> Sidecar:
     sc = Sidecar(settings)
 
     async def poll() -> None:
-        await sc.sglang.poll_once()
-        await sc.sglang.close()
+        await sc.servers["sglang"].poll_once()
+        await sc.servers["sglang"].close()
 
     asyncio.run(poll())
     return sc
@@ -54,7 +54,7 @@ def test_tool_call_parser_of_tolerates_odd_shapes() -> None:
 
 def test_dialect_from_server_info(sim) -> None:
     sc = _sidecar(sim.url)
-    assert sc.sglang.health.up and sc.sglang.tool_call_parser == "deepseekv4"
+    assert sc.servers["sglang"].health.up and sc.servers["sglang"].tool_call_parser == "deepseekv4"
     assert sc.dsml_dialect() == ("v4", "server_info")
     ok = sc.pipeline.grade_now(_text(V4_CALL))
     assert ok.verdict == "well_formed"
@@ -77,7 +77,7 @@ def test_dialect_from_model_config_when_sglang_is_down(tmp_path: Path) -> None:
         json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41"})
     )
     sc = _sidecar("http://127.0.0.1:9", model_config_path=cfg, sglang_timeout=0.3)
-    assert not sc.sglang.health.up
+    assert not sc.servers["sglang"].health.up
     assert sc.dsml_dialect() == ("v4.1", "model_config")
 
 
@@ -101,8 +101,8 @@ def test_dialect_info_moves_with_what_the_sidecar_learns(sim) -> None:
     assert _dialect_series(sc) == [("auto", "unknown")]  # before SGLang answered
 
     async def poll() -> None:
-        await sc.sglang.poll_once()
-        await sc.sglang.close()
+        await sc.servers["sglang"].poll_once()
+        await sc.servers["sglang"].close()
 
     asyncio.run(poll())
     assert _dialect_series(sc) == [("v4", "server_info")]

@@ -19,12 +19,12 @@ from exporter.oncall.triage.report import write_report
 from exporter.sidecar import Sidecar
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
+from exporter.sources.discovery import EngineDiscovery, engine_of
+from exporter.sources.engine import footprint_fact
+from exporter.sources.engines import ENGINES, by_name
 from exporter.sources.sglang.server_info import ShapeError
 from exporter.sources.vllm import (
-    EngineDiscovery,
     VllmSource,
-    engine_of,
-    footprint_fact,
     has_vllm_families,
     parse_models,
     parse_version,
@@ -101,15 +101,24 @@ def test_version_and_models_shapes() -> None:
         parse_models({"data": "nope"})
 
 
+def _decide(server_info: object, version: object, metrics_text: object) -> str | None:
+    """The engine table's decision on these answers (None: a probe not answered usably)."""
+    answers = {"/server_info": server_info, "/version": version, "/metrics": metrics_text}
+    found = engine_of(answers)
+    return found.name if found is not None else None
+
+
 def test_engine_decision() -> None:
-    assert engine_of({"model_path": "m", "tp_size": 8}, None, None) == "sglang"
-    assert engine_of(None, {"version": "0.24.0"}, TWO_ENGINES) == "vllm"
+    assert _decide({"model_path": "m", "tp_size": 8}, None, None) == "sglang"
+    assert _decide(None, {"version": "0.24.0"}, TWO_ENGINES) == "vllm"
     # vLLM's dev-mode /server_info answers vllm_config, never model_path
-    assert engine_of({"vllm_config": "..."}, {"version": "0.24.0"}, TWO_ENGINES) == "vllm"
-    assert engine_of(None, {"version": "0.24.0"}, "sglang_x 1\n") is None  # no vllm: families
-    assert engine_of(None, {"version": "0.24.0"}, "garbage{ not exposition") is None
-    assert engine_of(None, None, TWO_ENGINES) is None
-    assert (footprint_fact("sglang"), footprint_fact("vllm")) == ("modelled", "not modelled: vllm")
+    assert _decide({"vllm_config": "..."}, {"version": "0.24.0"}, TWO_ENGINES) == "vllm"
+    assert _decide(None, {"version": "0.24.0"}, "sglang_x 1\n") is None  # no vllm: families
+    assert _decide(None, {"version": "0.24.0"}, "garbage{ not exposition") is None
+    assert _decide(None, None, TWO_ENGINES) is None
+    facts = tuple(footprint_fact(by_name(n)) for n in ("sglang", "vllm"))
+    assert facts == ("modelled", "not modelled: vllm")
+    assert footprint_fact(None) == "unknown" and [e.name for e in ENGINES] == ["sglang", "vllm"]
     with pytest.raises(ValueError, match="engine must be one of"):
         EngineDiscovery("tgi", "http://127.0.0.1:9")
 
@@ -167,7 +176,7 @@ def test_vllm_source_down_on_sglang_counts_the_reason(sim_sglang: ServerThread) 
 
 def _discover(url: str) -> EngineDiscovery:
     found: list[str] = []
-    seam = EngineDiscovery("auto", url, poll_interval=0.05, on_found=found.append)
+    seam = EngineDiscovery("auto", url, poll_interval=0.05, on_found=lambda e: found.append(e.name))
 
     async def go() -> None:
         await asyncio.wait_for(seam.run(asyncio.Event()), timeout=10)
@@ -229,9 +238,9 @@ def test_configured_vllm_needs_no_discovery(sim_vllm: ServerThread) -> None:
     )
     assert "sglang" not in sc.sources and "engine" not in sc.sources
     assert sc.dsml_dialect() == ("v4@vllm", "model_config")
-    _polled(sc.vllm)
-    assert sc.served_model() == sc.vllm.facts.served_model_name  # type: ignore[union-attr]
-    assert sc.sglang_running() == 5
+    _polled(sc.servers["vllm"])
+    assert sc.served_model() == sc.servers["vllm"].facts.served_model_name  # type: ignore[union-attr]
+    assert sc.server_running() == 5
     assert sc.footprint.status == "not_modelled"
     assert sc.footprint.detail == "not modelled: vllm"
 

@@ -6,7 +6,6 @@
 - :mod:`.source`: :class:`SglangSource`, the poller on the shared HTTP base.
 """
 
-from exporter.sources.poller import HTTP_REASONS
 from exporter.sources.sglang.memory import MEMORY_FIELDS, RankMemory
 from exporter.sources.sglang.metrics_text import (
     LiveMetrics,
@@ -20,10 +19,7 @@ from exporter.sources.sglang.server_info import (
     parse_server_info,
     tool_call_parser_of,
 )
-from exporter.sources.sglang.source import REASONS, SglangSource
-
-# Every reason the SGLang source counts (label values of dsv4_source_errors_total).
-ERROR_REASONS = (*HTTP_REASONS, *REASONS)
+from exporter.sources.sglang.source import ERROR_REASONS, SglangSource
 
 __all__ = [
     "ERROR_REASONS",

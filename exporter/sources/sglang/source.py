@@ -15,6 +15,7 @@ from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
 from exporter.sources import bounded
+from exporter.sources import reasons as source_reasons
 from exporter.sources.poller import HttpPoller, PollError
 from exporter.sources.sglang.memory import MEMORY_FIELDS, RankMemory
 from exporter.sources.sglang.metrics_text import LiveMetrics, parse_sglang_metrics
@@ -25,8 +26,8 @@ from exporter.sources.sglang.server_info import (
     tool_call_parser_of,
 )
 
-# Reasons of its own, on top of every HTTP source's (poller.HTTP_REASONS).
-REASONS = ("bad_shape", "metrics_unavailable")
+# Every reason it counts, the HTTP ones included (declared in exporter/sources/reasons.py).
+ERROR_REASONS = source_reasons.names("sglang")
 
 
 class SglangSource(HttpPoller):
@@ -47,7 +48,7 @@ class SglangSource(HttpPoller):
             base_url,
             poll_interval=poll_interval,
             timeout=timeout,
-            reasons=REASONS,
+            reasons=ERROR_REASONS,
             on_change=on_change,
             max_body_bytes=max(max_info_bytes, max_metrics_bytes),
         )
@@ -93,7 +94,7 @@ class SglangSource(HttpPoller):
             # an oversized /metrics keeps its own reason; everything else is "unavailable"
             reason = exc.reason if exc.reason == bounded.TOO_LARGE else "metrics_unavailable"
             self._metrics_failed(reason, f"{exc.reason}: {exc}")
-        except Exception as exc:  # the text parser raises ValueError and friends on garbage
+        except ValueError as exc:  # the text parser's answer to garbage; anything else is a bug
             self._metrics_failed(
                 "metrics_unavailable", f"unparseable /metrics: {type(exc).__name__}"
             )
@@ -101,6 +102,19 @@ class SglangSource(HttpPoller):
     def _metrics_failed(self, reason: str, detail: str) -> None:
         self.health.count_error(reason, detail)
         self.live = None
+
+    def served_model(self) -> str | None:
+        """The name clients send as ``model``, from the last good /server_info."""
+        return self.facts.served_model_name if self.facts else None
+
+    def running(self) -> int | None:
+        """Concurrency right now as SGLang reports it (sglang:num_running_reqs)."""
+        live = self.live
+        return int(live.running) if live is not None and live.running is not None else None
+
+    def footprint_facts(self) -> ServerFacts | None:
+        """What the footprint model prices: the facts of an up server, else None."""
+        return self.facts if self.health.up else None
 
     def memory_by_rank(self) -> dict[int, RankMemory]:
         """Global rank (pp_rank * tp_size + tp_rank) -> SGLang's memory figures for it.

@@ -1,35 +1,27 @@
-"""vLLM as a source: pure parsers and a thin poller, and the engine seam.
+"""vLLM as a source: pure parsers, a thin poller and its row of the engine table.
 
 - :mod:`.version`: ``/version`` and ``/v1/models`` JSON -> :class:`VllmFacts`;
 - :mod:`.metrics_text`: vLLM's ``/metrics`` text -> :class:`VllmLive` (running and
   waiting requests, KV usage, ``vllm:cache_config_info``);
 - :mod:`.source`: :class:`VllmSource`, the poller on the shared HTTP base;
-- :mod:`.engine`: which engine the sidecar sits beside (configured or discovered).
+- :mod:`.engine`: vLLM's row of the engine table (exporter/sources/engines.py).
 """
 
-from exporter.sources.poller import HTTP_REASONS
-from exporter.sources.vllm.engine import EngineDiscovery, engine_of, footprint_fact
 from exporter.sources.vllm.metrics_text import (
     CacheConfig,
     VllmLive,
     has_vllm_families,
     parse_vllm_metrics,
 )
-from exporter.sources.vllm.source import REASONS, VllmSource
+from exporter.sources.vllm.source import ERROR_REASONS, VllmSource
 from exporter.sources.vllm.version import VllmFacts, parse_models, parse_version
-
-# Every reason the vLLM source counts (label values of dsv4_source_errors_total).
-ERROR_REASONS = (*HTTP_REASONS, *REASONS)
 
 __all__ = [
     "ERROR_REASONS",
     "CacheConfig",
-    "EngineDiscovery",
     "VllmFacts",
     "VllmLive",
     "VllmSource",
-    "engine_of",
-    "footprint_fact",
     "has_vllm_families",
     "parse_models",
     "parse_version",

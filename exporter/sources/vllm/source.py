@@ -15,13 +15,15 @@ from prometheus_client.core import Metric
 
 from exporter.metrics import catalog as m
 from exporter.sources import bounded
+from exporter.sources import reasons as source_reasons
 from exporter.sources.poller import HttpPoller, PollError
-from exporter.sources.sglang.server_info import ShapeError
+from exporter.sources.sglang.memory import RankMemory
+from exporter.sources.sglang.server_info import ServerFacts, ShapeError
 from exporter.sources.vllm.metrics_text import VllmLive, parse_vllm_metrics
 from exporter.sources.vllm.version import VllmFacts, parse_models, parse_version
 
-# Reasons of its own, on top of every HTTP source's (poller.HTTP_REASONS).
-REASONS = ("bad_shape", "metrics_unavailable", "models_unavailable")
+# Every reason it counts, the HTTP ones included (declared in exporter/sources/reasons.py).
+ERROR_REASONS = source_reasons.names("vllm")
 
 
 class VllmSource(HttpPoller):
@@ -44,7 +46,7 @@ class VllmSource(HttpPoller):
             base_url,
             poll_interval=poll_interval,
             timeout=timeout,
-            reasons=REASONS,
+            reasons=ERROR_REASONS,
             max_body_bytes=max_metrics_bytes,
             **poll,
         )
@@ -94,12 +96,24 @@ class VllmSource(HttpPoller):
                         self.live = live
                         return
                     failed = ("metrics_unavailable", "GET /metrics has no vllm: families")
-                except Exception as exc:  # the text parser raises ValueError and friends
+                except ValueError as exc:  # the text parser's answer to garbage (not a bug)
                     failed = ("metrics_unavailable", f"unparseable: {type(exc).__name__}")
             else:
                 failed = ("metrics_unavailable", f"GET /metrics returned {reply.status}")
         self.live = None
         self.health.count_error(*failed)
+
+    def served_model(self) -> str | None:
+        """The name clients send as ``model`` (``/v1/models``, kept from the last good one)."""
+        return self.facts.served_model_name if self.facts else None
+
+    def memory_by_rank(self) -> dict[int, RankMemory]:
+        """vLLM reports no per-rank memory figures of the kind SGLang does."""
+        return {}
+
+    def footprint_facts(self) -> ServerFacts | None:
+        """None: the footprint model does not price vLLM's KV cache."""
+        return None
 
     def running(self) -> int | None:
         """Concurrency right now as vLLM reports it (vllm:num_requests_running)."""
