@@ -27,6 +27,7 @@ from exporter.config import SidecarSettings
 from exporter.dsml import KERNEL as DSML_KERNEL
 from exporter.dsml import accel as dsml_accel
 from exporter.dsml.dialect import resolve_dialect
+from exporter.dsml.vllm_releases import rules_for
 from exporter.metrics import catalog as m
 from exporter.metrics.exposition import Exposition
 from exporter.samplers.canary import CanaryProber, LongProfile, long_interval
@@ -43,6 +44,7 @@ from exporter.sources.probe_files import ProbeFileSource
 from exporter.sources.reconcile import MemoryReconciliation
 from exporter.sources.sglang import RankMemory, SglangSource
 from exporter.sources.vllm import EngineDiscovery, VllmSource
+from exporter.sources.vllm.version import release_of
 from exporter.supervisor import CrashHook, LoopFactory, TaskSupervisor
 
 if TYPE_CHECKING:
@@ -174,10 +176,14 @@ class Sidecar:
 
     def dsml_dialect(self) -> tuple[str | None, str]:
         """(the deployment's DSML dialect or None for auto, where it came from); under vLLM
-        engine-qualified (``v4@vllm``): vLLM serves no endpoint with its --tool-call-parser,
-        so it is configured or taken from config.json."""
+        engine-qualified with the release its /version reports (``v4@vllm-0.30.0``): vLLM
+        serves no endpoint with its --tool-call-parser, so it is configured or taken from
+        config.json."""
         if self.engine.engine == "vllm":
-            return resolve_dialect(self.settings.dsml_dialect, None, self._model_config, "vllm")
+            release = release_of(self.vllm.facts)
+            return resolve_dialect(
+                self.settings.dsml_dialect, None, self._model_config, "vllm", release
+            )
         return resolve_dialect(
             self.settings.dsml_dialect, self.sglang.tool_call_parser, self._model_config
         )
@@ -343,7 +349,13 @@ class _Collector:
 
     def _dialect(self) -> Iterable[Metric]:
         dialect, source = self.sidecar.dsml_dialect()
-        yield m.DSML_DIALECT_INFO.info({"dialect": dialect or "auto", "source": source})
+        rules = ""
+        if self.sidecar.engine.engine == "vllm":
+            found, how = rules_for(release_of(self.sidecar.vllm.facts))
+            rules = f"vllm {found.name} ({how})"
+        yield m.DSML_DIALECT_INFO.info(
+            {"dialect": dialect or "auto", "source": source, "engine_rules": rules}
+        )
 
 
 def _guarded(collect: Any, part: str) -> list[Metric] | None:
