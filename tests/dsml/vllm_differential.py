@@ -5,8 +5,9 @@ and through the grader with the deployment's dialect and engine.
 process (the parsers are imported with stand-in package modules, one release per process): the
 test in ``test_vllm_differential.py`` starts one per release and checks the figures.
 
-The corpus is the SGLang differential's (:mod:`tests.dsml.diff_corpus`) in the dialects vLLM
-has a parser for (``deepseek_v32``, ``deepseek_v4``). Unlike the SGLang differential, which
+The corpus is the SGLang differential's (:mod:`tests.dsml.diff_corpus`) in the dialects the
+release has a parser for (``deepseek_v32``, ``deepseek_v4``; ``deepseek_v41`` from 0.30), plus
+hand-built cases (:data:`CASES`). Unlike the SGLang differential, which
 compares a damaged item's parse with its clean original's, the reference here is the *intent*:
 the prose and the calls the clean item was rendered from. An item *harms the client* when
 vLLM's non-streaming or streaming view differs from that intent, so a well-formed block that

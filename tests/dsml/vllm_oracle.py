@@ -1,9 +1,11 @@
 """vLLM's own DeepSeek DSML tool parser and reasoning parser, as a released wheel ships them.
 
-What a vLLM client receives is decided by three pure-Python pieces of the release:
-``vllm/tool_parsers/deepseekv4_tool_parser.py`` (and the V3.2 parser it subclasses),
-``vllm/reasoning/deepseek_v3_reasoning_parser.py`` (registered as ``deepseek_v4``: R1-style
-``<think>`` splitting when the request asks for thinking, identity otherwise) and
+What a vLLM client receives is decided by pure-Python pieces of the release: the tool parser
+(0.23-0.24 ``vllm/tool_parsers/deepseekv4_tool_parser.py`` over the V3.2 parser; 0.25+
+``deepseekv4_engine_tool_parser.py`` over ``vllm/parser/deepseek_v4.py`` and the state machine
+in ``vllm/parser/engine/``; ``deepseek_v41`` from 0.30), the reasoning parser registered under
+the same name (0.23-0.24 ``deepseek_v3_reasoning_parser.py``: R1-style ``<think>`` splitting
+when the request asks for thinking, identity otherwise; 0.25+ the same engine) and
 ``vllm/parser/abstract_parser.py``'s ``DelegatingParser`` (``ParserManager.get_parser``
 composes the two by their ``--tool-call-parser`` / ``--reasoning-parser`` names, ``parse`` for a
 whole output, ``parse_delta`` per streamed delta). Those run as shipped, looked up by name in
@@ -14,13 +16,18 @@ the path are created empty and only the parser packages load for real. Every oth
 module they import (logger, envs, sampling params, tokenizers, MCP tool server, ...) and every
 missing third-party module (transformers) is a permissive stand-in
 (:mod:`tests.conformance.native_stubs`); ``regex`` (a C extension) is the stdlib ``re``, which
-reads the parser's patterns the same. Three protocol modules are replaced by the pydantic
+reads the parser's patterns the same. The protocol modules are replaced by the pydantic
 models below: the released field names and types of the classes the parsers construct or
-read (``engine/protocol.py``, ``chat_completion/protocol.py``, 0.24.0), nothing else.
+read (``engine/protocol.py``, ``chat_completion/protocol.py``, 0.24.0; the message models
+moved to ``generate/base/protocol.py`` in 0.30 unchanged), other names in them stand-ins; so is
+``chat_utils``' tool-call id (a counter for the release's random id).
 
 The tokenizer is a stand-in too: the parsers need ``<think>`` / ``</think>`` in the vocabulary
 and, streaming, token ids per delta (one id per character, the two think markers one id each,
-as DeepSeek's tokenizer has them as single tokens, so a delta never splits them). vLLM v1's
+as DeepSeek's tokenizer has them as single tokens, so a delta never splits them). 0.25+'s
+engine matches a marker that is one vocabulary token by its id only; the DSML block markers are
+text here (the test's assumption: DeepSeek's tokenizer is not read, and the markers are not
+special tokens). vLLM v1's
 detokenizer leaves the stop token out of the text, so a trailing end-of-sentence token is
 removed before the parsers see the output.
 
