@@ -4,7 +4,8 @@ The grader grades a block as the deployment's parser would read it: a V4 block u
 ``deepseekv41`` parser (or a V4.1 block under ``deepseekv4``) reaches the client as content.
 So the dialect is a deployment fact, taken in this order:
 
-1. the ``dsml_dialect`` setting (configured);
+1. the ``dsml_dialect`` setting (configured): a dialect, or vLLM's ``--tool-call-parser``
+   name (``deepseek_v41`` -> V4.1);
 2. the engine's tool-call parser name: ``tool_call_parser`` from SGLang's ``/server_info``
    (all server args are reported there); vLLM's ``--tool-call-parser`` where the caller can
    read it (vLLM serves no endpoint with its args; ``deepseek_v32`` / ``deepseek_v4``);
@@ -94,7 +95,9 @@ def resolve_dialect(
     engine-qualified with the release from its ``/version`` when known (``v4@vllm-0.30.0``:
     graded as that release's parser delivers it, :mod:`exporter.dsml.vllm_releases`)."""
     if setting and setting != "auto":
-        return qualify(setting, engine, release), "configured"
+        # a grammar, or vLLM's --tool-call-parser name as the operator launched it
+        named = VLLM_PARSER_DIALECTS.get(setting, setting)
+        return qualify(named, engine, release), "configured"
     found = dialect_of_parser(parser, engine, release)
     if found is not None:
         how = "server_info" if engine == "sglang" else "tool_call_parser"

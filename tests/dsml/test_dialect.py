@@ -135,6 +135,12 @@ def test_deepseek_v41_resolves_to_v41_from_the_release_that_registers_it() -> No
     assert resolve_dialect("auto", "deepseek_v41", None, "vllm", "0.29.0") == (None, "unknown")
     assert resolve_dialect("auto", "deepseek_v41", None, "vllm", "0.40.0")[0] == "v4.1@vllm-0.40.0"
     assert resolve_dialect("auto", "deepseek_v41", None, "vllm")[0] == "v4.1@vllm"
+    # vLLM serves no endpoint with its --tool-call-parser: the operator may name it as launched
+    from exporter.config import SidecarSettings
+
+    setting = SidecarSettings(dsml_dialect="deepseek_v41").dsml_dialect
+    found = resolve_dialect(setting, None, None, "vllm", "0.30.0")
+    assert found == ("v4.1@vllm-0.30.0", "configured")
 
 
 def test_a_quoted_bare_invoke_is_run_by_vllm_030_only() -> None:

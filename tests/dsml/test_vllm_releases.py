@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import itertools
 import os
-from pathlib import Path
 
 import pytest
 
 from exporter.dsml.vllm_releases import NEWEST, RULES, parse_release, rules_for
 from tests.dsml.vllm_oracle import RELEASES, run_release
 
-ROOT = Path(__file__).resolve().parents[2]
+# The probe runs vLLM's parsers, not the grader: one kernel is enough.
+DSML_KERNELS = ("python",)  # always there (c is skipped where not built)
 pytestmark = pytest.mark.timeout(900)  # wheel downloads on a fresh machine
 
 # Every release published 0.23.0-0.34.0 (pip index versions vllm).
