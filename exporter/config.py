@@ -215,9 +215,12 @@ class SidecarSettings(BaseSettings):
         "the version in /server_info.",
     )
     # Sampling and grading
-    dsml_dialect: Literal["auto", "v3.2", "v4", "v4.1"] = Field(
+    dsml_dialect: Literal[
+        "auto", "v3.2", "v4", "v4.1", "deepseek_v32", "deepseek_v4", "deepseek_v41"
+    ] = Field(
         "auto",
-        description="DSML dialect of the deployment's tool parser; auto: SGLang's "
+        description="DSML dialect of the deployment's tool parser, or vLLM's "
+        "--tool-call-parser name (vLLM serves no endpoint with it); auto: SGLang's "
         "tool_call_parser, else the model's config.json, else each block's own spelling.",
     )
     canary: bool = Field(True, description="Run the canary prober against server_url.")

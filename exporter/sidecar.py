@@ -349,7 +349,10 @@ class _Collector:
 
     def _dialect(self) -> Iterable[Metric]:
         dialect, source = self.sidecar.dsml_dialect()
-        yield m.DSML_DIALECT_INFO.info({"dialect": dialect or "auto", "source": source})
+        rules = self.sidecar.engine_row.dialect_rules(self.sidecar.server)
+        yield m.DSML_DIALECT_INFO.info(
+            {"dialect": dialect or "auto", "source": source, "engine_rules": rules}
+        )
 
 
 def _guarded(collect: Any, part: str) -> list[Metric] | None:

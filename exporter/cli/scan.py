@@ -30,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from exporter.dsml import DEFAULT_MAX_CHARS, REASON_SPECS, VERDICTS, Finding, Result
 from exporter.dsml.engines import QUALIFIED
+from exporter.dsml.grader import normalize_grammar
 from exporter.samplers.decode import SampleError, from_json, grade, loads_bounded
 from exporter.sources.bounded import (
     SCAN_LINE_MAX_BYTES,
@@ -55,6 +56,18 @@ PROGRESS_EVERY = 512
 _READ_SIZE = 1 << 20
 
 
+def _grammar(value: str) -> str:
+    """``auto``, a base grammar, or one an engine's parser reads (``QUALIFIED``, a vLLM one
+    with its release: ``v4@vllm-0.30.0``)."""
+    if value == "auto":
+        return value
+    try:
+        normalize_grammar(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or {', '.join(QUALIFIED)})") from None
+    return value
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "scan",
@@ -71,10 +84,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--summary-json", metavar="FILE", help="write the summary as JSON to FILE")
     p.add_argument(
         "--grammar",
-        choices=("auto", "v4", "v4.1", "v3.2", *QUALIFIED),
+        type=_grammar,
         default="auto",
         help="grammar for lines that do not say (default: from the block's name); v4@vllm, "
-        "v3.2@vllm: as vLLM's deepseek_v4 / deepseek_v32 parser delivers the block",
+        "v3.2@vllm, v4.1@vllm: as vLLM's deepseek_v4 / deepseek_v32 / deepseek_v41 parser "
+        "delivers the block (v4@vllm-0.24.0: as that release's does; default the newest)",
     )
     p.add_argument(
         "--thinking",

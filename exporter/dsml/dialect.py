@@ -4,7 +4,8 @@ The grader grades a block as the deployment's parser would read it: a V4 block u
 ``deepseekv41`` parser (or a V4.1 block under ``deepseekv4``) reaches the client as content.
 So the dialect is a deployment fact, taken in this order:
 
-1. the ``dsml_dialect`` setting (configured);
+1. the ``dsml_dialect`` setting (configured): a dialect, or vLLM's ``--tool-call-parser``
+   name (``deepseek_v41`` -> V4.1);
 2. the engine's tool-call parser name: ``tool_call_parser`` from SGLang's ``/server_info``
    (all server args are reported there); vLLM's ``--tool-call-parser`` where the caller can
    read it (vLLM serves no endpoint with its args; ``deepseek_v32`` / ``deepseek_v4``);
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exporter.dsml.engines import qualify
+from exporter.dsml.vllm_releases import rules_for
 
 # SGLang 0.5.23 function_call_parser.py: parser name -> detector class (and its dialect)
 PARSER_DIALECTS: dict[str, str] = {
@@ -41,7 +43,7 @@ VLLM_PARSER_DIALECTS: dict[str, str] = {
     "deepseek_v4": "v4",
     "deepseek_v41": "v4.1",
 }
-# parser names that arrived after the releases the differential runs (tests/dsml/vllm_oracle.py)
+# parser names registered only from a later release (exporter/dsml/vllm_releases.py has_v41)
 VLLM_LATER_PARSERS: frozenset[str] = frozenset({"deepseek_v41"})
 ENGINE_PARSERS: dict[str, dict[str, str]] = {
     "sglang": PARSER_DIALECTS,
@@ -50,10 +52,20 @@ ENGINE_PARSERS: dict[str, dict[str, str]] = {
 SETTING_VALUES: tuple[str, ...] = ("auto", "v3.2", "v4", "v4.1")
 
 
-def dialect_of_parser(parser: object, engine: str = "sglang") -> str | None:
-    """The dialect of an engine's tool-call parser name (None: not a DSML parser)."""
+def dialect_of_parser(
+    parser: object, engine: str = "sglang", release: str | None = None
+) -> str | None:
+    """The dialect of an engine's tool-call parser name (None: not a DSML parser, or for vLLM
+    not one the known ``release`` registers: ``deepseek_v41`` arrived in 0.30)."""
     table = ENGINE_PARSERS.get(engine, {})
-    return table.get(parser.strip().lower()) if isinstance(parser, str) else None
+    name = parser.strip().lower() if isinstance(parser, str) else None
+    if name is None:
+        return None
+    if engine == "vllm" and name in VLLM_LATER_PARSERS:
+        rules, how = rules_for(release)
+        if how == "release" and not rules.has_v41:
+            return None
+    return table.get(name)
 
 
 def dialect_of_model_config(config: Mapping[str, Any] | None) -> str | None:
@@ -76,16 +88,21 @@ def resolve_dialect(
     parser: object = None,
     model_config: Mapping[str, Any] | None = None,
     engine: str = "sglang",
+    release: str | None = None,
 ) -> tuple[str | None, str]:
     """(dialect or None for auto, source): ``configured``, ``server_info`` (SGLang) /
     ``tool_call_parser`` (vLLM), ``model_config`` or ``unknown``. Under vLLM the dialect is
-    engine-qualified (``v4@vllm``)."""
+    engine-qualified with the release from its ``/version`` when known (``v4@vllm-0.30.0``:
+    graded as that release's parser delivers it, :mod:`exporter.dsml.vllm_releases`)."""
     if setting and setting != "auto":
-        return qualify(setting, engine), "configured"
-    found = dialect_of_parser(parser, engine)
+        # a grammar, or vLLM's --tool-call-parser name as the operator launched it
+        named = VLLM_PARSER_DIALECTS.get(setting, setting)
+        return qualify(named, engine, release), "configured"
+    found = dialect_of_parser(parser, engine, release)
     if found is not None:
-        return qualify(found, engine), "server_info" if engine == "sglang" else "tool_call_parser"
+        how = "server_info" if engine == "sglang" else "tool_call_parser"
+        return qualify(found, engine, release), how
     found = dialect_of_model_config(model_config)
     if found is not None:
-        return qualify(found, engine), "model_config"
+        return qualify(found, engine, release), "model_config"
     return None, "unknown"

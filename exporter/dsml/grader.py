@@ -45,14 +45,16 @@ def normalize_grammar(grammar: str | None) -> str | None:
     vLLM's parser reads it (:mod:`exporter.dsml.engines`). ValueError otherwise."""
     if isinstance(grammar, engines.EngineDialect):
         return grammar
-    engine = None
+    engine = release = None
     if isinstance(grammar, str):
-        grammar, engine = engines.split(grammar)
+        grammar, engine, release = engines.split_release(grammar)
     key = grammar.strip().lower() if isinstance(grammar, str) else grammar
     if key not in _GRAMMAR_ALIASES:
         raise ValueError(f"unknown grammar {grammar!r}: use v4, v4.1, v3.2 or auto")
     base = _GRAMMAR_ALIASES[key]
-    return engines.EngineDialect(base, engine) if base and engine not in (None, "sglang") else base
+    if not base or engine in (None, "sglang"):
+        return base
+    return engines.EngineDialect(base, engine, release)
 
 
 def cut(text: str, max_chars: int | None) -> tuple[str, int | None, int]:

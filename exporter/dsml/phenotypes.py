@@ -19,6 +19,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
+from exporter.dsml import engines
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
 from exporter.dsml.catalog import STOPS
@@ -493,11 +494,12 @@ def find_phrase_loop(text: str) -> tuple[int, int, str] | None:
 
 def _openers(grammar: str | None) -> tuple[str, ...]:
     """The block openers the deployment's parser looks for: V3.2 and V4 read each other's
-    invokes, V4.1 only its own (see :mod:`exporter.dsml.engines`); unknown: all three."""
+    invokes, V4.1 only its own; unknown: all three; plus what the deployment's vLLM release
+    also runs (:func:`exporter.dsml.engines.openers`: other block names, a bare invoke)."""
     if grammar == "v4.1":
-        return (m.block_open("v4.1"),)
+        return (m.block_open("v4.1"), *engines.openers(grammar))
     if grammar in ("v3.2", "v4"):
-        return (m.block_open("v3.2"), m.block_open("v4"))
+        return (m.block_open("v3.2"), m.block_open("v4"), *engines.openers(grammar))
     return tuple(m.block_open(g) for g in m.GRAMMARS)
 
 

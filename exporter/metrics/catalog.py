@@ -769,9 +769,13 @@ DSML_DIALECT_INFO = _m(
     "dsv4_dsml_dialect_info",
     "info",
     "The DSML dialect samples are graded in (v3.2, v4, v4.1, or auto: each block's own "
-    "spelling) and where it came from: configured (DSV4_SIDECAR_DSML_DIALECT), server_info "
-    "(SGLang's tool_call_parser), model_config (config.json) or unknown.",
-    ("dialect", "source"),
+    "spelling; under vLLM qualified with the release its /version reports, v4@vllm-0.30.0) "
+    "and where it came from: configured (DSV4_SIDECAR_DSML_DIALECT), server_info "
+    "(SGLang's tool_call_parser), model_config (config.json) or unknown. engine_rules: under "
+    "vLLM the release rule set graded by and its source (release: in the table; inferred: "
+    "a release the table lacks, graded by the nearest rules; unknown: /version not yet "
+    "read, the newest rules); empty under SGLang.",
+    ("dialect", "source", "engine_rules"),
     "dsml",
 )
 DSML_STORED = _m(

@@ -9,7 +9,8 @@ its own package (``exporter/sources/<engine>/engine.py``). The row says
 - how to build its source (:meth:`Engine.source`), which reports the served model, the
   running requests and the per-rank memory figures (:class:`EngineSource`);
 - its DSML dialect from its tool-call parser setting (:meth:`Engine.dialect`, delegating to
-  :func:`exporter.dsml.dialect.resolve_dialect`, the one mapping of parser names);
+  :func:`exporter.dsml.dialect.resolve_dialect`, the one mapping of parser names), and the
+  per-release parser rules it grades under (:meth:`Engine.dialect_rules`);
 - whether the footprint model prices its pools (``footprint_modelled``).
 
 Nothing outside the engine's package and the table names an engine, so a third engine is one
@@ -90,6 +91,11 @@ class Engine(Protocol):
     def dialect(self, setting: str | None, source: EngineSource, config: ModelConfig) -> Dialect:
         """The DSML dialect from the ``dsml_dialect`` setting, the engine's tool-call parser
         and the model's config.json."""
+
+    def dialect_rules(self, source: EngineSource) -> str:
+        """The engine's own per-release parser rules the grader applies, as
+        ``dsv4_dsml_dialect_info``'s ``engine_rules`` shows them ("" where the dialect alone
+        says what the client receives)."""
 
 
 def footprint_fact(engine: Engine | None) -> str:

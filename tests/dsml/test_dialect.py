@@ -93,11 +93,14 @@ def test_vllm_dialect_flags_the_self_closing_invoke_vllm_drops() -> None:
 
 def test_vllm_dialect_leaves_a_quoted_self_closing_invoke_outside_a_block_alone() -> None:
     """The near miss: prose quoting a self-closing invoke (a code fence, no block) is content to
-    vLLM as to SGLang, so the engine rule must not make a clean answer degenerate."""
+    vLLM 0.23-0.29 as to SGLang, so the engine rule must not make a clean answer degenerate.
+    0.30+ open a call there (its name swallows the rest of the answer): quoted_block."""
     text = 'With no arguments, write:\n```\n<｜DSML｜invoke name="now"/>\n```\nThat is all.'
     assert grade_text(text, grammar="v4", finish_reason="stop").verdict == "no_tool_call"
-    under_vllm = grade_text(text, grammar="v4@vllm", finish_reason="stop")
-    assert under_vllm.verdict == "no_tool_call" and "dialect_mismatch" not in under_vllm.reasons
+    for grammar in ("v4@vllm-0.24.0", "v4@vllm-0.29.0"):
+        under_vllm = grade_text(text, grammar=grammar, finish_reason="stop")
+        assert under_vllm.verdict == "no_tool_call", grammar
+    assert "quoted_block" in grade_text(text, grammar="v4@vllm-0.30.0").reasons
 
 
 def test_vllm_parser_table_matches_the_released_registry() -> None:
@@ -105,16 +108,50 @@ def test_vllm_parser_table_matches_the_released_registry() -> None:
     import re
 
     from exporter.dsml.dialect import VLLM_LATER_PARSERS, VLLM_PARSER_DIALECTS
+    from exporter.dsml.vllm_releases import rules_for
     from tests.dsml.vllm_oracle import RELEASES
     from tests.sglang_release import release_dir
 
     for version in RELEASES:
-        src = (release_dir(version, "vllm") / "vllm/tool_parsers/__init__.py").read_text()
+        rules, how = rules_for(version)
+        root = release_dir(version, "vllm")
+        src = (root / "vllm/tool_parsers/__init__.py").read_text()
         registry = dict(re.findall(r'"(deepseek_v\d+)":\s*\(\s*"(\w+)"', src))
-        assert registry.get("deepseek_v4") == "deepseekv4_tool_parser", version
-        assert registry.get("deepseek_v32") == "deepseekv32_tool_parser", version
+        # 0.25+: the engine tool parsers over vllm/parser/deepseek_v4.py (rules.parser_file)
+        kind = "_engine" if rules.parser_file.startswith("vllm/parser/") else ""
+        assert how == "release" and (root / rules.parser_file).is_file(), version
+        assert registry.get("deepseek_v4") == f"deepseekv4{kind}_tool_parser", version
+        assert registry.get("deepseek_v32") == f"deepseekv32{kind}_tool_parser", version
         deepseek = {n for n in registry if n.startswith(("deepseek_v32", "deepseek_v4"))}
-        assert deepseek == set(VLLM_PARSER_DIALECTS) - VLLM_LATER_PARSERS, (version, registry)
+        later = set() if rules.has_v41 else VLLM_LATER_PARSERS
+        assert deepseek == set(VLLM_PARSER_DIALECTS) - later, (version, registry)
+
+
+def test_deepseek_v41_resolves_to_v41_from_the_release_that_registers_it() -> None:
+    """vLLM 0.30+ ``--tool-call-parser deepseek_v41`` is V4.1, graded by that release's rules;
+    0.29 has no such parser (unknown), a release not yet known keeps it (newest rules)."""
+    found = resolve_dialect("auto", "deepseek_v41", None, "vllm", "0.34.0")
+    assert found == ("v4.1@vllm-0.34.0", "tool_call_parser")
+    assert resolve_dialect("auto", "deepseek_v41", None, "vllm", "0.29.0") == (None, "unknown")
+    assert resolve_dialect("auto", "deepseek_v41", None, "vllm", "0.40.0")[0] == "v4.1@vllm-0.40.0"
+    assert resolve_dialect("auto", "deepseek_v41", None, "vllm")[0] == "v4.1@vllm"
+    # vLLM serves no endpoint with its --tool-call-parser: the operator may name it as launched
+    from exporter.config import SidecarSettings
+
+    setting = SidecarSettings(dsml_dialect="deepseek_v41").dsml_dialect
+    found = resolve_dialect(setting, None, None, "vllm", "0.30.0")
+    assert found == ("v4.1@vllm-0.30.0", "configured")
+
+
+def test_a_quoted_bare_invoke_is_run_by_vllm_030_only() -> None:
+    """vLLM 0.30+ start a call at an invoke opener with no block before it: one quoted in a
+    fence reaches the client as a call (quoted_block); 0.24 and SGLang leave it as content."""
+    text = 'For example:\n```\n<｜DSML｜invoke name="read_file">\n</｜DSML｜invoke>\n```\nDone.'
+    for grammar in ("v4", "v4@vllm-0.24.0", "v4@vllm-0.29.0"):
+        assert grade_text(text, grammar=grammar, finish_reason="stop").reasons == (), grammar
+    for grammar in ("v4@vllm-0.30.0", "v4@vllm-0.34.0", "v4@vllm"):
+        res = grade_text(text, grammar=grammar, finish_reason="stop")
+        assert "quoted_block" in res.reasons, (grammar, res.reasons)
 
 
 @pytest.mark.parametrize("bad", ["v4@tgi", "v5@vllm"])
@@ -145,7 +182,9 @@ def test_scan_grades_saved_vllm_outputs_as_vllm_delivers_them(
 def test_vllm_deepseek_v41_is_graded_as_v41() -> None:
     """Issue 32: vLLM 0.30+'s deepseek_v41 parser resolves to V4.1 (it was ``unknown``), and a
     self-closing invoke followed by another, which that parser merges into one call, is
-    dialect_mismatch there; a self-closing invoke last in the block, or SGLang's reading, is not."""
+    dialect_mismatch there. So is one last in the block: the call's name swallows the block's
+    closer (``list_tasks"/>\n</｜DSML｜ calls>``; 0.30 and 0.34's wheels, the differential's
+    clean V4.1 items). SGLang's deepseekv41 reads both: well formed."""
     from exporter.dsml.dialect import resolve_dialect
 
     dialect, how = resolve_dialect("auto", "deepseek_v41", None, "vllm")
@@ -155,4 +194,5 @@ def test_vllm_deepseek_v41_is_graded_as_v41() -> None:
     assert "dialect_mismatch" in grade_text(merged, grammar=dialect).reasons
     assert grade_text(merged, grammar="v4.1").verdict == "well_formed"
     last = render_completion("", calls[::-1], grammar="v4.1", self_closing=True)
-    assert grade_text(last, grammar=dialect).verdict == "well_formed"
+    assert "dialect_mismatch" in grade_text(last, grammar=dialect).reasons
+    assert grade_text(last, grammar="v4.1").verdict == "well_formed"

@@ -5,8 +5,9 @@ and through the grader with the deployment's dialect and engine.
 process (the parsers are imported with stand-in package modules, one release per process): the
 test in ``test_vllm_differential.py`` starts one per release and checks the figures.
 
-The corpus is the SGLang differential's (:mod:`tests.dsml.diff_corpus`) in the dialects vLLM
-has a parser for (``deepseek_v32``, ``deepseek_v4``). Unlike the SGLang differential, which
+The corpus is the SGLang differential's (:mod:`tests.dsml.diff_corpus`) in the dialects the
+release has a parser for (``deepseek_v32``, ``deepseek_v4``; ``deepseek_v41`` from 0.30), plus
+hand-built cases (:data:`CASES`). Unlike the SGLang differential, which
 compares a damaged item's parse with its clean original's, the reference here is the *intent*:
 the prose and the calls the clean item was rendered from. An item *harms the client* when
 vLLM's non-streaming or streaming view differs from that intent, so a well-formed block that
@@ -21,7 +22,14 @@ import sys
 from collections import Counter, defaultdict
 from typing import Any
 
-from exporter.dsml import NO_TOOL_CALL, WELL_FORMED, ToolSet, grade_openai_response, grade_text
+from exporter.dsml import (
+    NO_TOOL_CALL,
+    WELL_FORMED,
+    ToolSet,
+    grade_openai_response,
+    grade_text,
+    render_completion,
+)
 from exporter.dsml import markers as m
 from exporter.dsml.dialect import resolve_dialect
 from exporter.dsml.engines import qualify
@@ -60,8 +68,10 @@ def run(items: list[Item]) -> dict[str, Any]:
     tools = oracle.tools_of(TOOLS)
     toolset = ToolSet.from_any(TOOLS)
     rows: list[dict[str, Any]] = []
+    version = oracle.load_version()
+    served = oracle.parsers(version)
     for item in items:
-        if item.dialect not in oracle.PARSERS:
+        if item.dialect not in served:
             continue
         rng = random.Random(item.key)
         sizes = [rng.randint(1, 12) for _ in range(16)]
@@ -70,9 +80,11 @@ def run(items: list[Item]) -> dict[str, Any]:
         want = intent(item)
         sim = _simulated(item)
         # The dialect as the sidecar resolves it from what vLLM is started with (its
-        # --tool-call-parser name), not from the corpus label.
-        dialect, how = resolve_dialect("auto", oracle.PARSERS[item.dialect], None, ENGINE)
-        assert how == "tool_call_parser" and dialect == qualify(item.dialect, ENGINE), dialect
+        # --tool-call-parser name) and the release its /version reports, not from the corpus
+        # label.
+        dialect, how = resolve_dialect("auto", served[item.dialect], None, ENGINE, version)
+        assert how == "tool_call_parser", how
+        assert dialect == qualify(item.dialect, ENGINE, version), dialect
         res = grade_text(
             item.text,
             grammar=dialect,
@@ -125,6 +137,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "clean_flagged": [r for r in clean if r["verdict"] not in OK_VERDICTS],
         "clean_harmed_by_vllm": sum(1 for r in harmful if r["op"] == "clean"),
         "harmful": len(harmful),
+        "harmful_by_dialect": dict(Counter(r["dialect"] for r in harmful)),
         "harm_ns_only": sum(1 for r in harmful if not r["harm_stream"]),
         "harm_stream_only": sum(1 for r in harmful if not r["harm_ns"]),
         "missed": [
@@ -150,11 +163,74 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+_TWO = [("list_tasks", {}), ("read_file", {"path": "a"})]
+_FENCE = "```"
+_FENCED_INVOKE = (
+    f"For example:\n{_FENCE}\n{m.invoke_open('read_file')}\n{m.INVOKE_CLOSE}\n{_FENCE}\nDone."
+)
+_FENCED_SELF_CLOSING = (
+    f"With no arguments, write:\n{_FENCE}\n{m.invoke_self_closing('now')}\n{_FENCE}\nThat is all."
+)
+
+
+def _self_closing(grammar: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
+    return render_completion("", calls, grammar=grammar, self_closing=True)
+
+
+# Hand-built cases (name, dialect, raw text, the intent's calls): issue 32's deepseek_v41 case
+# (a self-closing invoke followed by another becomes one call whose name swallows the next tag),
+# the same invoke last in the block, and 0.30+'s bare invoke quoted in prose (a call to 0.30+,
+# content to 0.23-0.29).
+CASES: tuple[tuple[str, str, str, list[tuple[str, dict[str, Any]]]], ...] = (
+    ("v41_self_closing_then_invoke", "v4.1", _self_closing("v4.1", _TWO), _TWO),
+    ("v41_self_closing_last", "v4.1", _self_closing("v4.1", _TWO[::-1]), _TWO[::-1]),
+    ("v4_self_closing_then_invoke", "v4", _self_closing("v4", _TWO), _TWO),
+    ("v4_fenced_bare_invoke", "v4", _FENCED_INVOKE, []),
+    ("v4_fenced_self_closing", "v4", _FENCED_SELF_CLOSING, []),
+)
+
+
+def run_cases(version: str) -> list[dict[str, Any]]:
+    """Each case through the release's parser (both views) and the grader in the dialect the
+    sidecar resolves for it: harm (a view differs from the intent) and the verdict."""
+    tools = oracle.tools_of(TOOLS)
+    toolset = ToolSet.from_any(TOOLS)
+    served = oracle.parsers(version)
+    rows = []
+    for name, dialect, text, calls in CASES:
+        if dialect not in served:
+            continue
+        at = text.find("\n\n<｜DSML｜") if calls else -1
+        want = oracle.View(
+            (text if at < 0 else text[:at]).strip(),
+            tuple((n, json.dumps(a, sort_keys=True)) for n, a in calls),
+        )
+        views = [
+            oracle.non_streaming(dialect, text, tools, False),
+            oracle.streaming(dialect, text, tools, False, [1, 4, 9]),
+        ]
+        grammar, _ = resolve_dialect("auto", served[dialect], None, ENGINE, version)
+        res = grade_text(text, grammar=grammar, finish_reason="stop", tools=toolset)
+        rows.append(
+            {
+                "case": name,
+                "grammar": grammar,
+                "harm": any(v != want for v in views),
+                "verdict": res.verdict,
+                "reasons": list(res.reasons),
+                "vllm": [[v.content[:60], [list(c) for c in v.calls]] for v in views],
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     version = args[0] if args else oracle.RELEASES[-1]
     oracle.load(version)
-    json.dump(run(build(20261201, 300)), sys.stdout, ensure_ascii=False)
+    summary = run(build(20261201, 300))
+    summary["cases"] = run_cases(version)
+    json.dump(summary, sys.stdout, ensure_ascii=False)
     return 0
 
 

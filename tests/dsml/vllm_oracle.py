@@ -1,9 +1,11 @@
 """vLLM's own DeepSeek DSML tool parser and reasoning parser, as a released wheel ships them.
 
-What a vLLM client receives is decided by three pure-Python pieces of the release:
-``vllm/tool_parsers/deepseekv4_tool_parser.py`` (and the V3.2 parser it subclasses),
-``vllm/reasoning/deepseek_v3_reasoning_parser.py`` (registered as ``deepseek_v4``: R1-style
-``<think>`` splitting when the request asks for thinking, identity otherwise) and
+What a vLLM client receives is decided by pure-Python pieces of the release: the tool parser
+(0.23-0.24 ``vllm/tool_parsers/deepseekv4_tool_parser.py`` over the V3.2 parser; 0.25+
+``deepseekv4_engine_tool_parser.py`` over ``vllm/parser/deepseek_v4.py`` and the state machine
+in ``vllm/parser/engine/``; ``deepseek_v41`` from 0.30), the reasoning parser registered under
+the same name (0.23-0.24 ``deepseek_v3_reasoning_parser.py``: R1-style ``<think>`` splitting
+when the request asks for thinking, identity otherwise; 0.25+ the same engine) and
 ``vllm/parser/abstract_parser.py``'s ``DelegatingParser`` (``ParserManager.get_parser``
 composes the two by their ``--tool-call-parser`` / ``--reasoning-parser`` names, ``parse`` for a
 whole output, ``parse_delta`` per streamed delta). Those run as shipped, looked up by name in
@@ -14,13 +16,18 @@ the path are created empty and only the parser packages load for real. Every oth
 module they import (logger, envs, sampling params, tokenizers, MCP tool server, ...) and every
 missing third-party module (transformers) is a permissive stand-in
 (:mod:`tests.conformance.native_stubs`); ``regex`` (a C extension) is the stdlib ``re``, which
-reads the parser's patterns the same. Three protocol modules are replaced by the pydantic
+reads the parser's patterns the same. The protocol modules are replaced by the pydantic
 models below: the released field names and types of the classes the parsers construct or
-read (``engine/protocol.py``, ``chat_completion/protocol.py``, 0.24.0), nothing else.
+read (``engine/protocol.py``, ``chat_completion/protocol.py``, 0.24.0; the message models
+moved to ``generate/base/protocol.py`` in 0.30 unchanged), other names in them stand-ins; so is
+``chat_utils``' tool-call id (a counter for the release's random id).
 
 The tokenizer is a stand-in too: the parsers need ``<think>`` / ``</think>`` in the vocabulary
 and, streaming, token ids per delta (one id per character, the two think markers one id each,
-as DeepSeek's tokenizer has them as single tokens, so a delta never splits them). vLLM v1's
+as DeepSeek's tokenizer has them as single tokens, so a delta never splits them). 0.25+'s
+engine matches a marker that is one vocabulary token by its id only; the DSML block markers are
+text here (the test's assumption: DeepSeek's tokenizer is not read, and the markers are not
+special tokens). vLLM v1's
 detokenizer leaves the stop token out of the text, so a trailing end-of-sentence token is
 removed before the parsers see the output.
 
@@ -31,7 +38,9 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import json
 import re
+import subprocess
 import sys
 import types
 from collections.abc import Sequence
@@ -46,14 +55,40 @@ from tests.dsml.sglang_oracle import View
 from tests.dsml.sglang_oracle import _canonical_args as canonical_args
 from tests.sglang_release import release_dir
 
-# The releases whose DeepSeek-V4 parsers are the text-level pure-Python parsers. 0.25 moved
-# ``deepseek_v4`` onto vllm/parser/engine (a token-id scanner over the model's own tokenizer),
-# 0.26 onto a compiled Rust engine (vllm/_rust_tool_parser.abi3.so): not oracles here yet.
-RELEASES = ("0.23.0", "0.24.0")
-# vLLM --tool-call-parser name -> the dialect it reads (vllm/tool_parsers/__init__.py).
-PARSERS = {"v3.2": "deepseek_v32", "v4": "deepseek_v4"}
-REASONING_PARSER = "deepseek_v4"
-_BARE = ("vllm", "vllm.parser", "vllm.utils", "vllm.entrypoints", "vllm.entrypoints.openai")
+# The releases the differential runs: 0.23-0.24 (text-level deepseekv4_tool_parser.py over the
+# V3.2 parser), 0.25+ (deepseekv4_engine_tool_parser.py over vllm/parser/deepseek_v4.py and the
+# pure-Python vllm/parser/engine; the Rust module in 0.25-0.30 serves another model's parser),
+# 0.30 (deepseek_v41 arrives), 0.34 (the newest: 0.33's changes plus its own). Each wheel is
+# fetched once (~400 MB download, ~40-60 MB of .py kept); every release 0.23-0.34 loads
+# (tests/dsml/test_vllm_releases.py checks the semantics table against each one's sources).
+RELEASES = ("0.23.0", "0.24.0", "0.25.0", "0.28.0", "0.30.0", "0.34.0")
+# vLLM --tool-call-parser name -> the dialect it reads (vllm/tool_parsers/__init__.py);
+# deepseek_v41 from 0.30.0.
+PARSERS = {"v3.2": "deepseek_v32", "v4": "deepseek_v4", "v4.1": "deepseek_v41"}
+V41_FROM = (0, 30, 0)
+# --reasoning-parser per dialect (vllm/reasoning/__init__.py; deepseek_v41 from 0.30.0)
+REASONING_PARSERS = {"v3.2": "deepseek_v4", "v4": "deepseek_v4", "v4.1": "deepseek_v41"}
+
+
+def release_tuple(version: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(x) for x in version.split(".")[:3])
+    return major, minor, patch
+
+
+def parsers(version: str) -> dict[str, str]:
+    """{dialect: --tool-call-parser name} the release registers."""
+    has_v41 = release_tuple(version) >= V41_FROM
+    return {d: p for d, p in PARSERS.items() if d != "v4.1" or has_v41}
+
+
+_BARE = (
+    "vllm",
+    "vllm.parser",
+    "vllm.utils",
+    "vllm.entrypoints",
+    "vllm.entrypoints.openai",
+    "vllm.v1",
+)
 _REAL = (
     "vllm.tool_parsers",
     "vllm.reasoning",
@@ -61,6 +96,7 @@ _REAL = (
     "vllm.utils.collection_utils",
     "vllm.utils.mistral",
     "vllm.utils.import_utils",
+    "vllm.v1.token_buffer",  # 0.34: rfind_tokens (reasoning state of the prompt)
 )
 
 
@@ -94,6 +130,11 @@ class ChatCompletionRequest(BaseModel):
     include_reasoning: bool = True
     structured_outputs: Any = None
     response_format: Any = None
+    parallel_tool_calls: bool | None = True
+
+    def extract_structured_outputs(self) -> Any:
+        """0.33+: the request's output constraint (none here: tool_choice auto, free text)."""
+        return None
 
 
 class ResponsesRequest(BaseModel):
@@ -138,16 +179,31 @@ class DeltaMessage(BaseModel):
     tool_calls: list[DeltaToolCall] = Field(default_factory=list)
 
 
-_PROTOCOL = {
-    "vllm.entrypoints.openai.engine.protocol": (
-        FunctionDefinition,
-        FunctionCall,
-        ToolCall,
-        DeltaFunctionCall,
-        DeltaToolCall,
-        ExtractedToolCallInformation,
-        DeltaMessage,
-    ),
+def get_tool_call_id_type(model_config: Any) -> str:
+    """``chat_utils.get_tool_call_id_type`` for a DeepSeek model (0.25+ engine parsers)."""
+    return "random"
+
+
+def make_tool_call_id(id_type: str = "random", func_name: Any = None, idx: Any = None) -> str:
+    """``chat_utils.make_tool_call_id`` (a random id in the release; a counter here)."""
+    return f"chatcmpl-tool-{idx}"
+
+
+_MESSAGES = (
+    FunctionDefinition,
+    FunctionCall,
+    ToolCall,
+    DeltaFunctionCall,
+    DeltaToolCall,
+    ExtractedToolCallInformation,
+    DeltaMessage,
+)
+_PROTOCOL: dict[str, tuple[Any, ...]] = {
+    "vllm.entrypoints.chat_utils": (get_tool_call_id_type, make_tool_call_id),
+    "vllm.renderers.chat_utils": (get_tool_call_id_type, make_tool_call_id),  # 0.33+
+    "vllm.entrypoints.openai.engine.protocol": _MESSAGES,
+    # 0.30+ moved the message models here (same fields)
+    "vllm.entrypoints.generate.base.protocol": _MESSAGES,
     "vllm.entrypoints.openai.chat_completion.protocol": (
         ChatCompletionRequest,
         ChatCompletionToolsParam,
@@ -191,6 +247,11 @@ class Tokenizer:
     def get_vocab(self) -> dict[str, int]:
         return dict(self.SPECIAL)
 
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of token ids (0.25+'s token-id scanner decodes each special one)."""
+        names = {i: t for t, i in self.SPECIAL.items()}
+        return "".join(names.get(i) or chr(i - 16) for i in ids)
+
     def tokens(self, text: str) -> list[tuple[str, int]]:
         split = re.split(f"({re.escape(m.THINK_OPEN)}|{re.escape(m.THINK_CLOSE)})", text)
         out: list[tuple[str, int]] = []
@@ -217,9 +278,9 @@ def load(version: str) -> Any:
         pkg.__path__ = [str(root.joinpath(*name.split(".")))]
         sys.modules[name] = pkg
     for name, classes in _PROTOCOL.items():
-        mod = types.ModuleType(name)
-        for cls in classes:
-            setattr(mod, cls.__name__, cls)
+        mod = StubModule(name)  # later releases import more names from it: stand-ins
+        for obj in classes:
+            setattr(mod, obj.__name__, obj)
         sys.modules[name] = mod
     sys.meta_path.insert(0, _Finder(last=False))
     sys.meta_path.append(_Finder(last=True))
@@ -237,7 +298,7 @@ def tools_of(openai_tools: list[dict[str, Any]]) -> list[ChatCompletionToolsPara
 def _parser(dialect: str, tools: list[ChatCompletionToolsParam], thinking: bool) -> Any:
     cls = load(_state.get("version", RELEASES[-1])).get_parser(
         tool_parser_name=PARSERS[dialect],
-        reasoning_parser_name=REASONING_PARSER,
+        reasoning_parser_name=REASONING_PARSERS[dialect],
         enable_auto_tools=True,
     )
     return cls(Tokenizer(), tools, chat_template_kwargs={"thinking": thinking})
@@ -306,6 +367,21 @@ def streaming(
         (names.get(i, ""), canonical_args(args.get(i, ""))) for i in sorted({*names, *args})
     )
     return View("".join(pieces).strip(), calls)
+
+
+def run_release(module: str, version: str) -> dict[str, Any]:
+    """``python -m <module> <version>``'s JSON answer: one release per process, as :func:`load`
+    imports a release once. A failing child fails the test with the end of its stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, version],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=900,  # a wheel download on a fresh machine
+        check=False,
+    )
+    assert proc.returncode == 0, f"{module} on vllm {version}:\n{proc.stderr[-3000:]}"
+    return dict(json.loads(proc.stdout))
 
 
 def load_version() -> str:

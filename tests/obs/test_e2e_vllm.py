@@ -12,6 +12,7 @@ from dashboards.queries import panel_queries
 from exporter.app import create_app
 from exporter.config_loader import load_settings
 from exporter.sim.server import create_sim_app
+from exporter.sim.vllm import VERSION as SIM_VERSION
 from tests.support import ServerThread, prometheus, promql, racy_sim, tap_load, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -85,7 +86,7 @@ def test_boards_render_beside_a_simulated_vllm() -> None:
                 return True
 
             wait_for(panels_have_data, timeout=30, interval=1)
-            dialect = promql(prom, 'dsv4_dsml_dialect_info{dialect="v4@vllm"}')
+            dialect = promql(prom, f'dsv4_dsml_dialect_info{{dialect="v4@vllm-{SIM_VERSION}"}}')
             footprint = promql(prom, 'dsv4_engine_info{footprint="not modelled: vllm"}')
     assert len(wanted) >= len(MEMORY_PANELS) + 20
     assert dialect and footprint

@@ -19,17 +19,20 @@ from exporter.oncall.triage.report import write_report
 from exporter.sidecar import Sidecar
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
+from exporter.sim.vllm import VERSION as SIM_VLLM_VERSION
 from exporter.sources.discovery import EngineDiscovery, engine_of
 from exporter.sources.engine import footprint_fact
 from exporter.sources.engines import ENGINES, by_name
 from exporter.sources.sglang.server_info import ShapeError
 from exporter.sources.vllm import (
+    VllmFacts,
     VllmSource,
     has_vllm_families,
     parse_models,
     parse_version,
     parse_vllm_metrics,
 )
+from exporter.sources.vllm.version import release_of
 from tests.support import ServerThread, racy_sim, sample_value, scrape, wait_for
 
 FLASH = Path(__file__).parent.parent / "fixtures" / "deepseek-v4-flash.config.json"
@@ -87,6 +90,13 @@ def test_hostile_cache_config_labels_are_bounded() -> None:
     assert (cache.block_size, cache.num_gpu_blocks, cache.cache_dtype) == (None, None, "other")
     assert cache.capacity_tokens == 12345  # vLLM's own figure wins when it is reported
     assert parse_vllm_metrics("").cache is None
+
+
+def test_the_release_is_what_version_reported() -> None:
+    """The release the DSML grader's vLLM rules are picked by: /version's, when sane."""
+    assert release_of(None) is None
+    assert release_of(VllmFacts(parse_version({"version": "0.30.1"}))) == "0.30.1"
+    assert release_of(VllmFacts(parse_version({"version": "0.30.1; x"}))) is None
 
 
 def test_version_and_models_shapes() -> None:
@@ -226,6 +236,13 @@ def _labels(text: str, name: str) -> list[dict[str, str]]:
     ]
 
 
+def scrape_registry(sc: Sidecar) -> str:
+    """The sidecar's registry rendered as a scrape would (no HTTP server)."""
+    from prometheus_client.exposition import generate_latest
+
+    return generate_latest(sc.registry).decode()
+
+
 def test_configured_vllm_needs_no_discovery(sim_vllm: ServerThread) -> None:
     sc = Sidecar(
         SidecarSettings(
@@ -237,8 +254,17 @@ def test_configured_vllm_needs_no_discovery(sim_vllm: ServerThread) -> None:
         )
     )
     assert "sglang" not in sc.sources and "engine" not in sc.sources
-    assert sc.dsml_dialect() == ("v4@vllm", "model_config")
+    assert sc.dsml_dialect() == ("v4@vllm", "model_config")  # /version not read yet: newest
     _polled(sc.servers["vllm"])
+    # the release from /version picks the grader's vLLM rules (exporter/dsml/vllm_releases.py)
+    assert sc.dsml_dialect() == (f"v4@vllm-{SIM_VLLM_VERSION}", "model_config")
+    assert _labels(scrape_registry(sc), "dsv4_dsml_dialect_info") == [
+        {
+            "dialect": f"v4@vllm-{SIM_VLLM_VERSION}",
+            "source": "model_config",
+            "engine_rules": "vllm 0.23-0.24 (release)",
+        }
+    ]
     assert sc.served_model() == sc.servers["vllm"].facts.served_model_name  # type: ignore[union-attr]
     assert sc.server_running() == 5
     assert sc.footprint.status == "not_modelled"
@@ -295,7 +321,11 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency(
     assert sample_value(text, "dsv4_gpu_memory_used_bytes", gpu="0") > 0
     assert sample_value(text, "dsv4_footprint_up", reason="not_modelled") == 0
     assert _labels(text, "dsv4_dsml_dialect_info") == [
-        {"dialect": "v4@vllm", "source": "model_config"}
+        {
+            "dialect": f"v4@vllm-{SIM_VLLM_VERSION}",
+            "source": "model_config",
+            "engine_rules": "vllm 0.23-0.24 (release)",
+        }
     ]
     bad = sum(
         sample_value(

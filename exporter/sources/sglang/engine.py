@@ -37,5 +37,8 @@ class SglangEngine:
         parser = source.tool_call_parser if isinstance(source, SglangSource) else None
         return resolve_dialect(setting, parser, config, self.name)
 
+    def dialect_rules(self, source: EngineSource) -> str:
+        return ""  # SGLang's detectors are graded by dialect alone
+
 
 SGLANG = SglangEngine()

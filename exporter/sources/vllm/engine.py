@@ -3,7 +3,8 @@
 Identified by ``/version`` (``{"version": ...}``) together with ``vllm:`` families on
 ``/metrics``: ``/version`` alone is too common a path to decide on (vLLM's ``/server_info``
 exists only in its dev mode). vLLM serves no endpoint with its ``--tool-call-parser``, so its
-dialect is configured or taken from config.json, engine-qualified (``v4@vllm``). Its KV cache is
+dialect is configured or taken from config.json, engine-qualified with the release from
+``/version`` (``v4@vllm-0.30.0``). Its KV cache is
 its own allocator: the footprint model does not price it.
 """
 
@@ -13,6 +14,7 @@ import contextlib
 from collections.abc import Mapping
 
 from exporter.dsml.dialect import resolve_dialect
+from exporter.dsml.vllm_releases import rules_for
 from exporter.sources.engine import (
     Answers,
     Dialect,
@@ -23,6 +25,7 @@ from exporter.sources.engine import (
 )
 from exporter.sources.vllm.metrics_text import has_vllm_families
 from exporter.sources.vllm.source import VllmSource
+from exporter.sources.vllm.version import release_of
 
 
 class VllmEngine:
@@ -42,7 +45,17 @@ class VllmEngine:
         return VllmSource(base_url, **poll.kwargs())
 
     def dialect(self, setting: str | None, source: EngineSource, config: ModelConfig) -> Dialect:
-        return resolve_dialect(setting, None, config, self.name)
+        """Engine-qualified with the release its ``/version`` reports (``v4@vllm-0.30.0``)."""
+        return resolve_dialect(setting, None, config, self.name, _release(source))
+
+    def dialect_rules(self, source: EngineSource) -> str:
+        found, how = rules_for(_release(source))
+        return f"vllm {found.name} ({how})"
+
+
+def _release(source: EngineSource) -> str | None:
+    """The release vLLM's ``/version`` reported, None until known."""
+    return release_of(source.facts) if isinstance(source, VllmSource) else None
 
 
 VLLM = VllmEngine()

@@ -38,6 +38,16 @@ def parse_version(d: Any) -> str:
     return version if _VERSION.fullmatch(version) else "unparseable"
 
 
+def release_of(facts: VllmFacts | None) -> str | None:
+    """The release vLLM's ``GET /version`` reported (``{"version": VLLM_VERSION}``,
+    vllm/entrypoints/serve/instrumentator/basic.py in every release 0.23-0.34), for the DSML
+    grader's per-release rules (:mod:`exporter.dsml.vllm_releases`); None until it answered or
+    when the string was not a sane one."""
+    if facts is None or facts.version == "unparseable":
+        return None
+    return facts.version
+
+
 def parse_models(d: Any) -> tuple[str | None, int | None]:
     """(served model name, max_model_len) of the first model of a ``/v1/models`` answer."""
     if not isinstance(d, Mapping) or not isinstance(d.get("data"), list):

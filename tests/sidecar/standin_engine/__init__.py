@@ -94,5 +94,8 @@ class TrtEngine:
         found = PARSER_DIALECTS.get(parser or "")
         return (found, "tool_call_parser") if found else (None, "unknown")
 
+    def dialect_rules(self, source: EngineSource) -> str:
+        return ""
+
 
 TRTLLM = TrtEngine()
