@@ -31,7 +31,7 @@ help:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,conformance]'
+	DSV4_SIDECAR_DEV_PLUGINS=1 $(PY) -m pip install -q -e '.[dev,conformance]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -50,7 +50,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml setup.py export
 $(DEMO_STAMP): pyproject.toml setup.py exporter/dsml/_textscan.c
 	@test -x $(DEMO_PY) || $(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_PY) -m pip install -q --upgrade pip
-	$(DEMO_PY) -m pip install -q -e .
+	DSV4_SIDECAR_DEV_PLUGINS=1 $(DEMO_PY) -m pip install -q -e .
 	@rm -f $(DEMO_VENV)/.installed-*
 	@touch $@
 
@@ -157,9 +157,13 @@ image-probe: venv deb-image
 # linux_x86_64 wheel); pip builds the accelerator from the sdist where asked to
 # (--no-binary dsv4-sidecar) and the image builds its own. Both checked by twine (metadata,
 # README rendering); tests/deploy/test_release.py installs the wheel into a clean venv.
+# The sdist build writes dsv4_sidecar.egg-info into the checkout, without the development
+# install's GPU plugin (setup.py); the tests' sys.path (pythonpath ".") would find it before
+# the dev venv's own metadata, so it goes again.
 dist: venv
 	rm -rf dist
 	$(PY) -m build --sdist --outdir dist .
+	rm -rf dsv4_sidecar.egg-info
 	DSV4_SIDECAR_NO_NATIVE=1 $(PY) -m pip wheel -q --no-deps --wheel-dir dist dist/dsv4_sidecar-*.tar.gz
 	$(VENV)/bin/twine check --strict dist/*
 
