@@ -6,11 +6,12 @@ PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: gpu-bundle gpu-check gpu-check-simulated
-.PHONY: help venv demo-venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
+.PHONY: help venv demo-venv native kustomize deb-test deb-bench deb-demo test test-fast lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs); its own venv, runtime deps only"
 	@echo "make test   - lint, docs freshness, dist and the images, then the whole test suite"
+	@echo "make test-fast - the fast tier (tests/conftest.py): each package's core, under a minute"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
 	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
@@ -174,6 +175,12 @@ test: venv native kustomize deb-test lint dist image-probe
 	$(PY) docker/mixin/generate.py --check
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
+
+# The fast tier (tests/conftest.py): each package's core in one process, no server, no
+# release, no image; under a minute on two CPUs. Lint and the generators' --check are
+# `make test`'s, with the rest of the suite.
+test-fast: venv native
+	$(PY) -m pytest -q -p no:cacheprovider -m fast
 
 demo: demo-venv deb-demo
 	$(DEMO_VENV)/bin/dsv4-sidecar demo

@@ -35,8 +35,9 @@ def modules(packages: tuple[str, ...], root: Path = REPO) -> dict[str, Path]:
     return found
 
 
-def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The modules of ``known`` that ``name`` imports anywhere in its source."""
+def _imports(name: str, path: Path, known: dict[str, Path], run_targets: bool) -> set[str]:
+    """The modules of ``known`` that ``name`` imports anywhere in its source; with
+    ``run_targets`` also those it names whole in a string (``python -m tests.x`` runs one)."""
     is_package = path.stem == "__init__"
     out: set[str] = set()
 
@@ -49,6 +50,8 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
+        elif run_targets and isinstance(node, ast.Constant) and node.value in known:
+            targets = [node.value]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -66,11 +69,13 @@ def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
-def import_graph(packages: tuple[str, ...], root: Path = REPO) -> dict[str, set[str]]:
-    """Module -> the modules of ``packages`` it imports."""
+def import_graph(
+    packages: tuple[str, ...], root: Path = REPO, *, run_targets: bool = False
+) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (and, with ``run_targets``, runs)."""
     known = modules(packages, root)
     return {
-        name: set() if path.suffix == ".pyi" else _imports(name, path, known)
+        name: set() if path.suffix == ".pyi" else _imports(name, path, known, run_targets)
         for name, path in known.items()
     }
 
