@@ -37,6 +37,7 @@ FAST = frozenset(
     for path in (
         "test_import_cycles.py",
         "test_stats.py",
+        "test_tiers.py",
         "tap/test_tap_wire.py",
         "tap/test_tap_unit.py",
         "footprint/test_geometry.py",
