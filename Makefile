@@ -6,11 +6,12 @@ PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: gpu-bundle gpu-check gpu-check-simulated
-.PHONY: help venv demo-venv native kustomize deb-test deb-bench deb-demo test lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
+.PHONY: help venv demo-venv native kustomize deb-test deb-bench deb-demo test test-fast lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs); its own venv, runtime deps only"
 	@echo "make test   - lint, docs freshness, dist and the images, then the whole test suite"
+	@echo "make test-fast - the fast tier (tests/conftest.py): each package's core, under a minute"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
 	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
@@ -31,7 +32,7 @@ help:
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,conformance]'
+	DSV4_SIDECAR_DEV_PLUGINS=1 $(PY) -m pip install -q -e '.[dev,conformance]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -50,7 +51,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml setup.py export
 $(DEMO_STAMP): pyproject.toml setup.py exporter/dsml/_textscan.c
 	@test -x $(DEMO_PY) || $(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_PY) -m pip install -q --upgrade pip
-	$(DEMO_PY) -m pip install -q -e .
+	DSV4_SIDECAR_DEV_PLUGINS=1 $(DEMO_PY) -m pip install -q -e .
 	@rm -f $(DEMO_VENV)/.installed-*
 	@touch $@
 
@@ -157,9 +158,13 @@ image-probe: venv deb-image
 # linux_x86_64 wheel); pip builds the accelerator from the sdist where asked to
 # (--no-binary dsv4-sidecar) and the image builds its own. Both checked by twine (metadata,
 # README rendering); tests/deploy/test_release.py installs the wheel into a clean venv.
+# The sdist build writes dsv4_sidecar.egg-info into the checkout, without the development
+# install's GPU plugin (setup.py); the tests' sys.path (pythonpath ".") would find it before
+# the dev venv's own metadata, so it goes again.
 dist: venv
 	rm -rf dist
 	$(PY) -m build --sdist --outdir dist .
+	rm -rf dsv4_sidecar.egg-info
 	DSV4_SIDECAR_NO_NATIVE=1 $(PY) -m pip wheel -q --no-deps --wheel-dir dist dist/dsv4_sidecar-*.tar.gz
 	$(VENV)/bin/twine check --strict dist/*
 
@@ -170,6 +175,12 @@ test: venv native kustomize deb-test lint dist image-probe
 	$(PY) docker/mixin/generate.py --check
 	$(PY) docker/lock.py --check
 	$(PY) -m pytest -q
+
+# The fast tier (tests/conftest.py): each package's core in one process, no server, no
+# release, no image; under a minute on two CPUs. Lint and the generators' --check are
+# `make test`'s, with the rest of the suite.
+test-fast: venv native
+	$(PY) -m pytest -q -p no:cacheprovider -m fast
 
 demo: demo-venv deb-demo
 	$(DEMO_VENV)/bin/dsv4-sidecar demo

@@ -1,5 +1,8 @@
 """What pyproject.toml cannot say:
 
+- the entry points: the ``dsv4-sidecar`` command, and the one below that only some installs
+  get (a static table in pyproject.toml would replace what is passed here).
+
 - ship the probe's start-up hook at the top of site-packages (a ``.pth`` file works only
   there), so ``pip install dsv4-sidecar[probe]`` loads the probe in every SGLang process. The
   hook is inert unless DSV4_PROBE=1.
@@ -9,6 +12,11 @@
   DSV4_SIDECAR_NO_NATIVE=1 leaves it out altogether, for a pure ``py3-none-any`` wheel:
   the probe image installs the wheel into SGLang's own Python, whose version the build stage
   cannot know, and the probe never grades.
+- declare the simulator's GPUs as the ``fake`` GPU backend (``exporter/sim/gpus.py``) in the
+  development installs only (``make venv``, ``make demo``: DSV4_SIDECAR_DEV_PLUGINS=1); a
+  wheel or sdist (``make dist``, the image) does not, so a production install lists no
+  test-only backend. There ``python -m exporter.sim.sidecar`` registers it for the one
+  process it starts.
 """
 
 import os
@@ -37,4 +45,15 @@ TEXTSCAN = Extension(
 
 NATIVE = os.environ.get("DSV4_SIDECAR_NO_NATIVE", "") not in ("1", "true", "yes")
 
-setup(cmdclass={"build_py": BuildPyWithPth}, ext_modules=[TEXTSCAN] if NATIVE else [])
+# Set by the Makefile's development installs ($(VENV), $(DEMO_VENV)); never by `make dist`
+# or the image. (An editable build cannot be told apart here: pip prepares its metadata with
+# the same command as a wheel's.)
+DEV_PLUGINS = os.environ.get("DSV4_SIDECAR_DEV_PLUGINS", "") in ("1", "true", "yes")
+SCRIPTS = {"console_scripts": ["dsv4-sidecar = exporter.cli:main"]}
+SIM_GPUS = {"dsv4_sidecar.gpu_backends": ["fake = exporter.sim.gpus:backend"]}
+
+setup(
+    cmdclass={"build_py": BuildPyWithPth},
+    ext_modules=[TEXTSCAN] if NATIVE else [],
+    entry_points={**SCRIPTS, **(SIM_GPUS if DEV_PLUGINS else {})},
+)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from alerts.text import human_bytes, num
 from exporter.thresholds import AlertConfig
 
 # The Kubernetes target labels the fleet rules and the fleet dashboard group by; produced by
@@ -217,8 +218,6 @@ def _scope(c: AlertConfig, extra: str = "") -> str:
 
 def alerts(c: AlertConfig, b: Any) -> list[dict[str, Any]]:
     """Deployment-level alerts; ``b`` is the rule :class:`~alerts.rules.Builder`."""
-    from alerts.rules import human_bytes, num  # alerts.rules imports this module
-
     n = FleetNames(c)
     pods = pod_labels(c)
     who = "deployment {{ $labels.namespace }}/{{ $labels.deployment }} ({{ $labels.model }})"

@@ -14,30 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alerts import fleet
+from alerts.text import human_bytes, num, pct
 from exporter.metrics.catalog import spec_for_series
 from exporter.thresholds import AlertConfig
-from exporter.units import GIB, MIB
 
 RULE_FILE = "dsv4-sidecar.rules.yaml"
-
-
-def human_bytes(n: int) -> str:
-    """Bytes as the text of a description (1073741824 -> '1GiB'), exact where possible."""
-    for unit, size in (("GiB", GIB), ("MiB", MIB)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return f"{n}B"
-
-
-def num(x: float) -> str:
-    """A number for PromQL at full precision (``:g`` would round 0.2500001 to 0.25)."""
-    text = repr(float(x))
-    return text.removesuffix(".0")
-
-
-def pct(ratio: float) -> str:
-    """A ratio as a percentage for descriptions (0.02 -> '2%')."""
-    return f"{ratio * 100:g}%"
 
 
 @dataclass

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from alerts.rules import human_bytes, num, pct
+from alerts.text import human_bytes, num, pct
 from exporter.thresholds import AlertConfig, duration, seconds
 from exporter.units import GIB, MIB
 

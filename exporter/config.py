@@ -27,8 +27,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from exporter.gpu_plugins import BUILTIN, ENTRY_POINT_GROUP, installed
 from exporter.samplers.tap.config import TapConfig
-from exporter.sources.gpu_backends import ENTRY_POINT_GROUP
 
 ENV_PREFIX = "DSV4_SIDECAR_"
 # Upper bounds of the keys that become sleeps, timeouts, buffers or token counts: far above any
@@ -429,15 +429,12 @@ class SidecarSettings(BaseSettings):
         """One of the installed backends: the entry points, not a fixed list, so a plugin is
         selectable as soon as its package is installed. (Its own settings are checked by the
         loader at start: ``config_loader.check_backend_settings``.)"""
-        from exporter.sources import gpu_backends
-
         v = v.strip()
-        if v == gpu_backends.BUILTIN:
+        if v == BUILTIN:
             return v
-        if v not in gpu_backends.installed():
+        if v not in installed():
             raise ValueError(
-                f"GPU backend {v!r} is not installed (installed: "
-                f"{', '.join(gpu_backends.installed())})"
+                f"GPU backend {v!r} is not installed (installed: {', '.join(installed())})"
             )
         return v
 

@@ -33,14 +33,15 @@ if str(ROOT) not in sys.path:  # a script: make the repository's packages import
     sys.path.insert(0, str(ROOT))
 
 from alerts import config as alert_config  # noqa: E402
-from alerts.rules import build, num  # noqa: E402
+from alerts.rules import build  # noqa: E402
+from alerts.text import num  # noqa: E402
 from exporter import generated  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "mixin.libsonnet"
 DASHBOARDS = ROOT / "dashboards"
 # Sentinels: numbers 9NNN7531, durations 8NNN7531s, strings zqNNNzq (NNN: the knob's index).
 SENTINEL = re.compile(r"zq\d{3}zq|8\d{3}7531s|9\d{3}7531")
-# Numbers as alerts.rules.num writes them (Python's repr, no ".0"): integers exactly, others
+# Numbers as alerts.text.num writes them (Python's repr, no ".0"): integers exactly, others
 # with 15 significant digits (jsonnet's own std.toString prints 0.05 as 0.050000000000000003).
 NUM_HELPER = (
     "local num(x) =\n"
@@ -64,7 +65,7 @@ def _sentinel(i: int, value: Any, name: str) -> Any:
 
 
 def _rendered(value: Any) -> str:
-    """How a knob's value is written into the rules (numbers through alerts.rules.num)."""
+    """How a knob's value is written into the rules (numbers through alerts.text.num)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return num(value)
     return str(value)

@@ -31,9 +31,12 @@ deliver it (`exporter/sim/vllm.py`; held to the released parser by
 `tests/dsml/test_vllm_differential.py`).
 
 The simulator is attached from outside the sidecar: nothing in the sidecar's production code
-imports it. Its GPUs reach the sidecar through the `fake` GPU backend, a plugin declared in
-`pyproject.toml` (entry point group `dsv4_sidecar.gpu_backends`, see
-`exporter/sources/gpu_backends.py`), selected with `gpu_backend: fake`. That backend reads
+imports it. Its GPUs reach the sidecar through the `fake` GPU backend, a plugin (entry point
+group `dsv4_sidecar.gpu_backends`, see `exporter/sources/gpu_backends.py`), selected with
+`gpu_backend: fake`. Only the development installs declare it (`make venv`, `make demo`:
+`setup.py`); a production install (the wheel, the image) does not, and there the sidecar is
+started as `python -m exporter.sim.sidecar serve ...`, which registers the backend for its own
+process (as `docker/compose.yaml` does). That backend reads
 `GET /_sim/gpus?node_rank=K` at most once per NVML poll: the GPU model and, per GPU, what the
 pools really allocate and the running requests. So the sidecar's NVML view is the simulated
 deployment's ground truth, never its own prediction of it. Until the simulator has answered

@@ -1,7 +1,8 @@
 """The ``fake`` GPU backend: the simulated SGLang's GPUs, as NVML would show them.
 
-Declared in ``pyproject.toml`` as entry point ``fake`` of group ``dsv4_sidecar.gpu_backends``
-(``exporter.sources.gpu_backends``), so the sidecar loads it by name and never imports the
+Entry point ``fake`` of group ``dsv4_sidecar.gpu_backends`` (``exporter.sources.gpu_backends``)
+in the development installs (setup.py), registered in-process by ``python -m
+exporter.sim.sidecar`` elsewhere, so the sidecar loads it by name and never imports the
 simulator. The GPUs are the simulator's: count, memory model and, per GPU, what the pools
 really allocate come from ``GET /_sim/gpus?node_rank=K`` on the simulated SGLang at
 ``sglang_url`` (``SimDeployment.node_gpus``), at most once per NVML poll. Nothing comes from

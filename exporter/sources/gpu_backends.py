@@ -3,23 +3,25 @@
 The sidecar itself knows one backend, ``nvml`` (nvidia-ml-py, imported by the NVML source).
 Any other backend is a plugin that the sidecar never imports by name: a package declares an
 entry point in the group :data:`ENTRY_POINT_GROUP`, named after the backend, that resolves to
-an object with the :class:`GpuBackend` shape. This repository's simulator declares ``fake``
-(``exporter.sim.gpus``: the simulated SGLang's GPUs) in ``pyproject.toml``, so the simulator
-attaches from outside the production composition root, and a host could add, say, an AMD
-backend the same way.
+an object with the :class:`GpuBackend` shape (or registers one in-process:
+``exporter.gpu_plugins.register``). This repository's simulator provides ``fake``
+(``exporter.sim.gpus``: the simulated SGLang's GPUs): a development install declares it
+(setup.py), the production wheel does not, where ``python -m exporter.sim.sidecar`` registers
+it. So the simulator attaches from outside the production composition root, and a host could
+add, say, an AMD backend the same way.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Protocol
+
+# What the settings also need (they validate gpu_backend) lives in a leaf module: the
+# settings do not import this one, which is typed against them.
+from exporter.gpu_plugins import BUILTIN, ENTRY_POINT_GROUP, installed, plugins
 
 if TYPE_CHECKING:
     from exporter.config import SidecarSettings
     from exporter.sources.nvml import NvmlLibrary
-
-ENTRY_POINT_GROUP = "dsv4_sidecar.gpu_backends"
-BUILTIN = "nvml"
 
 
 class GpuBackendError(ValueError):
@@ -39,14 +41,9 @@ class GpuBackend(Protocol):
         raising ``pynvml.NVMLError`` as the real library does."""
 
 
-def installed() -> list[str]:
-    """Names of every backend this installation has: the built-in one and the plugins."""
-    return [BUILTIN, *sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))]
-
-
 def load(name: str) -> GpuBackend:
     """The plugin ``name``; :class:`GpuBackendError` saying what is installed if absent."""
-    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    found = [ep for ep in plugins() if ep.name == name]
     if not found:
         raise GpuBackendError(
             f"GPU backend {name!r} is not installed (installed: {', '.join(installed())}); "

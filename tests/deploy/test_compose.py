@@ -173,6 +173,8 @@ def test_sim_stack_wiring():
     # The switch a real pod shares with SGLang agrees with the simulated deployment.
     assert env["SGLANG_DSV4_BF16_INDEX_K"] == "1"
     assert sidecar["command"] == ["serve"]
+    # the image declares no fake GPU backend: the simulator's entry registers it
+    assert sidecar["entrypoint"] == ["python", "-m", "exporter.sim.sidecar"]
     assert sidecar["depends_on"]["sglang-sim"]["condition"] == "service_healthy"
     assert sidecar["ports"] == [
         f"127.0.0.1:{METRICS_PORT}:{METRICS_PORT}",

@@ -89,6 +89,9 @@ def container(image, simulator):
     args += ["--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,size=16m,mode=1777"]
     args += ["--env-file", str(env_file), "--env", f"DSV4_SIDECAR_SERVER_URL={simulator}"]
     args += ["--env", "DSV4_SIDECAR_GPU_BACKEND=fake", "--env", "DSV4_SIDECAR_CANARY=false"]
+    # The image declares no fake GPU backend (a production install): the simulator's entry
+    # registers it and runs the CLI, as docker/compose.yaml does.
+    args += ["--entrypoint", '["python", "-m", "exporter.sim.sidecar"]']
     # The port as an argument, not DSV4_SIDECAR_PORT: the HEALTHCHECK must follow it.
     args += [str(result["image"]), "serve", "--host", "127.0.0.1", "--port", str(port)]
     mod.podman(*args)

@@ -306,10 +306,14 @@ def test_dist_holds_a_pure_wheel_and_an_sdist_that_twine_accepts(dist):
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         meta = zf.read(f"dsv4_sidecar-{VERSION}.dist-info/METADATA").decode()
+        entry_points = zf.read(f"dsv4_sidecar-{VERSION}.dist-info/entry_points.txt").decode()
     assert f"dsv4_sidecar-{VERSION}.dist-info/licenses/LICENSE" in names
     assert "dsv4_sidecar_probe.pth" in names  # the probe's hook, at the top of site-packages
     assert f"\nVersion: {VERSION}\n" in meta and "\nLicense-Expression: Apache-2.0\n" in meta
     assert "Description-Content-Type: text/markdown" in meta
+    # The command, and no GPU backend plugin: the simulator's `fake` is the development
+    # install's only (setup.py); the dev venv declares it (tests/obs/test_layering.py).
+    assert entry_points.split() == ["[console_scripts]", "dsv4-sidecar", "=", "exporter.cli:main"]
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
     # What a build from the sdist needs, the accelerator's source included.
@@ -385,10 +389,17 @@ def test_installed_wheel_serves_the_simulated_sglang(installed):
         [cli, "simulate", "--host", "127.0.0.1", "--port", str(sim_port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_clean_env(),
     )  # fmt: skip
+    # The wheel declares no fake GPU backend: selecting it is refused, naming what is there;
+    # the simulator's entry registers it for its one process.
+    refused = _cli(
+        installed, "serve", "--gpu-backend", "fake", "--sglang-url", "http://127.0.0.1:9"
+    )
+    assert refused.returncode != 0 and "'fake' is not installed (installed: nvml)" in refused.stderr
     sidecar = subprocess.Popen(
-        [cli, "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--sglang-url", f"http://127.0.0.1:{sim_port}"],
+        [str(installed / "python"), "-m", "exporter.sim.sidecar", "serve", "--host", "127.0.0.1",
+         "--port", str(port), "--sglang-url", f"http://127.0.0.1:{sim_port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        cwd=installed.parent,  # `-m` puts the working directory first: not this checkout
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:

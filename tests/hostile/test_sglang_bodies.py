@@ -14,7 +14,7 @@ from exporter.samplers.grading import GradingPipeline
 from exporter.sources import bounded
 from exporter.sources.sglang import ERROR_REASONS, SglangSource
 from tests.hostile.hostile_sglang import MIB, HostileSglang, deep_json
-from tests.support import sample_value
+from tests.support import sample_value, settle
 
 
 def _poll(url: str, **kw: object) -> SglangSource:
@@ -130,10 +130,8 @@ def test_canary_loop_keeps_counting_under_deep_answers(hostile):
     async def go() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(canary.run(stop))
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if canary.results["too_deep"] >= 2:
-                break
+        # two rounds, however long a loaded machine takes (settle's bound is a hang guard)
+        await settle(lambda: canary.results["too_deep"] >= 2)
         stop.set()
         await task
 

@@ -12,7 +12,7 @@ from exporter.config import SidecarSettings
 from exporter.sidecar import Sidecar
 from exporter.supervisor import TaskSupervisor
 from tests.hostile.hostile_sglang import HostileSglang
-from tests.support import sample_value
+from tests.support import sample_value, settle
 
 
 def test_a_raising_loop_is_counted_logged_once_and_restarted(caplog):
@@ -90,10 +90,7 @@ def test_sidecar_source_crash_is_internal_error_and_restarted(monkeypatch):
 
         async def go() -> str:
             await sc.start()
-            for _ in range(300):
-                await asyncio.sleep(0.02)
-                if sc.servers["sglang"].health.up:
-                    break
+            await settle(lambda: sc.servers["sglang"].health.up)  # restarted, however long
             text = generate_latest(sc.registry).decode()
             await sc.stop()
             return text

@@ -4,11 +4,11 @@ reads during HiCache loads, transfer gaps, version tolerance, and fault isolatio
 from __future__ import annotations
 
 import logging
-import time
 import types
 
 import pytest
 
+from exporter.probe import timeline
 from exporter.probe.config import ProbeConfig
 from exporter.probe.runtime import FAULTS_BEFORE_DISABLE, Probe
 from exporter.probe.snapshot import GAP_BUCKETS_S
@@ -73,11 +73,16 @@ def test_version_whose_own_accessor_lost_the_gate(standins):
     assert probe.counters.gap.count == C4
 
 
-def test_host_bound_gap_when_events_cannot_time(standins):
+def test_host_bound_gap_when_events_cannot_time(standins, monkeypatch):
+    # The host clock the gap is read from, moved by the test: the 30 ms below are the host's
+    # view of when the copies landed, not a sleep the test's outcome depends on.
+    host = types.SimpleNamespace(now=1000.0)
+    host.perf_counter = lambda: host.now
+    monkeypatch.setattr(timeline, "time", host)
     probe, cc, dsv4 = standins(gap_mode="host")
     rig = Rig(cc, fork_pool_class(dsv4), SimOps())
     rig.load_and_forward()  # the reads were enqueued before the simulated copies ended
-    time.sleep(0.03)
+    host.now += 0.03
     probe.resolve()
     gap = probe.counters.gap
     assert probe.counters.gap_source == "host_bound"

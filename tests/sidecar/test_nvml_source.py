@@ -47,11 +47,13 @@ def test_init_failure_marks_down_then_recovers(error):
     assert sample_value(t, "dsv4_gpu_memory_used_bytes") is None  # fail closed
     assert sample_value(t, "dsv4_gpus_visible") == 0
     assert sample_value(t, "dsv4_source_last_success_timestamp_seconds", source="nvml") is None
+    before = time.time()
     assert poll(src) == 1  # recovered without restart
+    after = time.time()
     t = _text(src)
     assert sample_value(t, "dsv4_source_up", source="nvml") == 1
     last = sample_value(t, "dsv4_source_last_success_timestamp_seconds", source="nvml")
-    assert last is not None and abs(last - time.time()) < 60
+    assert last is not None and before <= last <= after  # this poll's success, however long
     assert sample_value(t, "dsv4_source_poll_duration_seconds", source="nvml") >= 0
     assert sample_value(t, "dsv4_gpus_visible") == 2
     assert sample_value(t, "dsv4_gpu_memory_total_bytes", rank="1") == fake.spec.memory_bytes

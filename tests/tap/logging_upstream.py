@@ -168,11 +168,14 @@ class LoggingUpstream:
         self.parse_errors = 0
         self.server: asyncio.Server | None = None
 
+    def protocol(self) -> asyncio.Protocol:
+        """The protocol of one new upstream connection: what ``start()`` serves each accepted
+        socket with, and what tests/tap/wire.py connects to an in-memory transport."""
+        return _Protocol(self)
+
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(
-            lambda: _Protocol(self), "127.0.0.1", 0, backlog=1024
-        )
+        self.server = await loop.create_server(self.protocol, "127.0.0.1", 0, backlog=1024)
         return int(self.server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:

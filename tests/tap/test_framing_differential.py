@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import signal
@@ -72,9 +71,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from httptools import HttpParserError, HttpResponseParser
 
 from tests.support import require, serve_argv
+from tests.tap.answers import CASE_TAG, VICTIM_TAG, answer_problems, parse_responses
 from tests.tap.framing_cases import Case, build_corpus
 from tests.tap.logging_upstream import LoggingUpstream, Received
 from tests.tap.support import settle
@@ -87,8 +86,6 @@ CONCURRENCY = 16  # cases in flight per proxy
 VICTIMS = 2  # clients on new connections after each case
 IDLE = 3.0  # a case's client stops reading after this long without a byte (bound, no verdict)
 VICTIM_TIMEOUT = 10.0
-CASE_TAG = re.compile(rb"/c(\d{4})/")
-VICTIM_TAG = re.compile(rb"/v(\d{4})/")
 
 NGINX_CONF = """\
 worker_processes 1;
@@ -175,71 +172,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-# --- what a client received -------------------------------------------------------------------
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes
-
-    def echo_case(self) -> int | None:
-        """The case whose request this answers (by url tag or X-Case), None: not an echo or
-        untagged."""
-        url = self.echo_url()
-        if url is None:
-            return None
-        m = CASE_TAG.search(url)
-        if m is not None:
-            return int(m.group(1))
-        with contextlib.suppress(ValueError, TypeError):
-            return int(json.loads(self.body).get("case"))
-        return None
-
-    def echo_url(self) -> bytes | None:
-        """The url the logging upstream echoed, or None for a proxy's own answer."""
-        try:
-            obj = json.loads(self.body)
-        except ValueError:
-            return None
-        if isinstance(obj, dict) and isinstance(obj.get("url"), str):
-            return str(obj["url"]).encode("latin-1")
-        return None
-
-    def upstream_error(self) -> bool:
-        with contextlib.suppress(ValueError):
-            obj = json.loads(self.body)
-            return isinstance(obj, dict) and "upstream_error" in obj
-        return False
-
-
-class _Responses:
-    def __init__(self) -> None:
-        self.done: list[Response] = []
-        self.body: list[bytes] = []
-        self.parser = HttpResponseParser(self)
-
-    def on_message_begin(self) -> None:
-        self.body = []
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.done.append(Response(self.parser.get_status_code(), b"".join(self.body)))
-
-
-def parse_responses(raw: bytes) -> tuple[list[Response], str | None]:
-    """The complete responses in a client's byte stream, and why parsing stopped (None: the
-    stream was well-formed HTTP/1.x to its end, possibly ending mid-response)."""
-    got = _Responses()
-    try:
-        got.parser.feed_data(raw)
-    except HttpParserError as exc:
-        return got.done, f"{type(exc).__name__}: {exc}"
-    return got.done, None
 
 
 @dataclass
@@ -499,16 +431,10 @@ def test_clients_receive_only_answers_to_their_own_requests(outcome: Outcome, pr
     bad = []
     run = outcome.runs[proxy]
     for case in outcome.cases:
-        raw = run.client.get(case.id, b"")
-        responses, problem = parse_responses(raw)
-        if problem is not None:
-            bad.append(f"{_show(case)}\n    unparseable answer ({problem}): {raw[:400]!r}")
-        for resp in responses:
-            url = resp.echo_url()
-            if url is not None and resp.echo_case() != case.id:
-                bad.append(f"{_show(case)}\n    got the response to {url!r}")
-            if resp.upstream_error():
-                bad.append(f"{_show(case)}\n    the upstream could not parse what {proxy} sent")
+        bad += [
+            f"{_show(case)}\n    {p}"
+            for p in answer_problems(run.client.get(case.id, b""), case.id)
+        ]
     assert not bad, "\n".join(bad)
 
 

@@ -192,7 +192,7 @@ class ClientConnection(asyncio.Protocol):
         "write_paused_since",
     )
 
-    def __init__(self, core: TapCore) -> None:
+    def __init__(self, core: TapCore[ClientConnection]) -> None:
         self.core = core
         self.transport: asyncio.Transport | None = None
         self.parser = HttpRequestParser(self)

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
 from exporter.samplers.tap.config import TapConfig
 from exporter.samplers.tap.sampling import CaptureBudget, Sampler, SampleSink
 from exporter.samplers.tap.stats import TapStats
 from exporter.samplers.tap.upstream import UpstreamPool
 
-if TYPE_CHECKING:
-    from exporter.samplers.tap.client import ClientConnection
+# The client connection type (``exporter.samplers.tap.client.ClientConnection``), a parameter
+# so this module, which the connections import, does not import them back (no import cycle).
+# Covariant: an exchange reads the core's settings and pool and never touches ``clients``.
+ClientT_co = TypeVar("ClientT_co", covariant=True)
 
 
-class TapCore:
+class TapCore(Generic[ClientT_co]):
     """Plain attribute bag the hot path reads; built once per :class:`Tap`."""
 
     __slots__ = (
@@ -33,14 +35,7 @@ class TapCore:
         self.sink = sink
         self.sampler = Sampler(config.sample_rate, config.sample_seed, config.sample_paths)
         self.capture_budget = CaptureBudget(config.capture_budget_bytes)
-        self.pool = UpstreamPool(
-            config.upstream_host,
-            config.upstream_port,
-            stats,
-            connect_timeout=config.connect_timeout,
-            idle_timeout=config.upstream_idle_timeout,
-            max_idle=config.max_idle_upstream,
-        )
-        self.clients: set[ClientConnection] = set()
+        self.pool = UpstreamPool.for_config(config, stats)
+        self.clients: set[ClientT_co] = set()
         # open client connections per peer address (max_connections_per_client)
         self.by_address: dict[str, int] = {}

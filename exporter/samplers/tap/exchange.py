@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from httptools import HttpParserError, HttpResponseParser
 
@@ -22,7 +22,6 @@ from exporter.samplers.tap.stats import status_code_label
 from exporter.samplers.tap.upstream import UpstreamConnection
 
 if TYPE_CHECKING:
-    from exporter.samplers.tap.client import ClientConnection
     from exporter.samplers.tap.core import TapCore
 
 log = logging.getLogger(__name__)
@@ -40,6 +39,22 @@ _NO_BODY_STATUS = frozenset({204, 304})
 # Interim (1xx) responses forwarded per request; one more and the response is refused (502).
 # RFC 9110 §15.2 sets no limit, but SGLang sends at most one 100 Continue; nginx forwards none.
 MAX_INTERIM = 4
+
+
+class ClientEnd(Protocol):
+    """What an exchange calls on the client connection it answers (``client.ClientConnection``),
+    named here so that this module does not import the client side, which imports it (no
+    import cycle)."""
+
+    transport: asyncio.Transport | None
+    write_paused: bool  # the client's transport is over its high-water mark
+    reading: bool  # inside data_received: writes to SGLang are flushed once at its end
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def exchange_done(self, exchange: Exchange) -> None: ...
 
 
 class _ExtraBytes(Exception):
@@ -99,8 +114,8 @@ class Exchange:
 
     def __init__(
         self,
-        core: TapCore,
-        client: ClientConnection,
+        core: TapCore[ClientEnd],
+        client: ClientEnd,
         method: bytes,
         url: bytes,
         headers: list[tuple[bytes, bytes]],

@@ -37,7 +37,7 @@ class Tap:
         self.config = config
         self.stats = TapStats()
         self._sink = SampleSink(config.queue_size, self.stats, on_sample)
-        self._core = TapCore(config, self.stats, self._sink)
+        self._core = TapCore[ClientConnection](config, self.stats, self._sink)
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 

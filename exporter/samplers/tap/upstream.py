@@ -15,12 +15,23 @@ import contextlib
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from exporter.samplers.tap.config import TapConfig
 from exporter.samplers.tap.stats import TapStats
 
-if TYPE_CHECKING:
-    from exporter.samplers.tap.exchange import Exchange
+
+class ExchangeEnd(Protocol):
+    """What a connection calls on the exchange it serves (``exchange.Exchange``), named here
+    so that this module does not import the exchange, which imports it (no import cycle)."""
+
+    def upstream_data(self, data: bytes) -> None: ...
+
+    def upstream_lost(self, up: UpstreamConnection) -> None: ...
+
+    def pause_client_reading(self) -> None: ...
+
+    def resume_client_reading(self) -> None: ...
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -30,7 +41,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __init__(self, stats: TapStats) -> None:
         self.transport: asyncio.Transport | None = None
-        self.exchange: Exchange | None = None
+        self.exchange: ExchangeEnd | None = None
         self.stats = stats
         self.closed = False
         self.paused = False  # reading paused for a slow client (back-pressure)
@@ -130,6 +141,18 @@ class UpstreamPool:
         self._max_idle = max_idle
         self._idle: deque[UpstreamConnection] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def for_config(cls, config: TapConfig, stats: TapStats) -> UpstreamPool:
+        """The pool a tap with ``config`` forwards through (tests build theirs the same way)."""
+        return cls(
+            config.upstream_host,
+            config.upstream_port,
+            stats,
+            connect_timeout=config.connect_timeout,
+            idle_timeout=config.upstream_idle_timeout,
+            max_idle=config.max_idle_upstream,
+        )
 
     def start(self) -> None:
         self._schedule_sweep()
