@@ -109,7 +109,7 @@ fmt: venv
 # Every generator has one shape (exporter/generated.py): no argument writes its files,
 # --check writes nothing and exits 1 naming the stale ones (2: it could not render).
 GENERATORS := exporter.metrics.docgen exporter.config_docs exporter.sim.config_docs \
-              exporter.oncall.triage.rules_doc exporter.footprint.pools_doc \
+              exporter.oncall.triage.rules_doc exporter.footprint_docs \
               alerts.generate dashboards.generate dashboards.readme
 
 docs: venv
@@ -117,7 +117,7 @@ docs: venv
 	$(PY) -m exporter.config_docs
 	$(PY) -m exporter.sim.config_docs
 	$(PY) -m exporter.oncall.triage.rules_doc
-	$(PY) -m exporter.footprint.pools_doc
+	$(PY) -m exporter.footprint_docs
 
 # Generated observability artefacts; tests/obs fails when the committed output is stale.
 alerts: venv

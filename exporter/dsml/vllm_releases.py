@@ -25,8 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from exporter.footprint.releases import VersionError
-from exporter.footprint.releases import parse_release as _release_number
+from exporter.versions import release_number
 
 SelfClosing = Literal["dropped", "name_swallows"]
 
@@ -113,10 +112,7 @@ Source = Literal["release", "inferred", "unknown"]
 def parse_release(version: str) -> tuple[int, int, int] | None:
     """(major, minor, patch) of ``0.30.1``, ``v0.34.0rc1``, ``0.25.0+cu130``; None otherwise
     (the release-number rule SGLang's versions are read by, one implementation)."""
-    try:
-        return _release_number(version)
-    except VersionError:
-        return None
+    return release_number(version)
 
 
 def rules_for(version: str | None) -> tuple[VllmRules, Source]:

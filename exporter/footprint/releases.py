@@ -14,16 +14,15 @@ never silently.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from exporter.versions import release_number
 
 C128StatePricing = Literal["per_swa_token", "fixed_bias"]
 KvPricing = Literal["logical", "page_layout"]
 C4StateUnit = Literal["window", "swa_page"]
 PageReserve = Literal["own_page", "global_page"]
-
-_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
 
 
 class VersionError(ValueError):
@@ -32,14 +31,13 @@ class VersionError(ValueError):
 
 def parse_release(version: str) -> tuple[int, int, int]:
     """The (major, minor, patch) of a version string; suffixes (.post1, rc1, +sim) ignored."""
-    match = _VERSION_RE.match(version)
-    if not match:
+    release = release_number(version)
+    if release is None:
         raise VersionError(
             f"SGLang version {version!r} is not of the form X.Y.Z (e.g. 0.5.23): "
             "pass --sglang-version with a release number"
         )
-    major, minor, patch = (int(g) for g in match.groups())
-    return major, minor, patch
+    return release
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ MODULES = (
     "exporter.config_docs",
     "exporter.sim.config_docs",
     "exporter.oncall.triage.rules_doc",
-    "exporter.footprint.pools_doc",
+    "exporter.footprint_docs",
     "alerts.generate",
     "dashboards.generate",
 )
@@ -51,7 +51,7 @@ def test_every_committed_output_is_fresh(name: str, monkeypatch: pytest.MonkeyPa
         "exporter.config_docs",
         "exporter.sim.config_docs",
         "exporter.oncall.triage.rules_doc",
-        "exporter.footprint.pools_doc",
+        "exporter.footprint_docs",
     ],
 )
 def test_docs_generators_write_then_check(name: str, tmp_path: Path, capsys) -> None:
@@ -60,7 +60,7 @@ def test_docs_generators_write_then_check(name: str, tmp_path: Path, capsys) -> 
     out = tmp_path / "out.md"
     if name.endswith("rules_doc"):  # it fills a block of an existing page
         out.write_text((REPO / "docs/oncall.md").read_text().replace("| R2 |", "| R2x |"))
-    elif name.endswith("pools_doc"):  # so does this one
+    elif name.endswith("footprint_docs"):  # so does this one
         page = (REPO / "docs/footprint.md").read_text()
         out.write_text(page.replace("| `c4_kv` |", "| `c4_kvx` |"))
     else:

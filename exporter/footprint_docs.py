@@ -2,7 +2,7 @@
 (between markers), or check it: the sub-pools, the releases they exist in and how each is
 planned are documented from the one table the model reads, so the two cannot drift.
 
-    python -m exporter.footprint.pools_doc [--check] [--out docs/footprint.md]
+    python -m exporter.footprint_docs [--check] [--out docs/footprint.md]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         argv,
         __doc__,
         "docs/footprint.md",
-        "exporter.footprint.pools_doc",
+        "exporter.footprint_docs",
         (BEGIN, END),
         pools_table,
     )
