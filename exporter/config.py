@@ -52,6 +52,8 @@ FIXES: dict[str, str] = {
     "node_rank": "set node_rank to this pod's node index, 0..nnodes-1 (e.g. from the "
     "LeaderWorkerSet worker index), or correct nnodes",
     "rank_map": "list one GPU index per rank, each GPU once, e.g. 0,1,2,3, or unset it",
+    "engine": "use auto (discovered), or the name of a row of the engine table: sglang or "
+    "vllm",
     "gpu_backend": "use nvml, or install the package that provides the backend (an entry "
     f"point in group {ENTRY_POINT_GROUP!r}) into the sidecar's environment",
     "model_preset": "use deepseek-v4-flash or deepseek-v4-pro, or set model_config_path "
@@ -137,9 +139,10 @@ class SidecarSettings(BaseSettings):
         description="Log lines on stderr: text, or json (one object per line: time, level, "
         "logger, message) for log pipelines. Never a prompt, an output or a token.",
     )
-    engine: Literal["auto", "sglang", "vllm"] = Field(
+    engine: str = Field(
         "auto",
-        description="The serving engine at server_url: sglang, vllm, or auto (discovered: "
+        description="The serving engine at server_url: a row of the engine table (sglang, "
+        "vllm), or auto (discovered: "
         "SGLang's /server_info, else vLLM's /version with vllm: families on /metrics). Under "
         "vllm the sglang_* poll settings apply to the vLLM server; dsml_dialect is vLLM's "
         "--tool-call-parser dialect (deepseek_v4: v4).",
@@ -421,6 +424,18 @@ class SidecarSettings(BaseSettings):
                 "server_url at the engine's http:// port (it is on localhost in the pod) or "
                 "unset tap_port"
             )
+        return v
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_known(cls, v: str) -> str:
+        """``auto`` or a row of the engine table (exporter/sources/engines.py), not a fixed
+        list, so a third engine is selectable as soon as its row exists."""
+        from exporter.sources.engines import setting_values  # the table imports the sources
+
+        v = v.strip()
+        if v not in setting_values():
+            raise ValueError(f"engine must be one of {', '.join(setting_values())}, not {v!r}")
         return v
 
     @field_validator("gpu_backend")

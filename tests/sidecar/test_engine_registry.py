@@ -82,6 +82,14 @@ def test_a_third_engine_is_one_package_and_one_row(with_third_engine: None) -> N
     assert sample_value(text, "dsv4_footprint_up", reason="not_modelled") == 0
 
 
+def test_the_engine_setting_takes_the_tables_rows(with_third_engine: None) -> None:
+    """A new row is selectable by name as soon as it exists; a name no row has is refused
+    naming the rows (no fixed list in the settings)."""
+    assert SidecarSettings(engine="trtllm", canary=False).engine == "trtllm"
+    with pytest.raises(ValueError, match=r"one of auto, sglang, vllm, trtllm, not 'tensorrt'"):
+        SidecarSettings(engine="tensorrt", canary=False)
+
+
 def _engine_comparisons(path: Path) -> list[str]:
     """``x == "sglang"`` / ``"vllm" in ...``-style tests of an engine's name in ``path``."""
     names = {e.name for e in engines.ENGINES}
