@@ -52,8 +52,7 @@ FIXES: dict[str, str] = {
     "node_rank": "set node_rank to this pod's node index, 0..nnodes-1 (e.g. from the "
     "LeaderWorkerSet worker index), or correct nnodes",
     "rank_map": "list one GPU index per rank, each GPU once, e.g. 0,1,2,3, or unset it",
-    "engine": "use auto (discovered), or the name of a row of the engine table: sglang or "
-    "vllm",
+    "engine": "use auto (discovered), or the name of a row of the engine table: sglang or vllm",
     "gpu_backend": "use nvml, or install the package that provides the backend (an entry "
     f"point in group {ENTRY_POINT_GROUP!r}) into the sidecar's environment",
     "model_preset": "use deepseek-v4-flash or deepseek-v4-pro, or set model_config_path "
