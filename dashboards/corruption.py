@@ -14,12 +14,19 @@ from dashboards.common import (
     sel,
     target,
 )
+from exporter.dsml.catalog import SIGNALS
 from exporter.samplers.length import LENGTH_LABELS
 
 A = ALERTS
 SAMPLES = "dsv4_dsml_samples_total"
 DEGENERATE = 'verdict="degenerate"'
 CANARY = 'source="canary"'
+REASONS = "dsv4_dsml_reasons_total"
+# Severity-signal codes are counted, never a verdict (clean answers have them too): the reason
+# panels leave them out, and they get a panel of their own.
+_SIGNAL_RE = "|".join(sorted(SIGNALS))
+VERDICT_REASONS = f'reason!~"{_SIGNAL_RE}"'
+SIGNAL_REASONS = f'reason=~"{_SIGNAL_RE}"'
 RATIO_STEPS = (
     (None, "green"),
     (A.corruption_warning_ratio, "orange"),
@@ -89,13 +96,14 @@ def build() -> dm.Dashboard:
     )
     b.timeseries(
         "Reasons, share of graded samples",
-        "For each grading reason, the share of graded samples that showed it (a degenerate "
-        "sample can carry several reasons, so shares can add up past the degenerate ratio). "
-        "The samples endpoint has examples of each.",
+        "For each grading reason that decides a verdict, the share of graded samples that "
+        "showed it (a degenerate sample can carry several reasons, so shares can add up past "
+        "the degenerate ratio). Signals are left out (their own panel below). The samples "
+        "endpoint has examples of each.",
         "percentunit",
         [
             target(
-                f"sum by (reason) ({rate('dsv4_dsml_reasons_total')})\n"
+                f"sum by (reason) ({rate(REASONS, VERDICT_REASONS)})\n"
                 f"/ on () group_left ()\nsum({rate(SAMPLES)})",
                 "{{reason}}",
             )
@@ -104,11 +112,11 @@ def build() -> dm.Dashboard:
     )
     b.bars(
         "Top reasons (time range)",
-        "The ten most frequent grading reasons over the whole time range.",
+        "The ten most frequent verdict reasons over the whole time range (signals left out).",
         "short",
         [
             target(
-                f"topk(10, sum by (reason) ({increase_range('dsv4_dsml_reasons_total')}))",
+                f"topk(10, sum by (reason) ({increase_range(REASONS, VERDICT_REASONS)}))",
                 "{{reason}}",
                 instant=True,
             )
@@ -123,6 +131,23 @@ def build() -> dm.Dashboard:
         hidden_columns=("Time", "__name__", "Value"),
         w=24,
         h=4,
+    )
+    b.timeseries(
+        "Signals, share of graded samples",
+        f"Shapes that are counted but never change a verdict ({', '.join(sorted(SIGNALS))}): "
+        "clean answers show them too (an answer ending in a list item or a CJK sentence "
+        "without its final full stop; the same call twice). Watch a change in their rate "
+        "beside the verdict reasons; never alert on one.",
+        "percentunit",
+        [
+            target(
+                f"sum by (reason) ({rate(REASONS, SIGNAL_REASONS)})\n"
+                f"/ on () group_left ()\nsum({rate(SAMPLES)})",
+                "{{reason}}",
+            )
+        ],
+        min_val=0,
+        w=24,
     )
 
     b.row("Length (output tokens)")

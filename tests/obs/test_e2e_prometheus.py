@@ -20,6 +20,7 @@ from dashboards.memory import VLLM_PANELS
 from dashboards.queries import panel_queries
 from exporter.app import create_app
 from exporter.config_loader import load_settings
+from exporter.dsml.catalog import SIGNALS
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from tests.support import ServerThread, prometheus, promql, racy_sim, tap_load, wait_for
@@ -193,6 +194,22 @@ def test_corrupting_deployment_fires_expected_alerts_and_every_panel_has_data(tm
             return True
 
         wait_for(panels_have_data, timeout=30, interval=1)
+
+        # Signals are counted, never a verdict: the reason panels leave them out, their own
+        # panel shows only them (both have data here: the racy deployment yields each kind).
+        queries = dict(
+            panel_queries(job="dsv4-sidecar", rate_interval="30s", range_="5m")[
+                "tool-call-corruption"
+            ]
+        )
+        shown = {
+            title: {r["metric"]["reason"] for r in promql(prom, queries[f"{title} [A]"])}
+            for title in ("Reasons, share of graded samples", "Signals, share of graded samples")
+        }
+        assert shown["Reasons, share of graded samples"] - SIGNALS
+        assert not shown["Reasons, share of graded samples"] & SIGNALS
+        assert shown["Signals, share of graded samples"]
+        assert shown["Signals, share of graded samples"] <= SIGNALS
 
 
 def test_clean_deployment_stays_silent(tmp_path):
