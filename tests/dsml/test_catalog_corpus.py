@@ -31,13 +31,20 @@ from exporter.dsml import (
 )
 from exporter.dsml.engines import QUALIFIED
 from exporter.dsml.markers import GRAMMARS
+from exporter.dsml.vllm_releases import RULES as VLLM_RULES
 from exporter.samplers.length import estimate_tokens
 from tests.dsml import catalog_corpus as cc
 from tests.dsml.builders import openai_message, tool
 
 OK = (WELL_FORMED, NO_TOOL_CALL)
 MAX_RATE = 1 / 1000
-DIALECTS = (*GRAMMARS, *QUALIFIED)  # v3.2 v4 v4.1 (SGLang), v4 v3.2 v4.1 @vllm
+# v3.2 v4 v4.1 (SGLang), v4 v3.2 v4.1 @vllm (the newest vLLM rules), and V4 under each older
+# vLLM rule set (exporter/dsml/vllm_releases.py: what each release's parser delivers differs)
+DIALECTS = (
+    *GRAMMARS,
+    *QUALIFIED,
+    *(f"v4@vllm-{'.'.join(map(str, r.first))}" for r in VLLM_RULES[:-1]),
+)
 TOOLS = [
     tool("write_file", ("path", "content"), path="string", content="string"),
     tool("search", ("query",), query="string"),
