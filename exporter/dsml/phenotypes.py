@@ -529,6 +529,8 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
     """``<think>`` or ``</think>`` inside a value, not in a code literal: a quote, backtick or
     backslash next to it, or a regex's ``?``/``*`` before it (``text.split("</think>")``,
     ``r"<think>.*?</think>"``)."""
+    if "think>" not in value:
+        return None  # every match ends so (most values)
     for mt in _THINK.finditer(value):
         before = value[mt.start() - 1] if mt.start() else ""
         after = value[mt.end()] if mt.end() < len(value) else ""
@@ -625,6 +627,8 @@ def find_quoted_block(text: str, grammar: str | None) -> tuple[int, int, str] | 
 
 def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
     """Reasoning, or content outside any block."""
+    if not text:
+        return  # a content channel that opens with its block: no prose
     may_loop, may_template, may_glue = prose_screens(text)  # one pass: most prose stops here
     loop = _loop_in_words(text, text.split()) if may_loop else None
     if loop is not None:
@@ -641,13 +645,16 @@ def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
 
 def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
     """One string value of a tool call (a ``string="true"`` parameter, a parsed string)."""
-    for code, found in (
-        ("value_loop", find_value_loop(value)),
-        ("value_salad", find_value_salad(value)),
-        ("think_in_value", find_think_in_value(value)),
-    ):
-        if found is not None:
-            sink.add(code, found[0] + base, found[1] + base, channel, found[2])
+    if (found := find_value_loop(value)) is not None:
+        sink.add("value_loop", found[0] + base, found[1] + base, channel, found[2])
+    if value.isascii():  # no salad (one script) and nothing glued: most values
+        if (found := find_think_in_value(value)) is not None:
+            sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
+        return
+    if (found := find_value_salad(value)) is not None:
+        sink.add("value_salad", found[0] + base, found[1] + base, channel, found[2])
+    if (found := find_think_in_value(value)) is not None:
+        sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
     for a, b, detail in find_glued(value):
         sink.add("script_glued", a + base, b + base, channel, detail)
 
