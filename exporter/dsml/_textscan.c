@@ -1328,22 +1328,38 @@ static int word_unit_run(const Text *t, Py_ssize_t max_words, Py_ssize_t copies)
     return 0;
 }
 
+/* phenotypes._LETTER_RUN matches somewhere: one non-ASCII character ``run`` times in a row */
+static int non_ascii_run(const Text *t, Py_ssize_t run)
+{
+    Py_ssize_t same = 0;
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        Py_UCS4 c = CH(t, i);
+        same = (c >= 0x80 && i > 0 && c == CH(t, i - 1)) ? same + 1 : 1;
+        if (c >= 0x80 && same >= run) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(value_screens_doc,
-"value_screens(value, max_unit, repeats, max_words, copies, min_spaces) -> (glued, words)\n\n"
+"value_screens(value, max_unit, repeats, max_words, copies, min_spaces, run)\n"
+"    -> (glued, words, letters)\n\n"
 "phenotypes.value_screens_python: glued, whether phenotypes._VALUE_LOOP matches (a unit of 1\n"
 "to max_unit non-space characters after a word character or one of .,;:!?)] , repeated to\n"
 "``repeats`` copies); words, whether the value holds min_spaces spaces and\n"
-"phenotypes._WORD_RUN_SCREEN matches (1 to max_words words, ``copies`` copies).");
+"phenotypes._WORD_RUN_SCREEN matches (1 to max_words words, ``copies`` copies); letters,\n"
+"whether phenotypes._LETTER_RUN matches (one non-ASCII character ``run`` times).");
 
 static PyObject *value_screens(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *text;
-    Py_ssize_t max_unit, repeats, max_words, copies, min_spaces;
-    if (!PyArg_ParseTuple(args, "Unnnnn:value_screens", &text, &max_unit, &repeats, &max_words,
-                          &copies, &min_spaces)) {
+    Py_ssize_t max_unit, repeats, max_words, copies, min_spaces, run;
+    if (!PyArg_ParseTuple(args, "Unnnnnn:value_screens", &text, &max_unit, &repeats, &max_words,
+                          &copies, &min_spaces, &run)) {
         return NULL;
     }
-    if (max_unit < 1 || repeats < 1 || max_words < 1 || copies < 1) {
+    if (max_unit < 1 || repeats < 1 || max_words < 1 || copies < 1 || run < 1) {
         PyErr_SetString(PyExc_ValueError, "value_screens: units and copies must be >= 1");
         return NULL;
     }
@@ -1354,7 +1370,9 @@ static PyObject *value_screens(PyObject *Py_UNUSED(self), PyObject *args)
         spaces += CH(&t, i) == ' ';
     }
     int words = spaces >= min_spaces && word_unit_run(&t, max_words, copies);
-    return Py_BuildValue("(OO)", glued ? Py_True : Py_False, words ? Py_True : Py_False);
+    int letters = !PyUnicode_IS_ASCII(text) && non_ascii_run(&t, run);
+    return Py_BuildValue("(OOO)", glued ? Py_True : Py_False, words ? Py_True : Py_False,
+                         letters ? Py_True : Py_False);
 }
 
 /* ---- module functions ----------------------------------------------------------------------- */

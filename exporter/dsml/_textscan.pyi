@@ -29,7 +29,14 @@ def prose_screens(
     and the glue pass can find anything, in one pass."""
 
 def value_screens(
-    value: str, max_unit: int, repeats: int, max_words: int, copies: int, min_spaces: int, /
-) -> tuple[bool, bool]:
-    """phenotypes.value_screens_python: whether phenotypes._VALUE_LOOP matches at all, and
-    whether phenotypes._word_run's screens pass."""
+    value: str,
+    max_unit: int,
+    repeats: int,
+    max_words: int,
+    copies: int,
+    min_spaces: int,
+    run: int,
+    /,
+) -> tuple[bool, bool, bool]:
+    """phenotypes.value_screens_python: whether phenotypes._VALUE_LOOP matches at all, whether
+    phenotypes._word_run's screens pass, and whether phenotypes._LETTER_RUN matches."""

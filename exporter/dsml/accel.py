@@ -45,11 +45,11 @@ NativeSpelling = tuple[str, str, str, str, str, bool, int]
 CanonicalCalls = Callable[[str, int, int, NativeSpelling], tuple[tuple[RawCall, ...], int] | None]
 # The screens of phenotypes.py: may_glue(text), prose_screens(text, need, ngram, probe,
 # screen_max, needles) -> (loop, template, glue), value_screens(value, max_unit,
-# repeats, max_words, copies, min_spaces) -> (glued, words);
+# repeats, max_words, copies, min_spaces, run) -> (glued, words, letters);
 # their numbers and needles come from the caller.
 MayGlue = Callable[[str], bool]
 ProseScreens = Callable[[str, int, int, int, int, tuple[str, ...]], tuple[bool, bool, bool]]
-ValueScreens = Callable[[str, int, int, int, int, int], tuple[bool, bool]]
+ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, bool]]
 
 # Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).
 NATIVE_THRESHOLDS: dict[str, int] = {

@@ -375,19 +375,19 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
     ``Paris------...``. After a space or a line break a run is a rule or a banner, except a
     letter run (:func:`_letter_run`) and a run that ends the value far wider than its text
     (:func:`_closing_run`)."""
-    glued, words = value_screens(value)
-    # the screens say no (most values): only the runs no regex screens remain to look for
+    glued, words, letters = value_screens(value)
+    # the screens say no (most values): only the closing run, no regex screens, remains
     return (
         (_glued_run(value) if glued else None)
-        or _letter_run(value)
+        or (_letter_run(value) if letters else None)
         or _closing_run(value)
         or (_word_run_exact(value) if words else None)
     )
 
 
-def value_screens(value: str) -> tuple[bool, bool]:
-    """Whether :func:`find_value_loop`'s glued-unit and word-run passes can find anything:
-    the accelerator's one pass over ``value``, or its twin."""
+def value_screens(value: str) -> tuple[bool, bool, bool]:
+    """Whether :func:`find_value_loop`'s glued-unit, word-run and letter-run passes can find
+    anything: the accelerator's one pass over ``value``, or its twin."""
     native = accel.value_screens
     if native is None:
         return value_screens_python(value)
@@ -398,14 +398,19 @@ def value_screens(value: str) -> tuple[bool, bool]:
         _WORD_UNIT_MAX,
         _WORD_SCREEN_COPIES,
         t.VALUE_WORD_LOOP_REPEATS - 1,
+        t.VALUE_LOOP_CHAR_REPEATS,
     )
 
 
-def value_screens_python(value: str) -> tuple[bool, bool]:
-    """Whether ``_VALUE_LOOP`` matches anywhere in ``value``, and whether :func:`_word_run`'s
-    screens pass: the specification of the accelerator's ``value_screens`` (each regex tries
-    every unit at every position)."""
-    return _VALUE_LOOP.search(value) is not None, _word_run_screened(value)
+def value_screens_python(value: str) -> tuple[bool, bool, bool]:
+    """Whether ``_VALUE_LOOP`` matches anywhere in ``value``, whether :func:`_word_run`'s
+    screens pass, and whether ``_LETTER_RUN`` matches: the specification of the accelerator's
+    ``value_screens`` (each regex tries every unit at every position)."""
+    return (
+        _VALUE_LOOP.search(value) is not None,
+        _word_run_screened(value),
+        not value.isascii() and _LETTER_RUN.search(value) is not None,
+    )
 
 
 def _glued_run(value: str) -> tuple[int, int, str] | None:

@@ -56,14 +56,14 @@ def _texts() -> list[str]:
 
 
 def test_equal_on_the_corpora() -> None:
-    answers = set()
+    answers: tuple[set[tuple[bool, ...]], set[tuple[bool, ...]]] = (set(), set())
     for text in _texts():
         _all_same(text)
-        answers.add(ph.prose_screens_python(text))
-        answers.add(ph.value_screens_python(text))
+        answers[0].add(ph.prose_screens_python(text))
+        answers[1].add(ph.value_screens_python(text))
     # the corpora reach both answers of every screen, so the comparison compared something
-    for size, k in ((3, 0), (3, 1), (3, 2), (2, 0), (2, 1)):
-        assert {a[k] for a in answers if len(a) == size} == {False, True}, (size, k)
+    for k in range(6):  # three answers of each function, told apart by their position
+        assert {a[k % 3] for a in answers[k // 3]} == {False, True}, k
 
 
 # Characters at both ends of every range the glue classes read (phenotypes._glue_table),
@@ -149,12 +149,18 @@ def test_screens_equal_on_generated_characters(text: str) -> None:
 @given(
     st.text(_CHARS, max_size=4),
     st.text(_CHARS, min_size=1, max_size=t.VALUE_LOOP_MAX_UNIT + 1),
-    st.integers(t.VALUE_LOOP_UNIT_REPEATS - 2, t.VALUE_LOOP_UNIT_REPEATS + 1),
+    st.sampled_from(
+        [
+            *range(t.VALUE_LOOP_UNIT_REPEATS - 2, t.VALUE_LOOP_UNIT_REPEATS + 2),
+            *range(t.VALUE_LOOP_CHAR_REPEATS - 1, t.VALUE_LOOP_CHAR_REPEATS + 2),
+        ]
+    ),
     st.text(_CHARS, max_size=4),
 )
 @example("x", "abc", t.VALUE_LOOP_UNIT_REPEATS, "")
 @example(" ", "abc", t.VALUE_LOOP_UNIT_REPEATS, "")
 @example("²", "的", t.VALUE_LOOP_UNIT_REPEATS, "")
+@example("\n", "了", t.VALUE_LOOP_CHAR_REPEATS, "")  # a letter run after a line break
 @MANY
 def test_value_loop_screen_equal_around_its_thresholds(
     before: str, unit: str, copies: int, after: str
@@ -196,4 +202,4 @@ def test_screens_reject_what_they_cannot_read() -> None:
     with pytest.raises(ValueError):
         native.prose_screens("text", 10, 6, 32, 8192, ())  # no stride between probes
     with pytest.raises(ValueError):
-        native.value_screens("text", 0, 8, 3, 4, 7)
+        native.value_screens("text", 0, 8, 3, 4, 7, 16)
