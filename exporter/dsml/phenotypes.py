@@ -550,6 +550,7 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
 # a sentence ends in ASCII terminators before whitespace or the end (not ``wintypes.ULONG``,
 # ``v1.2``), or in CJK ones before anything
 _TERMINATOR = re.compile(r"([.!?]+(?=\s|\Z)|[。！？]+[.!?]*)")
+_TERMINATOR_CHARS = ".!?。！？"  # every _TERMINATOR run holds one of them
 
 
 def _width(text: str) -> int:
@@ -569,6 +570,14 @@ def find_phrase_loop(text: str) -> tuple[int, int, str] | None:
     need = t.PHRASE_LOOP_COPIES
     if 2 * len(text) < need * t.PHRASE_LOOP_MIN_CHARS:  # a CJK character is two wide
         return None
+    if sum(map(text.count, _TERMINATOR_CHARS)) < need:
+        return None  # fewer terminators than copies (most short prose): no split
+    return _phrase_loop(text)
+
+
+def _phrase_loop(text: str) -> tuple[int, int, str] | None:
+    """:func:`find_phrase_loop`'s pass, without its screens."""
+    need = t.PHRASE_LOOP_COPIES
     parts = _TERMINATOR.split(text)  # text, terminators, text, terminators, ..., text
     terms = parts[1::2]
     said = list(map(str.strip, parts[0:-1:2]))  # the sentence before each terminator run

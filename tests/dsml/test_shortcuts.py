@@ -6,7 +6,8 @@ type-only schema check, no state machine for a channel without events, no parame
 search in reasoning without ``DSML``. Issue 32 (speed): the template-token needles, the
 value-loop and word-run screens (in C where built: tests/dsml/test_screens_native.py holds the
 two builds equal), ASCII and length exits of the letter-run, closing-run and salad regexes,
-and no argument serialising when no two calls share a tool. Each is checked against the path
+no argument serialising when no two calls share a tool, and no sentence split of prose with
+fewer terminators than a phrase loop has copies. Each is checked against the path
 it skips, on the corpus and on generated inputs built from the characters that matter to it.
 """
 
@@ -442,3 +443,29 @@ def test_call_repeats_need_two_calls_of_one_tool(calls: list[ToolCall]) -> None:
     phenotypes.check_calls(screened, calls, "tool_calls")
     phenotypes._call_repeats(full, calls, "tool_calls")
     assert screened.findings == full.findings
+
+
+_SENTENCES = st.sampled_from(
+    ["I will call the tool now.", "Done!", "ok.", "v1.2", "wintypes.ULONG", "好的。", "确认？", "x"]
+)
+
+
+@given(
+    st.lists(_SENTENCES, max_size=4),
+    _SENTENCES,
+    st.integers(0, t.PHRASE_LOOP_COPIES + 1),
+    st.sampled_from([" ", "\n", "", "  "]),
+)
+@example([], "I will call the tool now.", 3, " ")
+@MANY
+def test_phrase_loop_terminator_count_never_holds_back_a_loop(
+    head: list[str], sentence: str, copies: int, sep: str
+) -> None:
+    """Fewer terminator characters than copies: the split would find no loop either."""
+    text = sep.join([*head, *[sentence] * copies])
+    full = (
+        phenotypes._phrase_loop(text)
+        if 2 * len(text) >= t.PHRASE_LOOP_COPIES * t.PHRASE_LOOP_MIN_CHARS
+        else None
+    )
+    assert phenotypes.find_phrase_loop(text) == full, text
