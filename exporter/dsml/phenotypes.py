@@ -511,8 +511,14 @@ def _closing_run(value: str) -> tuple[int, int, str] | None:
     the value's last line, with
     nothing after it, more than twice as wide as any other line of the value (``print(f(3))``
     then 150 dashes): a closing rule or banner is as wide as the text it frames."""
-    if len(value) < t.VALUE_LOOP_ASCII_RUN:
-        return None  # shorter than the run alone
+    tail = value.rstrip()  # str.rstrip's whitespace is re's \s
+    if len(tail) < t.VALUE_LOOP_ASCII_RUN or not tail.endswith(tail[-1] * t.VALUE_LOOP_ASCII_RUN):
+        return None  # the run ends the value, but for whitespace: most values end otherwise
+    return _closing_run_exact(value)
+
+
+def _closing_run_exact(value: str) -> tuple[int, int, str] | None:
+    """:func:`_closing_run` without its screen."""
     mt = _CLOSING_RUN.search(value)
     if mt is None:
         return None

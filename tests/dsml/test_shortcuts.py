@@ -5,7 +5,7 @@ of the mojibake regex over the whole text, the glue and repeat screens of the ph
 type-only schema check, no state machine for a channel without events, no parameter-opener
 search in reasoning without ``DSML``. Issue 32 (speed): the template-token needles, the
 value-loop and word-run screens (in C where built: tests/dsml/test_screens_native.py holds the
-two builds equal), ASCII and length exits of the letter-run, closing-run and salad regexes,
+two builds equal), ASCII and tail exits of the letter-run, closing-run and salad regexes,
 no argument serialising when no two calls share a tool, and no sentence split of prose with
 fewer terminators than a phrase loop has copies. Each is checked against the path
 it skips, on the corpus and on generated inputs built from the characters that matter to it.
@@ -369,6 +369,8 @@ _VALUES = st.one_of(
 @example("README.md" + "的" * 20)
 @example("the " * 9)
 @example("print(f(3))\n" + "-" * 150)
+@example("print(f(3))\n" + "=" * 150 + " \n\t")
+@example("x\n" + "-" * (t.VALUE_LOOP_ASCII_RUN - 1))
 @MANY
 def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
     """find_value_loop (its screens, in C where built) answers what every exact pass answers
@@ -377,7 +379,7 @@ def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
     full = (
         phenotypes._glued_run(value)
         or phenotypes._letter_run(value)
-        or phenotypes._closing_run(value)
+        or phenotypes._closing_run_exact(value)
         or phenotypes._word_run_exact(value)
     )
     assert phenotypes.find_value_loop(value) == full, value
@@ -385,8 +387,7 @@ def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
         assert phenotypes._LETTER_RUN.search(value) is None
         groups = sum(1 for rx in phenotypes._GROUPS.values() if rx.search(value))
         assert groups < t.SCRIPT_MIN_GROUPS  # find_value_salad's first test
-    if len(value) < t.VALUE_LOOP_ASCII_RUN:
-        assert phenotypes._CLOSING_RUN.search(value) is None
+    assert phenotypes._closing_run(value) == phenotypes._closing_run_exact(value), value
 
 
 _TEMPLATE_PIECES = st.sampled_from(
