@@ -84,8 +84,8 @@ def sse_body(text: str) -> bytes:
 
 
 _KERNELS = {
-    "c": "the C accelerator of the text checks and the canonical-block pass "
-    "(`exporter/dsml/_textscan.c`); the grammar is Python",
+    "c": "the C accelerator of the text checks, the canonical-block pass and the screens of "
+    "the per-sample checks (`exporter/dsml/_textscan.c`); the grammar is Python",
     "python": "the pure-Python twin (the accelerator is not built here)",
 }
 
@@ -315,17 +315,18 @@ def _versus_detector(quick: bool, texts: list[str], throughput: float) -> str:
         f"| damaged again, grader all in Python (the reference) | {len(damaged)} | | | | "
         f"{statistics.median(ref_ratios):.2f}x ({ref_ratios[0]:.2f}-{ref_ratios[-1]:.2f}) |"
     )
-    met = min(ratios) >= 1 and throughput >= 40
+    # issue 32's aim: at least the detector's speed on clean items, 0.7x on damaged ones
+    aims = [0.7 if "damaged" in name else 1.0 for name in sets]
+    met = all(r >= a for r, a in zip(ratios, aims, strict=True))
     each = "; ".join(
-        f"{name.split(' (')[0]}: {r:.3f}x ({'met' if r >= 1 else 'not met'})"
-        for name, r in zip(sets, ratios, strict=True)
+        f"{name.split(' (')[0]}: {r:.3f}x against {a:g}x ({'met' if r >= a else 'not met'})"
+        for name, r, a in zip(sets, ratios, aims, strict=True)
     )
     lines += [
         "",
-        "Aim (issue 14): at least the detector's speed on every set, and 40 MB/s on clean 4 KiB "
-        f"outputs: {'met' if met else 'not met'} in this run. Per set: {each}. Throughput on "
-        f"clean 4 KiB outputs: {throughput:.1f} MB/s "
-        f"({'met' if throughput >= 40 else 'not met'}; grade_text with schemas in the first "
+        "Aim (issue 32): at least the detector's speed on clean items, and 0.7x on damaged ones: "
+        f"{'met' if met else 'not met'} in this run. Per set: {each}. Throughput on "
+        f"clean 4 KiB outputs: {throughput:.1f} MB/s (grade_text with schemas in the first "
         "table, interleaved with its references). Alternating item by item with the detector, "
         f"as in this table, the grader made {speeds[0]:.1f} MB/s: the two share the caches, and "
         "this shared machine's speed drifts between phases of a run (the detector's own MB/s "

@@ -3,14 +3,18 @@
  *
  * Why it exists: in Python these passes are chains of C primitives (str.find, startswith,
  * bytes.translate, regex calls) whose per-call cost, not the bytes read, set the grader's
- * throughput; here each is one pass over the str's own buffer. Two of them:
+ * throughput; here each is one pass over the str's own buffer. They are:
  *
  *   scan()            the detection core of textcheck.py (loops, script mix, mojibake,
  *                     control characters, U+FFFD, the symbol-salad screen);
- *   canonical_calls() the structural pass over a canonical block (fastpath.py).
+ *   canonical_calls() the structural pass over a canonical block (fastpath.py);
+ *   may_glue(), prose_screens(), value_screens()
+ *                     the screens of three once-per-sample checks (phenotypes.py): each says
+ *                     whether the check's exact pass, in Python, can find anything.
  *
  * Contract: each returns exactly what its pure-Python reference returns
- * (textcheck.check_text_python, fastpath.canonical_calls_python), position for position;
+ * (textcheck.check_text_python, fastpath.canonical_calls_python, and the phenotypes.py twins
+ * named at each screen), position for position;
  * tests/dsml/test_textscan.py holds them equal on the corpora, at every threshold and edge, on
  * damaged blocks and under hypothesis. It is the CPython json/_json pattern: the Python code is
  * the specification and the fallback, this module only makes it fast. Every threshold comes
@@ -1000,6 +1004,377 @@ done:
     return result;
 }
 
+/* ---- screens of the once-per-sample checks (phenotypes.py) ----------------------------------
+ *
+ * Each answers one yes/no question a phenotype check asks before its exact pass, exactly as
+ * its Python twin does (phenotypes._may_glue, phenotypes.prose_screens_python,
+ * phenotypes.value_screens_python); the exact passes stay in Python. */
+
+/* phenotypes._glue_table's class of one character: the class of its UTF-8 lead byte */
+static char glue_class(Py_UCS4 c)
+{
+    if (c < 0x80) {
+        return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ? 'a' : ' ';
+    }
+    if (c >= 0xC0 && c <= 0x27F) return 'a';    /* leads C3-C9 */
+    if (c >= 0x340 && c <= 0x3FF) return 'g';   /* CD-CF */
+    if (c >= 0x400 && c <= 0x4FF) return 'c';   /* D0-D3 */
+    if (c >= 0x5C0 && c <= 0x5FF) return 'h';   /* D7 */
+    if (c >= 0x600 && c <= 0x67F) return 'r';   /* D8-D9 */
+    if (c >= 0x800 && c <= 0xFFF) return 'i';   /* E0 */
+    if (c >= 0x3000 && c <= 0xDFFF) return 'e'; /* E3-ED */
+    return ' ';
+}
+
+/* Per BMP character, for prose_screens' one pass: its glue class as a code (GLUE_CODES) and
+ * whether it is str.split's whitespace (P_SPACE); built once at import. */
+static const char GLUE_CODES[] = " agchrie";
+#define P_SPACE 8
+#define P_CODE 7
+static unsigned char PROSE[0x10000];
+
+static void build_prose_table(void)
+{
+    for (Py_UCS4 c = 0; c < 0x10000; c++) {
+        unsigned code = (unsigned)(strchr(GLUE_CODES, glue_class(c)) - GLUE_CODES);
+        PROSE[c] = (unsigned char)(code | (Py_UNICODE_ISSPACE(c) ? P_SPACE : 0));
+    }
+}
+
+static inline unsigned prose_bits(Py_UCS4 c)
+{
+    /* beyond the BMP: glue class space (no alphabet there), whitespace as str.split says */
+    return c < 0x10000 ? PROSE[c] : (Py_UNICODE_ISSPACE(c) ? P_SPACE : 0);
+}
+
+/* Characters of glue codes a and b touch as two scripts: both alphabets, different, and not
+ * Latin ('a', 1) and East Asian ('e', 7) alone (phenotypes._may_glue's pairs) */
+static inline int code_seam(unsigned a, unsigned b)
+{
+    return a != b && a && b && !((a == 1 || a == 7) && (b == 1 || b == 7));
+}
+
+PyDoc_STRVAR(may_glue_doc,
+"may_glue(text) -> bool\n\n"
+"phenotypes._may_glue: two adjacent characters of different script classes, one of them a\n"
+"non-Latin alphabet (Greek, Cyrillic, Hebrew, Arabic, U+0800-U+0FFF).");
+
+static PyObject *may_glue(PyObject *Py_UNUSED(self), PyObject *arg)
+{
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "may_glue() takes a str");
+        return NULL;
+    }
+    if (PyUnicode_IS_ASCII(arg)) {
+        Py_RETURN_FALSE; /* one class only: Latin */
+    }
+    Text t = {PyUnicode_KIND(arg), PyUnicode_DATA(arg), PyUnicode_GET_LENGTH(arg)};
+    unsigned prev = 0;
+    for (Py_ssize_t i = 0; i < t.n; i++) {
+        unsigned cur = prose_bits(CH(&t, i)) & P_CODE;
+        if (code_seam(prev, cur)) {
+            Py_RETURN_TRUE;
+        }
+        prev = cur;
+    }
+    Py_RETURN_FALSE;
+}
+
+/* Whether some window of ``probe`` characters starting at a multiple of ``stride`` (from
+ * ``stride`` on: the probes) also starts earlier in ``s``. The probes go into a small table by
+ * the sum of their characters first; then every window of the text is summed once (rolling)
+ * and looked up there, and compared in full on a matching sum with a probe that starts later:
+ * exact, and linear. */
+#define MAX_PROBES 1024
+static int probe_seen_before(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t probe, Py_ssize_t stride)
+{
+    Py_ssize_t last = (n - probe) / stride * stride; /* the last probe's start */
+    if (last < stride) {
+        return 0;
+    }
+    if (last / stride > MAX_PROBES) {
+        return 1; /* not with the thresholds (screen_max / stride probes): "may", as a screen */
+    }
+    enum { BITS = 11, CAP = 1 << BITS };
+    Py_ssize_t slot[CAP];
+    uint64_t key[CAP];
+    for (Py_ssize_t k = 0; k < CAP; k++) {
+        slot[k] = -1;
+    }
+    /* Fibonacci hashing: the high bits of the product depend on every bit of the sum */
+#define SLOT_OF(x) ((Py_ssize_t)(((x) * 0x9E3779B97F4A7C15u) >> (64 - BITS)))
+    uint64_t sum = 0; /* of s[j:j+probe] */
+    for (Py_ssize_t k = 0; k < probe; k++) {
+        sum += s[k];
+    }
+    for (Py_ssize_t pos = stride; pos <= last; pos += stride) {
+        uint64_t at_pos = 0;
+        for (Py_ssize_t k = pos; k < pos + probe; k++) {
+            at_pos += s[k];
+        }
+        Py_ssize_t at = SLOT_OF(at_pos);
+        while (slot[at] >= 0) {
+            at = (at + 1) & (CAP - 1);
+        }
+        slot[at] = pos;
+        key[at] = at_pos;
+    }
+    int found = 0;
+    /* a window at j matches a probe at pos > j: j runs below the last probe only */
+    for (Py_ssize_t j = 0; j < last && !found; j++) {
+        if (j) {
+            sum += (uint64_t)s[j + probe - 1] - s[j - 1];
+        }
+        for (Py_ssize_t at = SLOT_OF(sum); slot[at] >= 0; at = (at + 1) & (CAP - 1)) {
+            if (key[at] == sum && slot[at] > j &&
+                memcmp(s + slot[at], s + j, probe * sizeof *s) == 0) {
+                found = 1;
+                break;
+            }
+        }
+    }
+#undef SLOT_OF
+    return found;
+}
+
+#define MAX_NEEDLES 16
+
+PyDoc_STRVAR(prose_screens_doc,
+"prose_screens(text, need, ngram, probe, screen_max, needles) -> (loop, template, glue)\n\n"
+"phenotypes.prose_screens_python, in one pass: loop, whether the prose-loop pass can find a\n"
+"loop (at least need * 2 characters, need + ngram words, and on the words joined by single\n"
+"spaces a probe of ``probe`` characters every 2 * need - probe that also occurs earlier, or\n"
+"a joined text longer than screen_max); template, whether one of the ASCII ``needles``\n"
+"occurs; glue, phenotypes._may_glue.");
+
+static PyObject *prose_screens(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *needles;
+    Py_ssize_t need, ngram, probe, screen_max;
+    if (!PyArg_ParseTuple(args, "UnnnnO!:prose_screens", &text, &need, &ngram, &probe,
+                          &screen_max, &PyTuple_Type, &needles)) {
+        return NULL;
+    }
+    Py_ssize_t stride = 2 * need - probe;
+    Py_ssize_t nneedles = PyTuple_GET_SIZE(needles);
+    if (probe < 1 || stride < 1 || nneedles > MAX_NEEDLES) {
+        PyErr_SetString(PyExc_ValueError, "prose_screens: probe and 2 * need - probe must be "
+                                          ">= 1, and at most 16 needles");
+        return NULL;
+    }
+    Text lit[MAX_NEEDLES];
+    uint64_t first[2] = {0, 0}; /* the needles' first characters (ASCII) */
+    for (Py_ssize_t k = 0; k < nneedles; k++) {
+        PyObject *nd = PyTuple_GET_ITEM(needles, k);
+        if (!PyUnicode_Check(nd) || !PyUnicode_IS_ASCII(nd) || PyUnicode_GET_LENGTH(nd) < 1) {
+            PyErr_SetString(PyExc_TypeError, "prose_screens: needles are non-empty ASCII str");
+            return NULL;
+        }
+        text_of(nd, &lit[k]);
+        Py_UCS4 c = CH(&lit[k], 0);
+        first[c >> 6] |= (uint64_t)1 << (c & 63);
+    }
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    int ascii = PyUnicode_IS_ASCII(text);
+    /* the words (str.split's whitespace) joined by single spaces, and how many there are */
+    Py_UCS4 *buf = PyMem_Malloc((t.n + 1) * sizeof *buf);
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t words = 0, joined = 0;
+    int in_word = 0, template = 0, glue = ascii; /* ASCII: Latin only, nothing to glue */
+    unsigned prev = 0;
+    /* one loop per string kind, so the compiler reads the buffer directly */
+#define PROSE_PASS(T)                                                                        \
+    do {                                                                                     \
+        const T *d = (const T *)t.data;                                                      \
+        for (Py_ssize_t i = 0; i < t.n; i++) {                                               \
+            Py_UCS4 c = d[i];                                                                \
+            if (c < 128 && !template && ((first[c >> 6] >> (c & 63)) & 1)) {                 \
+                for (Py_ssize_t k = 0; k < nneedles && !template; k++) {                     \
+                    template = lit_at(&t, i, &lit[k], t.n);                                  \
+                }                                                                            \
+            }                                                                                \
+            unsigned bits = prose_bits(c);                                                   \
+            if (!glue) {                                                                     \
+                glue = code_seam(prev, bits & P_CODE);                                       \
+                prev = bits & P_CODE;                                                        \
+            }                                                                                \
+            if (bits & P_SPACE) {                                                            \
+                in_word = 0;                                                                 \
+                continue;                                                                    \
+            }                                                                                \
+            if (!in_word) {                                                                  \
+                if (words++) {                                                               \
+                    buf[joined++] = ' ';                                                     \
+                }                                                                            \
+                in_word = 1;                                                                 \
+            }                                                                                \
+            buf[joined++] = c;                                                               \
+        }                                                                                    \
+    } while (0)
+    switch (t.kind) {
+    case PyUnicode_1BYTE_KIND:
+        PROSE_PASS(Py_UCS1);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        PROSE_PASS(Py_UCS2);
+        break;
+    default:
+        PROSE_PASS(Py_UCS4);
+        break;
+    }
+#undef PROSE_PASS
+    if (ascii) {
+        glue = 0;
+    }
+    int loop;
+    if (t.n < need * 2 || words < need + ngram) {
+        loop = 0;
+    } else if (joined > screen_max) {
+        loop = 1; /* the twin's probes would be quadratic: it runs the exact pass */
+    } else {
+        loop = probe_seen_before(buf, joined, probe, stride);
+    }
+    PyMem_Free(buf);
+    return Py_BuildValue("(OOO)", loop ? Py_True : Py_False, template ? Py_True : Py_False,
+                         glue ? Py_True : Py_False);
+}
+
+/* re's \w for str patterns: str.isalnum() or "_" */
+static inline int re_word(Py_UCS4 c)
+{
+    return c == '_' || Py_UNICODE_ISALPHA(c) || Py_UNICODE_ISDECIMAL(c) ||
+           Py_UNICODE_ISDIGIT(c) || Py_UNICODE_ISNUMERIC(c);
+}
+
+/* re's [^\W\d_] for str patterns: a word character that is neither a digit nor "_" */
+static inline int re_letter(Py_UCS4 c)
+{
+    return (Py_UNICODE_ISALPHA(c) || Py_UNICODE_ISDIGIT(c) || Py_UNICODE_ISNUMERIC(c)) &&
+           !Py_UNICODE_ISDECIMAL(c);
+}
+
+/* phenotypes._VALUE_LOOP matches somewhere: a unit of 1 to max_unit non-space characters,
+ * after a word character or one of .,;:!?)] , with ``repeats`` copies back to back */
+static int glued_unit_run(const Text *t, Py_ssize_t max_unit, Py_ssize_t repeats)
+{
+    for (Py_ssize_t i = 1; i < t->n; i++) {
+        /* a run needs text[i + p] == text[i] for its unit's length p: tested first, as it is
+           cheap; the look-behind class only where a unit can start */
+        int candidate = 0;
+        for (Py_ssize_t p = 1; p <= max_unit && i + p < t->n && !candidate; p++) {
+            candidate = CH(t, i + p) == CH(t, i);
+        }
+        if (!candidate) {
+            continue;
+        }
+        Py_UCS4 b = CH(t, i - 1);
+        if (!(re_word(b) || (b < 0x80 && b != 0 && strchr(".,;:!?)]", (int)b) != NULL))) {
+            continue;
+        }
+        for (Py_ssize_t p = 1; p <= max_unit && i + p <= t->n; p++) {
+            if (Py_UNICODE_ISSPACE(CH(t, i + p - 1))) {
+                break; /* the unit is \S: no longer unit either */
+            }
+            if (i + p * repeats > t->n) {
+                break; /* longer units need even more room */
+            }
+            Py_ssize_t k = i + p, stop = i + p * repeats;
+            while (k < stop && CH(t, k) == CH(t, k - p)) {
+                k++;
+            }
+            if (k == stop) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* phenotypes._WORD_RUN_SCREEN matches somewhere: at the start or after whitespace, a unit of
+ * 1 to max_words words (letters, then one " ") with ``copies`` copies back to back. A word's
+ * letters run to the first non-letter, which must be the space (backtracking to fewer letters
+ * would put a letter where the space must be), so each unit size is one comparison. */
+static int word_unit_run(const Text *t, Py_ssize_t max_words, Py_ssize_t copies)
+{
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        if (i > 0 && !Py_UNICODE_ISSPACE(CH(t, i - 1))) {
+            continue;
+        }
+        Py_ssize_t end = i;
+        for (Py_ssize_t w = 0; w < max_words; w++) {
+            Py_ssize_t j = end;
+            while (j < t->n && re_letter(CH(t, j))) {
+                j++;
+            }
+            if (j == end || j >= t->n || CH(t, j) != ' ') {
+                break;
+            }
+            end = j + 1;
+            Py_ssize_t len = end - i;
+            if (i + len * copies > t->n) {
+                break; /* longer units need even more room */
+            }
+            Py_ssize_t k = end, stop = i + len * copies;
+            while (k < stop && CH(t, k) == CH(t, k - len)) {
+                k++;
+            }
+            if (k == stop) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* phenotypes._LETTER_RUN matches somewhere: one non-ASCII character ``run`` times in a row */
+static int non_ascii_run(const Text *t, Py_ssize_t run)
+{
+    Py_ssize_t same = 0;
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        Py_UCS4 c = CH(t, i);
+        same = (c >= 0x80 && i > 0 && c == CH(t, i - 1)) ? same + 1 : 1;
+        if (c >= 0x80 && same >= run) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(value_screens_doc,
+"value_screens(value, max_unit, repeats, max_words, copies, min_spaces, run)\n"
+"    -> (glued, words, letters)\n\n"
+"phenotypes.value_screens_python: glued, whether phenotypes._VALUE_LOOP matches (a unit of 1\n"
+"to max_unit non-space characters after a word character or one of .,;:!?)] , repeated to\n"
+"``repeats`` copies); words, whether the value holds min_spaces spaces and\n"
+"phenotypes._WORD_RUN_SCREEN matches (1 to max_words words, ``copies`` copies); letters,\n"
+"whether phenotypes._LETTER_RUN matches (one non-ASCII character ``run`` times).");
+
+static PyObject *value_screens(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text;
+    Py_ssize_t max_unit, repeats, max_words, copies, min_spaces, run;
+    if (!PyArg_ParseTuple(args, "Unnnnnn:value_screens", &text, &max_unit, &repeats, &max_words,
+                          &copies, &min_spaces, &run)) {
+        return NULL;
+    }
+    if (max_unit < 1 || repeats < 1 || max_words < 1 || copies < 1 || run < 1) {
+        PyErr_SetString(PyExc_ValueError, "value_screens: units and copies must be >= 1");
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    int glued = glued_unit_run(&t, max_unit, repeats);
+    Py_ssize_t spaces = 0;
+    for (Py_ssize_t i = 0; i < t.n && spaces < min_spaces; i++) {
+        spaces += CH(&t, i) == ' ';
+    }
+    int words = spaces >= min_spaces && word_unit_run(&t, max_words, copies);
+    int letters = !PyUnicode_IS_ASCII(text) && non_ascii_run(&t, run);
+    return Py_BuildValue("(OOO)", glued ? Py_True : Py_False, words ? Py_True : Py_False,
+                         letters ? Py_True : Py_False);
+}
+
 /* ---- module functions ----------------------------------------------------------------------- */
 
 static PyObject *positions(const Py_ssize_t *v, Py_ssize_t count)
@@ -1137,6 +1512,9 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      configure_doc},
     {"canonical_calls", canonical_calls, METH_VARARGS, canonical_doc},
+    {"may_glue", may_glue, METH_O, may_glue_doc},
+    {"prose_screens", prose_screens, METH_VARARGS, prose_screens_doc},
+    {"value_screens", value_screens, METH_VARARGS, value_screens_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1149,5 +1527,6 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__textscan(void)
 {
     build_tables();
+    build_prose_table();
     return PyModule_Create(&module);
 }

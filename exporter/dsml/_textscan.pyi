@@ -18,3 +18,25 @@ def canonical_calls(
     /,
 ) -> tuple[tuple[RawCall, ...], int] | None:
     """fastpath.canonical_calls_python: the invokes of a canonical block, or None."""
+
+def may_glue(text: str, /) -> bool:
+    """phenotypes._may_glue: whether two scripts can touch inside a word."""
+
+def prose_screens(
+    text: str, need: int, ngram: int, probe: int, screen_max: int, needles: tuple[str, ...], /
+) -> tuple[bool, bool, bool]:
+    """phenotypes.prose_screens_python: whether the prose-loop pass, the template-token pass
+    and the glue pass can find anything, in one pass."""
+
+def value_screens(
+    value: str,
+    max_unit: int,
+    repeats: int,
+    max_words: int,
+    copies: int,
+    min_spaces: int,
+    run: int,
+    /,
+) -> tuple[bool, bool, bool]:
+    """phenotypes.value_screens_python: whether phenotypes._VALUE_LOOP matches at all, whether
+    phenotypes._word_run's screens pass, and whether phenotypes._LETTER_RUN matches."""

@@ -1,8 +1,10 @@
 """Which build of the grader's character-level passes runs: the C accelerator or its Python twin.
 
-The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot passes, each with a
-pure-Python reference that is its specification (``textcheck.check_text_python`` and
-``fastpath.canonical_calls_python``), as CPython's ``_json`` accelerates ``json``. The grammar
+The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot passes and three
+screens, each with a pure-Python reference that is its specification
+(``textcheck.check_text_python``, ``fastpath.canonical_calls_python``, and
+``phenotypes._may_glue``, ``prose_screens_python``, ``value_screens_python``), as CPython's
+``_json`` accelerates ``json``. The grammar
 (``tokens.py`` + ``structure.py``) is written once, in Python.
 
 At import the accelerator runs when it was built, unless ``DSV4_DSML_KERNEL`` says otherwise:
@@ -41,6 +43,13 @@ RawParam = tuple[str, bool, int, int]
 RawCall = tuple[str, int, int, tuple[RawParam, ...]]
 NativeSpelling = tuple[str, str, str, str, str, bool, int]
 CanonicalCalls = Callable[[str, int, int, NativeSpelling], tuple[tuple[RawCall, ...], int] | None]
+# The screens of phenotypes.py: may_glue(text), prose_screens(text, need, ngram, probe,
+# screen_max, needles) -> (loop, template, glue), value_screens(value, max_unit,
+# repeats, max_words, copies, min_spaces, run) -> (glued, words, letters);
+# their numbers and needles come from the caller.
+MayGlue = Callable[[str], bool]
+ProseScreens = Callable[[str, int, int, int, int, tuple[str, ...]], tuple[bool, bool, bool]]
+ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, bool]]
 
 # Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).
 NATIVE_THRESHOLDS: dict[str, int] = {
@@ -80,6 +89,9 @@ _BUILT = _load()
 # never imported by name, so select() reaches every caller.
 scan: Callable[[str], ScanResult] | None = None
 canonical_calls: CanonicalCalls | None = None
+may_glue: MayGlue | None = None
+prose_screens: ProseScreens | None = None
+value_screens: ValueScreens | None = None
 WHY = ""
 """Why the kernel differs from what ``DSV4_DSML_KERNEL`` asked for ("" when it does not)."""
 
@@ -98,15 +110,17 @@ def select(name: str) -> None:
     """Run ``name`` (``c`` or ``python``) from now on, in every caller.
 
     ValueError for any other name; RuntimeError for ``c`` when the accelerator is not built."""
-    global scan, canonical_calls
+    global scan, canonical_calls, may_glue, prose_screens, value_screens
     if name not in KERNELS:
         raise ValueError(f"unknown DSML kernel {name!r}: use one of {', '.join(KERNELS)}")
     if name == "python":
-        scan = canonical_calls = None
+        scan = canonical_calls = may_glue = prose_screens = value_screens = None
         return
     if _BUILT is None:
         raise RuntimeError("exporter/dsml/_textscan.c is not built here: run `make native`")
     scan, canonical_calls = _BUILT.scan, _BUILT.canonical_calls
+    may_glue, prose_screens = _BUILT.may_glue, _BUILT.prose_screens
+    value_screens = _BUILT.value_screens
 
 
 def _from_env(value: str) -> tuple[str, str]:

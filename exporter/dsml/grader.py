@@ -166,9 +166,10 @@ def grade_kept(
     if r_end is not None and not present and at >= 0:
         c_start = r_end  # the tag itself was dropped with the middle
     channels: list[ChannelSpan] = []
+    reasoning = kept[:r_end] if r_end is not None else ""  # sliced once, read by two passes
     if r_end is not None:
         channels.append(ChannelSpan("reasoning", 0, r_end))
-        analyze_reasoning(sink, kept[:r_end], 0)
+        analyze_reasoning(sink, reasoning, 0)
     content = kept[c_start:]
     channels.append(ChannelSpan("content", c_start, len(kept)))
     part = analyze_content(
@@ -196,7 +197,7 @@ def grade_kept(
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
     calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
     if r_end is not None:
-        phenotypes.check_prose(sink, kept[:r_end], 0, "reasoning")
+        phenotypes.check_prose(sink, reasoning, 0, "reasoning")
     prose = sample_checks(sink, content, c_start, part, calls)
     phenotypes.check_end(
         sink,

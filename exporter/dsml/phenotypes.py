@@ -8,7 +8,11 @@ templates' special tokens, scripts glued inside one word, a generation that ran 
 with tools offered and no call, and a prose answer that stops mid-word when a call was expected.
 
 Each runs once per sample (not per character in a compiled pass), so they are written once, in
-Python; every number is in :mod:`exporter.dsml.thresholds`. Pure: text in, findings out.
+Python; every number is in :mod:`exporter.dsml.thresholds`. Pure: text in, findings out. Three
+of them first ask a screen whether their exact pass can find anything at all (the glue seams,
+the prose-loop probes, the value-loop regex); the C accelerator (:mod:`accel`) answers those
+when it runs, and the Python twins here (``_may_glue``, :func:`prose_screens_python`,
+:func:`value_screens_python`) are their specification.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
-from exporter.dsml import engines
+from exporter.dsml import accel, engines
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
 from exporter.dsml.catalog import STOPS
@@ -37,14 +41,43 @@ def find_prose_loop(text: str) -> tuple[int, int, str] | None:
     Word level and any period (the character-level ``ngram_loop`` stops at 1024 characters):
     shingles of ``PROSE_LOOP_NGRAM`` words; a run of positions whose shingle last occurred
     exactly ``p`` words earlier is a stretch equal to itself shifted by ``p``."""
+    if not prose_screens(text)[0]:
+        return None  # most prose: no need to build its list of words
+    return _loop_in_words(text, text.split())
+
+
+def prose_screens(text: str) -> tuple[bool, bool, bool]:
+    """Whether the prose-loop, template-token and glue passes of :func:`check_prose` can find
+    anything in ``text``: the accelerator's one pass over it, or its twin."""
+    native = accel.prose_screens
+    if native is None:
+        return prose_screens_python(text)
+    return native(
+        text, t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, _PROBE, _SCREEN_MAX, _TEMPLATE_NEEDLES
+    )
+
+
+def prose_screens_python(text: str) -> tuple[bool, bool, bool]:
+    """:func:`prose_screens` in Python, the specification of the accelerator's: the prose-loop
+    screen (:func:`_may_loop`), one of ``_TEMPLATE_NEEDLES`` present, and :func:`_may_glue`
+    on non-ASCII text."""
+    return (
+        _may_loop(text),
+        any(needle in text for needle in _TEMPLATE_NEEDLES),
+        not text.isascii() and _may_glue(text),
+    )
+
+
+def _may_loop(text: str) -> bool:
+    """Whether :func:`find_prose_loop`'s pass can find a loop: enough characters and words,
+    and a probe of the words joined by single spaces that occurs earlier too
+    (:func:`_may_repeat`)."""
     n = t.PROSE_LOOP_NGRAM
     need = t.PROSE_LOOP_MIN_WORDS
     if len(text) < need * 2:  # a word and a space at the very least
-        return None
+        return False
     words = text.split()
-    if len(words) < need + n or not _may_repeat(" ".join(words), need):
-        return None
-    return _loop_in_words(text, words)
+    return len(words) >= need + n and _may_repeat(" ".join(words), need)
 
 
 def _loop_in_words(text: str, words: list[str]) -> tuple[int, int, str] | None:
@@ -161,12 +194,21 @@ _TEMPLATE = re.compile(
 )
 
 
+# Every _TEMPLATE match holds one of these (not "<<" alone: C++ streams and shell
+# here-documents hold it): the template screen.
+_TEMPLATE_NEEDLES = ("<|", "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>")
+
+
 def find_template_tokens(text: str) -> Iterable[tuple[int, int, str]]:
     """Other chat templates' special tokens (ChatML, Llama 3, Llama 2, Phi, FIM) outside
     Markdown quotes: leaked pretraining or template fragments (vllm#50576, vllm#48089).
     DeepSeek's own tokens are ``special_token_leak`` (the grammar pass)."""
-    if "<|" not in text and "[INST]" not in text and "[/INST]" not in text and "<<" not in text:
-        return
+    if any(needle in text for needle in _TEMPLATE_NEEDLES):
+        yield from _template_tokens(text)
+
+
+def _template_tokens(text: str) -> Iterable[tuple[int, int, str]]:
+    """:func:`find_template_tokens` without its screen."""
     quoting: Quoting | None = None
     for mt in _TEMPLATE.finditer(text):
         quoting = quoting or Quoting(text)
@@ -242,6 +284,8 @@ def _may_glue(text: str) -> bool:
     of a clean sample's grading time); this translates the UTF-8 bytes once, then looks for
     the classes present (``memchr``) and the two-byte seams between them."""
     classes = text.encode("utf-8", "surrogatepass").translate(_GLUE_TABLE, _CONTINUATION)
+    # the accelerator's may_glue: adjacent classes differ, neither is space, and not both are
+    # in "ae" (the loops below, written as one test over the class of each character)
     present = [c for c in _CLASSES if c in classes]
     for x in present:
         if x not in _NON_LATIN_CLASSES:
@@ -258,8 +302,13 @@ def _may_glue(text: str) -> bool:
 
 def find_glued(text: str) -> Iterable[tuple[int, int, str]]:
     """Letters of two alphabetic scripts glued inside one word (``returnданных``)."""
-    if text.isascii() or not _may_glue(text):
+    if text.isascii() or not (accel.may_glue or _may_glue)(text):
         return
+    yield from _glued(text)
+
+
+def _glued(text: str) -> Iterable[tuple[int, int, str]]:
+    """:func:`find_glued` without its screens."""
     for mt in _GLUED.finditer(text):
         yield mt.start(), mt.end(), mt.group()
 
@@ -283,6 +332,8 @@ def find_value_salad(value: str) -> tuple[int, int, str] | None:
     """Words of ``SCRIPT_MIN_GROUPS`` or more scripts switching ``VALUE_SALAD_MIN_SWITCHES``
     times between words joined only by spaces, inside one value (one switch fewer across
     ``VALUE_SALAD_MANY_GROUPS`` groups)."""
+    if value.isascii() and t.SCRIPT_MIN_GROUPS > 1:
+        return None  # ASCII letters are one group (Latin): most values, and no regex run
     if sum(1 for rx in _GROUPS.values() if rx.search(value)) < t.SCRIPT_MIN_GROUPS:
         return None
     chain: list[str] = []
@@ -324,6 +375,46 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
     ``Paris------...``. After a space or a line break a run is a rule or a banner, except a
     letter run (:func:`_letter_run`) and a run that ends the value far wider than its text
     (:func:`_closing_run`)."""
+    glued, words, letters = value_screens(value)
+    # the screens say no (most values): only the closing run, no regex screens, remains
+    return (
+        (_glued_run(value) if glued else None)
+        or (_letter_run(value) if letters else None)
+        or _closing_run(value)
+        or (_word_run_exact(value) if words else None)
+    )
+
+
+def value_screens(value: str) -> tuple[bool, bool, bool]:
+    """Whether :func:`find_value_loop`'s glued-unit, word-run and letter-run passes can find
+    anything: the accelerator's one pass over ``value``, or its twin."""
+    native = accel.value_screens
+    if native is None:
+        return value_screens_python(value)
+    return native(
+        value,
+        t.VALUE_LOOP_MAX_UNIT,
+        t.VALUE_LOOP_UNIT_REPEATS,
+        _WORD_UNIT_MAX,
+        _WORD_SCREEN_COPIES,
+        t.VALUE_WORD_LOOP_REPEATS - 1,
+        t.VALUE_LOOP_CHAR_REPEATS,
+    )
+
+
+def value_screens_python(value: str) -> tuple[bool, bool, bool]:
+    """Whether ``_VALUE_LOOP`` matches anywhere in ``value``, whether :func:`_word_run`'s
+    screens pass, and whether ``_LETTER_RUN`` matches: the specification of the accelerator's
+    ``value_screens`` (each regex tries every unit at every position)."""
+    return (
+        _VALUE_LOOP.search(value) is not None,
+        _word_run_screened(value),
+        not value.isascii() and _LETTER_RUN.search(value) is not None,
+    )
+
+
+def _glued_run(value: str) -> tuple[int, int, str] | None:
+    """The first ``_VALUE_LOOP`` match :func:`find_value_loop` does not pass over."""
     for mt in _VALUE_LOOP.finditer(value):
         unit = mt.group(1)
         copies = len(mt.group()) // len(unit)
@@ -339,22 +430,32 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
         ):
             continue
         return mt.start(), mt.end(), f"{unit[:16]!r} x{copies}"
-    return _letter_run(value) or _closing_run(value) or _word_run(value)
+    return None
 
 
 _LETTERS_ONLY = re.compile(r"[^\W\d_]+")
 # a unit of 1-3 letter words four times in a row: the screen (one regex pass in C, bounded
 # backtracking) before the exact pass builds a list of the value's words
-_WORD_RUN_SCREEN = re.compile(r"(?<!\S)((?:[^\W\d_]+ ){1,3}?)\1{3}")
+_WORD_UNIT_MAX = 3
+_WORD_SCREEN_COPIES = 4
+_WORD_RUN_SCREEN = re.compile(
+    rf"(?<!\S)((?:[^\W\d_]+ ){{1,{_WORD_UNIT_MAX}}}?)\1{{{_WORD_SCREEN_COPIES - 1}}}"
+)
 
 
 def _word_run(value: str) -> tuple[int, int, str] | None:
     """One to three words (letters only) repeated ``VALUE_WORD_LOOP_REPEATS`` times back to
     back, single spaces between: ``the the the ...`` inside a search query (issue 32). One pass
     per unit size over the words: linear."""
-    if value.count(" ") < t.VALUE_WORD_LOOP_REPEATS - 1 or not _WORD_RUN_SCREEN.search(value):
-        return None
-    return _word_run_exact(value)
+    return _word_run_exact(value) if _word_run_screened(value) else None
+
+
+def _word_run_screened(value: str) -> bool:
+    """:func:`_word_run`'s screens: enough spaces, and a unit of words four times."""
+    return (
+        value.count(" ") >= t.VALUE_WORD_LOOP_REPEATS - 1
+        and _WORD_RUN_SCREEN.search(value) is not None
+    )
 
 
 def _word_run_exact(value: str) -> tuple[int, int, str] | None:
@@ -396,6 +497,8 @@ def _letter_run(value: str) -> tuple[int, int, str] | None:
     ``VALUE_LOOP_CHAR_REPEATS`` times anywhere in the value, glued or not (``\\n了了了...``):
     no script writes a word so. Modifier letters (``ー``, ``々``) and symbols (box drawing
     ``────``, ``——``) are rules, not letters."""
+    if value.isascii():
+        return None  # the run is of one non-ASCII character
     for mt in _LETTER_RUN.finditer(value):
         ch = mt.group(1)
         if unicodedata.category(ch) in ("Lu", "Ll", "Lo"):
@@ -408,6 +511,14 @@ def _closing_run(value: str) -> tuple[int, int, str] | None:
     the value's last line, with
     nothing after it, more than twice as wide as any other line of the value (``print(f(3))``
     then 150 dashes): a closing rule or banner is as wide as the text it frames."""
+    tail = value.rstrip()  # str.rstrip's whitespace is re's \s
+    if len(tail) < t.VALUE_LOOP_ASCII_RUN or not tail.endswith(tail[-1] * t.VALUE_LOOP_ASCII_RUN):
+        return None  # the run ends the value, but for whitespace: most values end otherwise
+    return _closing_run_exact(value)
+
+
+def _closing_run_exact(value: str) -> tuple[int, int, str] | None:
+    """:func:`_closing_run` without its screen."""
     mt = _CLOSING_RUN.search(value)
     if mt is None:
         return None
@@ -429,6 +540,8 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
     """``<think>`` or ``</think>`` inside a value, not in a code literal: a quote, backtick or
     backslash next to it, or a regex's ``?``/``*`` before it (``text.split("</think>")``,
     ``r"<think>.*?</think>"``)."""
+    if "think>" not in value:
+        return None  # every match ends so (most values)
     for mt in _THINK.finditer(value):
         before = value[mt.start() - 1] if mt.start() else ""
         after = value[mt.end()] if mt.end() < len(value) else ""
@@ -443,6 +556,7 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
 # a sentence ends in ASCII terminators before whitespace or the end (not ``wintypes.ULONG``,
 # ``v1.2``), or in CJK ones before anything
 _TERMINATOR = re.compile(r"([.!?]+(?=\s|\Z)|[。！？]+[.!?]*)")
+_TERMINATOR_CHARS = ".!?。！？"  # every _TERMINATOR run holds one of them
 
 
 def _width(text: str) -> int:
@@ -462,6 +576,14 @@ def find_phrase_loop(text: str) -> tuple[int, int, str] | None:
     need = t.PHRASE_LOOP_COPIES
     if 2 * len(text) < need * t.PHRASE_LOOP_MIN_CHARS:  # a CJK character is two wide
         return None
+    if sum(map(text.count, _TERMINATOR_CHARS)) < need:
+        return None  # fewer terminators than copies (most short prose): no split
+    return _phrase_loop(text)
+
+
+def _phrase_loop(text: str) -> tuple[int, int, str] | None:
+    """:func:`find_phrase_loop`'s pass, without its screens."""
+    need = t.PHRASE_LOOP_COPIES
     parts = _TERMINATOR.split(text)  # text, terminators, text, terminators, ..., text
     terms = parts[1::2]
     said = list(map(str.strip, parts[0:-1:2]))  # the sentence before each terminator run
@@ -525,28 +647,34 @@ def find_quoted_block(text: str, grammar: str | None) -> tuple[int, int, str] | 
 
 def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
     """Reasoning, or content outside any block."""
-    loop = find_prose_loop(text)
+    if not text:
+        return  # a content channel that opens with its block: no prose
+    may_loop, may_template, may_glue = prose_screens(text)  # one pass: most prose stops here
+    loop = _loop_in_words(text, text.split()) if may_loop else None
     if loop is not None:
         sink.add("prose_loop", loop[0] + base, loop[1] + base, channel, loop[2])
     elif channel == "content" and (phrase := find_phrase_loop(text)) is not None:
         # content only: what the client reads before the call (reasoning is long, and its
         # loops are ngram_loop's and prose_loop's)
         sink.add("phrase_loop", phrase[0] + base, phrase[1] + base, channel, phrase[2])
-    for a, b, detail in find_template_tokens(text):
+    for a, b, detail in _template_tokens(text) if may_template else ():
         sink.add("template_token_leak", a + base, b + base, channel, detail)
-    for a, b, detail in find_glued(text):
+    for a, b, detail in _glued(text) if may_glue else ():
         sink.add("script_glued", a + base, b + base, channel, detail)
 
 
 def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
     """One string value of a tool call (a ``string="true"`` parameter, a parsed string)."""
-    for code, found in (
-        ("value_loop", find_value_loop(value)),
-        ("value_salad", find_value_salad(value)),
-        ("think_in_value", find_think_in_value(value)),
-    ):
-        if found is not None:
-            sink.add(code, found[0] + base, found[1] + base, channel, found[2])
+    if (found := find_value_loop(value)) is not None:
+        sink.add("value_loop", found[0] + base, found[1] + base, channel, found[2])
+    if value.isascii():  # no salad (one script) and nothing glued: most values
+        if (found := find_think_in_value(value)) is not None:
+            sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
+        return
+    if (found := find_value_salad(value)) is not None:
+        sink.add("value_salad", found[0] + base, found[1] + base, channel, found[2])
+    if (found := find_think_in_value(value)) is not None:
+        sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
     for a, b, detail in find_glued(value):
         sink.add("script_glued", a + base, b + base, channel, detail)
 
@@ -557,6 +685,15 @@ def check_calls(sink: FindingSink, calls: Sequence[ToolCall], channel: str) -> N
     judged by what the client receives: a loop of ``DUPLICATE_MIN_COPIES`` copies back to back
     is ``duplicate_call``; any other repeat is the ``repeated_call`` signal (agents poll, retry
     and fan out with the same arguments)."""
+    if len({call.name for call in calls}) == len(calls) and t.DUPLICATE_MIN_COPIES > 1:
+        # no two calls of one tool (most responses): no key below can repeat, as a key is
+        # the name, NUL, then JSON (which escapes NUL), so no arguments need serialising
+        return
+    _call_repeats(sink, calls, channel)
+
+
+def _call_repeats(sink: FindingSink, calls: Sequence[ToolCall], channel: str) -> None:
+    """:func:`check_calls` without its screen."""
     seen: dict[str, int] = {}
     prev, run, looped = "", 0, False
     repeat: ToolCall | None = None

@@ -87,6 +87,8 @@ def check_text(text: str) -> list[Hit]:
     if native is None:
         return check_text_python(text)
     control, replacement, mojibake, mix, salad, loops = native(text)
+    if not (control or replacement or mojibake or mix or salad or loops):
+        return []  # most channels
     hits: list[Hit] = [("control_chars", i, i + 1, f"U+{ord(text[i]):04X}") for i in control]
     hits.extend(("replacement_char", i, i + 1, "") for i in replacement)
     if len(mojibake) >= t.MOJIBAKE_MIN_HITS:

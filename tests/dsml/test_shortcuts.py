@@ -3,8 +3,12 @@
 The shortcuts (issue 14, throughput): a translate screen and a lead-character walk in place
 of the mojibake regex over the whole text, the glue and repeat screens of the phenotypes, a
 type-only schema check, no state machine for a channel without events, no parameter-opener
-search in reasoning without ``DSML``. Each is checked against the path it skips, on the
-corpus and on generated inputs built from the characters that matter to it.
+search in reasoning without ``DSML``. Issue 32 (speed): the template-token needles, the
+value-loop and word-run screens (in C where built: tests/dsml/test_screens_native.py holds the
+two builds equal), ASCII and tail exits of the letter-run, closing-run and salad regexes,
+no argument serialising when no two calls share a tool, and no sentence split of prose with
+fewer terminators than a phrase loop has copies. Each is checked against the path
+it skips, on the corpus and on generated inputs built from the characters that matter to it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from exporter.dsml import thresholds as t
 from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
 from exporter.dsml.loops import MIN_LOOP_CHARS
 from exporter.dsml.quoting import Quoting
+from exporter.dsml.result import MAX_FINDINGS_PER_REASON, FindingSink, ToolCall
 from exporter.dsml.schema import compile_schema, render_path
 from exporter.dsml.soup import PIECES, _soup_in, find_soup
 from exporter.dsml.structure import Machine, Parsed
@@ -334,3 +339,134 @@ def test_word_run_screens_never_hold_back_a_run(
     the exact pass finds a run in (issue 32)."""
     value = sep.join(head + unit * copies + tail)
     assert phenotypes._word_run(value) == phenotypes._word_run_exact(value), value
+
+
+# --- issue 32: the exits in front of the per-value and per-sample regexes ------------------
+
+_VALUE_CHARS = st.sampled_from(list("abcXY_1 .,;:!?)]-=*#\n\t\\%") + list("的了данαβ中文한ー─"))
+_VALUES = st.one_of(
+    st.text(_VALUE_CHARS, max_size=60),
+    # a unit repeated around the value-loop counts, glued to a word or after a space
+    st.builds(
+        lambda head, unit, k, tail: head + unit * k + tail,
+        st.sampled_from(["", "x", " ", "README.md", "Paris", "\n"]),
+        st.text(_VALUE_CHARS, min_size=1, max_size=9),
+        st.integers(1, t.VALUE_LOOP_ASCII_RUN + 2),
+        st.text(_VALUE_CHARS, max_size=6),
+    ),
+    # words repeated around the word-run counts
+    st.builds(
+        lambda unit, k, sep: (sep.join(unit) + " ") * k,
+        st.lists(st.sampled_from(["the", "Ab", "x2", "данные", "ha"]), min_size=1, max_size=4),
+        st.integers(1, t.VALUE_WORD_LOOP_REPEATS + 1),
+        st.sampled_from([" ", "  ", "\n"]),
+    ),
+)
+
+
+@given(_VALUES)
+@example("startup" + "abc" * 9)
+@example("README.md" + "的" * 20)
+@example("the " * 9)
+@example("print(f(3))\n" + "-" * 150)
+@example("print(f(3))\n" + "=" * 150 + " \n\t")
+@example("x\n" + "-" * (t.VALUE_LOOP_ASCII_RUN - 1))
+@MANY
+def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
+    """find_value_loop (its screens, in C where built) answers what every exact pass answers
+    when run over the whole value, and each regex behind an ASCII or length exit finds
+    nothing there."""
+    full = (
+        phenotypes._glued_run(value)
+        or phenotypes._letter_run(value)
+        or phenotypes._closing_run_exact(value)
+        or phenotypes._word_run_exact(value)
+    )
+    assert phenotypes.find_value_loop(value) == full, value
+    if value.isascii():
+        assert phenotypes._LETTER_RUN.search(value) is None
+        groups = sum(1 for rx in phenotypes._GROUPS.values() if rx.search(value))
+        assert groups < t.SCRIPT_MIN_GROUPS  # find_value_salad's first test
+    assert phenotypes._closing_run(value) == phenotypes._closing_run_exact(value), value
+
+
+_TEMPLATE_PIECES = st.sampled_from(
+    [
+        "<|",
+        "|>",
+        "im_start",
+        "<|im_end|>",
+        "[INST]",
+        "[/INST]",
+        "<<SYS>>",
+        "<</SYS>>",
+        "<<",
+        "[",
+        "<",
+    ]
+)
+
+
+@given(st.lists(st.one_of(_TEMPLATE_PIECES, st.text("ab /|<>[]SYINT", max_size=6)), max_size=12))
+@MANY
+def test_template_needles_never_hold_back_a_token(pieces: list[str]) -> None:
+    """Every template token holds one of the needles, and the screened pass finds what the
+    pass over the whole text finds."""
+    text = "".join(pieces)
+    if phenotypes._TEMPLATE.search(text) is not None:
+        assert any(n in text for n in phenotypes._TEMPLATE_NEEDLES), text
+    full = list(phenotypes._template_tokens(text))
+    assert list(phenotypes.find_template_tokens(text)) == full, text
+    sink = FindingSink()
+    phenotypes.check_prose(sink, text, 0, "content")  # the accelerator's screen where built
+    assert sink.counts.get("template_token_leak", 0) == len(full), text
+    kept = [(f.start, f.end, f.detail) for f in sink.findings if f.reason == "template_token_leak"]
+    assert kept == full[:MAX_FINDINGS_PER_REASON], text  # the sink keeps the first few
+
+
+_CALLS = st.lists(
+    st.builds(
+        lambda name, arg, at: ToolCall(name, {"q": arg}, at, at + 5),
+        st.sampled_from(["read", "list_dir", "a\0b", "a"]),
+        st.sampled_from(["x", "y", "\0b"]),
+        st.integers(0, 99),
+    ),
+    max_size=6,
+)
+
+
+@given(_CALLS)
+@MANY
+def test_call_repeats_need_two_calls_of_one_tool(calls: list[ToolCall]) -> None:
+    """check_calls skips serialising when no two calls share a tool; it reports exactly what
+    the pass over every call reports (names with NUL in them included)."""
+    screened, full = FindingSink(), FindingSink()
+    phenotypes.check_calls(screened, calls, "tool_calls")
+    phenotypes._call_repeats(full, calls, "tool_calls")
+    assert screened.findings == full.findings
+
+
+_SENTENCES = st.sampled_from(
+    ["I will call the tool now.", "Done!", "ok.", "v1.2", "wintypes.ULONG", "好的。", "确认？", "x"]
+)
+
+
+@given(
+    st.lists(_SENTENCES, max_size=4),
+    _SENTENCES,
+    st.integers(0, t.PHRASE_LOOP_COPIES + 1),
+    st.sampled_from([" ", "\n", "", "  "]),
+)
+@example([], "I will call the tool now.", 3, " ")
+@MANY
+def test_phrase_loop_terminator_count_never_holds_back_a_loop(
+    head: list[str], sentence: str, copies: int, sep: str
+) -> None:
+    """Fewer terminator characters than copies: the split would find no loop either."""
+    text = sep.join([*head, *[sentence] * copies])
+    full = (
+        phenotypes._phrase_loop(text)
+        if 2 * len(text) >= t.PHRASE_LOOP_COPIES * t.PHRASE_LOOP_MIN_CHARS
+        else None
+    )
+    assert phenotypes.find_phrase_loop(text) == full, text

@@ -3,8 +3,8 @@
 It reads untrusted text (whatever SGLang, a tapped client or the ingest API sends), so an
 out-of-bounds read or an overflow must fail the build, not wait for a crash in production.
 The module is rebuilt with ``-fsanitize=address,undefined`` into a copy of the sources,
-and the equivalence tests (corpora, 10 MB inputs, thresholds, canonical blocks, generated
-text) run against it with the sanitizer runtimes
+and the equivalence tests (corpora, 10 MB inputs, thresholds, canonical blocks, the
+phenotype screens, generated text) run against it with the sanitizer runtimes
 preloaded; any report aborts the run.
 """
 
@@ -88,6 +88,7 @@ def test_equivalence_suite_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None
             # sys-level capture: the sanitizer writes its report to file descriptor 2
             "--capture=sys",
             "tests/dsml/test_textscan.py",
+            "tests/dsml/test_screens_native.py",
             "tests/dsml/test_heuristics.py",
         ],
         cwd=src,

@@ -1,0 +1,205 @@
+"""The C accelerator's screens of the once-per-sample checks answer exactly what their Python
+twins in ``exporter/dsml/phenotypes.py`` answer (issue 32, speed).
+
+``prose_screens`` (prose loop, template tokens, glue, in one pass), ``may_glue`` and
+``value_screens`` (the value-loop and word-run regexes) only decide whether a check's exact
+pass runs, so a wrong "no" would hide a finding: each is compared with its twin on the
+corpora, at the edges of every range and threshold it reads, and on generated text built from
+the characters that matter to it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from exporter.dsml import accel
+from exporter.dsml import phenotypes as ph
+from exporter.dsml import thresholds as t
+from tests.dsml.adversarial import SHAPES
+from tests.dsml.diff_corpus import build as diff_corpus
+from tests.dsml.fp_corpus import PROSE, corpus
+
+native = pytest.importorskip("exporter.dsml._textscan", reason="built without a C compiler")
+DSML_KERNELS = ("c",)  # every test here runs both builds itself (tests/dsml/conftest.py)
+MANY = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _prose_same(text: str) -> None:
+    assert accel.kernel() == "c"  # so the dispatchers below run the accelerator
+    assert ph.prose_screens(text) == ph.prose_screens_python(text), text[:120]
+
+
+def _glue_same(text: str) -> None:
+    assert native.may_glue(text) == ph._may_glue(text), text[:120]
+
+
+def _value_same(text: str) -> None:
+    assert accel.kernel() == "c"
+    assert ph.value_screens(text) == ph.value_screens_python(text), text[:120]
+
+
+def _all_same(text: str) -> None:
+    _prose_same(text)
+    _glue_same(text)
+    _value_same(text)
+
+
+def _texts() -> list[str]:
+    texts = [c.text for c in corpus() if c.text]
+    for item in diff_corpus(clean_per_dialect=60):
+        reasoning, _, content = item.text.partition("</think>")
+        texts += [item.text, reasoning, content]
+    texts += ["\n\n".join(paragraphs) for paragraphs in PROSE.values()]
+    return texts + [build(5_000) for build in SHAPES.values()]
+
+
+def test_equal_on_the_corpora() -> None:
+    answers: tuple[set[tuple[bool, ...]], set[tuple[bool, ...]]] = (set(), set())
+    for text in _texts():
+        _all_same(text)
+        answers[0].add(ph.prose_screens_python(text))
+        answers[1].add(ph.value_screens_python(text))
+    # the corpora reach both answers of every screen, so the comparison compared something
+    for k in range(6):  # three answers of each function, told apart by their position
+        assert {a[k % 3] for a in answers[k // 3]} == {False, True}, k
+
+
+# Characters at both ends of every range the glue classes read (phenotypes._glue_table),
+# whitespace str.split knows beyond ASCII, a lone surrogate and characters beyond the BMP.
+_EDGES = [
+    0x40,
+    0x41,
+    0x5A,
+    0x5B,
+    0x60,
+    0x61,
+    0x7A,
+    0x7B,
+    0xBF,
+    0xC0,
+    0x27F,
+    0x280,
+    0x33F,
+    0x340,
+    0x3FF,
+    0x400,
+    0x4FF,
+    0x500,
+    0x5BF,
+    0x5C0,
+    0x5FF,
+    0x600,
+    0x67F,
+    0x680,
+    0x7FF,
+    0x800,
+    0xFFF,
+    0x1000,
+    0x2FFF,
+    0x3000,
+    0x4E2D,
+    0xAC00,
+    0xD800,
+    0xDFFF,
+    0xE000,
+    0x1F389,
+    0x20000,
+]
+_SPACES = list(" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2028\u3000")
+_CHARS = st.sampled_from(
+    [chr(c) for c in _EDGES] + _SPACES + list("ab_1²½.,;:!?)]}<|[/INSTY>") + list("щלم中한")
+)
+_WORDS = st.sampled_from(["the", "plan", "данные", "中文", "x", "42", "-", "a\u3000b", "ok."])
+_SEPS = st.sampled_from([" ", "\n", "  ", "\t", "\u3000", "\x1c", "\n\n"])
+
+
+@st.composite
+def _prose(draw: st.DrawFn) -> str:
+    """Words around the prose-loop thresholds (need * 2 characters, need + ngram words), often
+    with a passage repeated (probes found earlier), and template needles and their prefixes."""
+    need = t.PROSE_LOOP_MIN_WORDS
+    head = draw(st.lists(_WORDS, max_size=need + 10))
+    unit = draw(st.lists(_WORDS, min_size=1, max_size=need))
+    copies = draw(st.integers(0, 4))
+    tail = draw(st.lists(_WORDS, max_size=40))
+    words = head + unit * copies + tail
+    seps = draw(st.lists(_SEPS, min_size=len(words), max_size=len(words)))
+    text = "".join(w + s for w, s in zip(words, seps, strict=True))
+    needle = draw(st.sampled_from(["", "<", "[INS", "<<SYS", *ph._TEMPLATE_NEEDLES]))
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + needle + text[at:]
+
+
+@given(_prose())
+@example("the plan " * 200)
+@example(("word " * 1700) + "end")  # joined text past screen_max
+@MANY
+def test_prose_screens_equal_on_generated_prose(text: str) -> None:
+    _prose_same(text)
+
+
+@given(st.lists(st.text(_CHARS, max_size=12), max_size=20).map("".join))
+@MANY
+def test_screens_equal_on_generated_characters(text: str) -> None:
+    _all_same(text)
+
+
+@given(
+    st.text(_CHARS, max_size=4),
+    st.text(_CHARS, min_size=1, max_size=t.VALUE_LOOP_MAX_UNIT + 1),
+    st.sampled_from(
+        [
+            *range(t.VALUE_LOOP_UNIT_REPEATS - 2, t.VALUE_LOOP_UNIT_REPEATS + 2),
+            *range(t.VALUE_LOOP_CHAR_REPEATS - 1, t.VALUE_LOOP_CHAR_REPEATS + 2),
+        ]
+    ),
+    st.text(_CHARS, max_size=4),
+)
+@example("x", "abc", t.VALUE_LOOP_UNIT_REPEATS, "")
+@example(" ", "abc", t.VALUE_LOOP_UNIT_REPEATS, "")
+@example("²", "的", t.VALUE_LOOP_UNIT_REPEATS, "")
+@example("\n", "了", t.VALUE_LOOP_CHAR_REPEATS, "")  # a letter run after a line break
+@MANY
+def test_value_loop_screen_equal_around_its_thresholds(
+    before: str, unit: str, copies: int, after: str
+) -> None:
+    """Units up to one longer than the regex allows, one copy short of and past its count,
+    after a word character, punctuation, a space or nothing."""
+    for text in (before + unit * copies + after, unit * copies, before + unit * copies):
+        _value_same(text)
+
+
+_RUN_WORDS = st.sampled_from(["the", "Ab", "x", "42", "x2", "²", "½", "_a", "данные", "中文", "ha"])
+
+
+@given(
+    st.text(_CHARS, max_size=3),
+    st.lists(_RUN_WORDS, min_size=1, max_size=ph._WORD_UNIT_MAX + 1),
+    st.integers(ph._WORD_SCREEN_COPIES - 1, t.VALUE_WORD_LOOP_REPEATS + 1),
+    st.sampled_from([" ", "  ", "\n", "\t", "\u3000"]),
+    st.text(_CHARS, max_size=3),
+)
+@example("", ["the"], 8, " ", "")
+@example("a", ["Ab", "x"], 8, " ", "")
+@MANY
+def test_word_run_screen_equal_around_its_thresholds(
+    before: str, unit: list[str], copies: int, sep: str, after: str
+) -> None:
+    """Units of up to one word more than the regex allows (letters, digits, numerics, "_"),
+    around the copy counts and the space count, after whitespace, a character or nothing."""
+    run = (sep.join(unit) + " ") * copies
+    for text in (before + run + after, run, run.rstrip(), before + " " + run):
+        _value_same(text)
+
+
+def test_screens_reject_what_they_cannot_read() -> None:
+    with pytest.raises(TypeError):
+        native.may_glue(b"bytes")
+    with pytest.raises(TypeError):
+        native.prose_screens("text", 80, 6, 32, 8192, ("",))
+    with pytest.raises(ValueError):
+        native.prose_screens("text", 10, 6, 32, 8192, ())  # no stride between probes
+    with pytest.raises(ValueError):
+        native.value_screens("text", 0, 8, 3, 4, 7, 16)
