@@ -29,6 +29,13 @@ REPO_PATH = re.compile(
     r"[\w./-]+\.(?:md|py|yaml|yml|json|toml|sh)(?:\.in)?)\b"  # .in: a generator's template
 )
 GENERATED = ("docker/k8s/generated/",)
+# The guides a change is made by: every repo path, folder, test (`path::test`) and dotted
+# module name they put in backticks must be real, not only the file paths REPO_PATH finds.
+GUIDES = ("CONTRIBUTING.md", "docs/architecture.md")
+BACKTICKED = re.compile(r"`([^`\s]+)`")
+TOP = r"(?:exporter|tests|alerts|dashboards|docker|bench|scripts|docs)"
+GUIDE_PATH = re.compile(rf"{TOP}/[\w./-]*(?:::\w+)?")
+GUIDE_MODULE = re.compile(r"(?:exporter|alerts|dashboards|tests)(?:\.\w+)+")
 
 
 def _tracked() -> list[Path]:
@@ -75,6 +82,39 @@ def dangling(doc: Path, text: str) -> list[str]:
     return bad
 
 
+def unreal_in_guide(doc: str, text: str) -> list[str]:
+    """Backticked paths (files or folders, ``path::test`` naming a test in that file) and
+    dotted names (``exporter.x.y``: a module, then names defined in it) that do not exist."""
+    bad = []
+    for token in BACKTICKED.findall(text):
+        token = token.rstrip(".,:;)")
+        if "<" in token or "*" in token:
+            continue  # a pattern (`exporter/sources/<name>/`), not a path
+        if GUIDE_PATH.fullmatch(token):
+            path, _, test = token.partition("::")
+            target = REPO / path
+            if not target.exists():
+                bad.append(f"{doc}: path {path}")
+            elif test and not re.search(rf"def {test}\b", target.read_text(encoding="utf-8")):
+                bad.append(f"{doc}: test {token}")
+        elif GUIDE_MODULE.fullmatch(token):
+            parts = token.split(".")
+            for n in range(len(parts), 0, -1):  # the longest prefix that is a module
+                base = REPO.joinpath(*parts[:n])
+                module = next(
+                    (m for m in (base.with_suffix(".py"), base / "__init__.py") if m.is_file()),
+                    None,
+                )
+                if module is not None:
+                    source = module.read_text(encoding="utf-8")
+                    if any(not re.search(rf"\b{a}\b", source) for a in parts[n:]):
+                        bad.append(f"{doc}: name {token}")
+                    break
+            else:
+                bad.append(f"{doc}: module {token}")
+    return bad
+
+
 @pytest.fixture(scope="module")
 def files() -> list[Path]:
     return _tracked()
@@ -88,6 +128,31 @@ def test_no_file_points_at_notes_outside_the_repository(files: list[Path]) -> No
 def test_every_link_and_path_in_the_docs_exists(files: list[Path]) -> None:
     bad = [b for f in files if f.suffix == ".md" for b in dangling(f, f.read_text())]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("doc", GUIDES)
+def test_every_path_and_name_the_guides_give_exists(doc: str) -> None:
+    bad = unreal_in_guide(doc, (REPO / doc).read_text(encoding="utf-8"))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_guide_check_catches_what_it_looks_for() -> None:
+    real = (
+        "`exporter/sources/vllm/` `Makefile` `tests/obs/test_references.py::test_"
+        "every_path_and_name_the_guides_give_exists` `exporter.dsml.dialect.resolve_dialect` "
+        "`exporter/sources/<name>/stats.py` `make docs`"
+    )
+    assert unreal_in_guide("g.md", real) == []
+    made_up = (
+        "`exporter/sources/trtllm/` `tests/obs/test_references.py::test_nothing` "
+        "`exporter.dsml.dialect.no_such_name` `exporter.nowhere`"
+    )
+    assert unreal_in_guide("g.md", made_up) == [
+        "g.md: path exporter/sources/trtllm/",
+        "g.md: test tests/obs/test_references.py::test_nothing",
+        "g.md: name exporter.dsml.dialect.no_such_name",
+        "g.md: name exporter.nowhere",
+    ]
 
 
 def test_the_checks_catch_what_they_look_for(tmp_path: Path) -> None:
