@@ -81,10 +81,17 @@ def test_one_fetch_per_poll(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sim_gpus.urllib.request, "urlopen", counted)
     with ServerThread(create_sim_app(_settings())) as sim:
         settings = load_settings({"sglang_url": sim.url, "gpu_backend": "fake"})
-        source = NvmlSource(nvml=backend.create(settings))
+        nv = backend.create(settings)
+        # time stands still within the poll (on a loaded machine the cycle may outlast the
+        # answer's max_age, and a refetch then is right): the poll's reads share one answer
+        nv.gpus._clock = lambda: 0.0
+        source = NvmlSource(nvml=nv)
         snap = source._cycle()  # init, count, 4 handles (each counts), 4 memory reads
         assert len(snap.gpus) == 4
         assert fetches == [sim.url + "/_sim/gpus?node_rank=0"]
+        nv.gpus._clock = lambda: nv.gpus.max_age  # the next poll, once the answer is old
+        source._cycle()
+        assert fetches == [sim.url + "/_sim/gpus?node_rank=0"] * 2
 
 
 def test_fault_script_still_applies(monkeypatch):
