@@ -106,7 +106,7 @@ def create_app(
                 status_code=429,
                 headers={"Retry-After": "1"},
             )
-        # The tap's own process posts raw exchanges (exporter.samplers.tap.handover): their
+        # The tap's own process posts raw exchanges (exporter.samplers.tap.handover): a
         # metadata line comes on top of a sample of up to ingest_max_bytes.
         exchange = _media_type(request) == handover.CONTENT_TYPE
         limit = settings.ingest_max_bytes + (handover.MAX_META_BYTES if exchange else 0)
@@ -178,16 +178,18 @@ def _media_type(request: Request) -> str:
 
 
 async def _ingest_exchange(sc: Sidecar, raw: bytearray) -> JSONResponse:
-    """One exchange from the tap's own process, graded as the in-process tap's are (its
+    """Exchanges from the tap's own process, graded as the in-process tap's are (their
     bodies are decoded in the grading process, not here)."""
     try:
-        exchange = await asyncio.to_thread(handover.decode, raw)
+        exchanges = await asyncio.to_thread(handover.decode, raw)
     except handover.HandoverError as exc:
         return JSONResponse({"error": str(exc), "reason": exc.reason}, status_code=400)
     finally:
         raw.clear()
-    accepted = int(sc.pipeline.submit(decode.from_exchange(exchange)))
-    return JSONResponse({"accepted": accepted, "dropped": 1 - accepted, "rejected": []})
+    accepted = sum(sc.pipeline.submit(decode.from_exchange(x)) for x in exchanges)
+    return JSONResponse(
+        {"accepted": accepted, "dropped": len(exchanges) - accepted, "rejected": []}
+    )
 
 
 # RFC 6750 section 2.1: credentials = "Bearer" 1*SP b64token; the scheme is

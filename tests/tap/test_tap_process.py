@@ -128,3 +128,57 @@ def test_tap_process_feeds_the_sidecar_and_counts_what_it_cannot(
             lambda: tap_value("dsv4_tap_samples_dropped_total", reason="sidecar_unavailable") == 6
         )
         assert httpx.get(sim.url + "/_sim/stats", timeout=5).json()["requests_total"] == n + 10
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"no metadata line at all",
+        b"[1, 2]\n{}",
+        b'{"request_bytes": 99, "response_bytes": 0, "streaming": false, "concurrency": 1}\n{}',
+        b'{"request_bytes": 2, "streaming": false, "concurrency": 1}\n{}',
+        b'{"request_bytes": 2, "response_bytes": 0, "streaming": "no", "concurrency": 1}\n{}',
+        b'{"request_bytes": 2, "response_bytes": 0, "streaming": false, "concurrency": -1}\n{}',
+        b'{"request_bytes": 2, "response_bytes": 0, "streaming": false, "concurrency": 1, '
+        b'"request_id": 7}\n{}',
+        # a good record, then a broken one: the whole body is refused
+        b'{"request_bytes": 2, "response_bytes": 0, "streaming": false, "concurrency": 1}\n{}'
+        b"trailing junk",
+    ],
+)
+def test_ingest_refuses_a_malformed_exchange(body: bytes) -> None:
+    """What the tap posts is framed by its metadata lines; anything else is refused whole."""
+    from exporter.app import create_app
+    from exporter.config_loader import load_settings
+    from exporter.samplers.tap import handover
+
+    app = create_app(load_settings({"host": "127.0.0.1", "gpu_backend": "fake", "canary": False}))
+    with ServerThread(app) as sc:
+        ct = {"Content-Type": handover.CONTENT_TYPE}
+        r = httpx.post(sc.url + "/api/v1/samples", content=body, headers=ct, timeout=10)
+        assert (r.status_code, r.json()["reason"]) == (400, "not_a_sample"), r.text
+        # the same endpoint takes a well-formed one and grades it
+        answer = b'{"choices": [{"message": {"content": "hi"}}]}'
+        good = b"".join(handover.encode([_exchange(b'{"messages": []}', answer)] * 3))
+        r = httpx.post(sc.url + "/api/v1/samples", content=good, headers=ct, timeout=10)
+        assert r.status_code == 200 and r.json()["accepted"] == 3
+        wait_for(lambda: _graded_from_tap(sc.url) == 3)
+
+
+def _exchange(request: bytes, response: bytes):
+    from exporter.samplers.tap import CapturedExchange
+
+    return CapturedExchange(
+        request_body=request,
+        response_body=response,
+        status=200,
+        content_type="application/json",
+        streaming=False,
+        concurrency=1,
+        request_id="r-1",
+        method="POST",
+        path="/v1/chat/completions",
+        complete=True,
+        started_at=0.0,
+        duration_seconds=0.0,
+    )
