@@ -13,6 +13,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -182,3 +183,19 @@ def _exchange(request: bytes, response: bytes):
         started_at=0.0,
         duration_seconds=0.0,
     )
+
+
+def test_the_queue_to_the_sidecar_is_bounded_in_count_and_bytes() -> None:
+    """Past tap_queue exchanges or tap_queue_bytes bytes waiting, a sample is refused
+    (counted as queue_full by the tap); what is not for grading is refused first."""
+    from exporter.samplers.tap.forward import SidecarForwarder
+    from exporter.samplers.tap.stats import TapStats
+
+    small = _exchange(b"{}", b"x" * 100)
+    by_count = SidecarForwarder("http://127.0.0.1:9", TapStats(), max_items=2, max_bytes=1 << 20)
+    assert [by_count.handoff(small) for _ in range(3)] == [None, None, "queue_full"]
+    by_bytes = SidecarForwarder("http://127.0.0.1:9", TapStats(), max_items=99, max_bytes=250)
+    assert [by_bytes.handoff(small) for _ in range(3)] == [None, None, "queue_full"]
+    assert by_bytes.pending_bytes == 2 * 102
+    assert by_count.handoff(replace(small, status=500)) == "not_ok"
+    assert by_count.handoff(replace(small, complete=False)) == "incomplete"

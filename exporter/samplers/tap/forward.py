@@ -33,6 +33,9 @@ POST_SECONDS = 30.0
 """A whole post (up to max_sample_bytes) over loopback; past it the sample is dropped."""
 
 
+BATCH_LINGER = 0.1
+"""Seconds the sender waits after the first sample arrives before posting, so that samples
+arriving meanwhile share the post (bounded by the queue's count and bytes all the same)."""
 WRITE_SLICE = 256 << 10
 """Bytes written to the sidecar's socket at a time, the loop served between slices: a 7 MB
 sample written whole is one long copy during which no client's bytes move."""
@@ -107,6 +110,8 @@ class SidecarForwarder:
                 if not self._pending:
                     self._wake.clear()
                     await self._wake.wait()
+                    # let a batch gather: at most one post per BATCH_LINGER while samples flow
+                    await asyncio.sleep(BATCH_LINGER)
                     continue
                 batch = self._take()
                 for reason, n in (await self._post(session, batch)).items():
