@@ -92,13 +92,17 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _cpu_tree(pid: int) -> tuple[float, float]:
-    """CPU seconds of ``pid`` itself, and of it plus its direct children."""
+def _cpu_tree(pid: int, beside: int | None = None) -> tuple[float, float]:
+    """CPU seconds of ``pid`` itself, and of it plus its direct children (and of the
+    process ``beside`` it with that one's children: the sidecar a tap process posts to)."""
     own = _cpu_seconds(pid)
     total = own
-    for child in _children(pid):
-        with contextlib.suppress(OSError):  # exited meanwhile
-            total += _cpu_seconds(child)
+    for root in (pid, beside) if beside else (pid,):
+        if root != pid:
+            total += _cpu_seconds(root)
+        for child in _children(root):
+            with contextlib.suppress(OSError):  # exited meanwhile
+                total += _cpu_seconds(child)
     return own, total
 
 
@@ -127,19 +131,25 @@ class Proc:
     port: int
     levels: tuple[int, ...] | None = None  # concurrency levels to run (None: all)
     metrics_port: int | None = None  # the tap's own /metrics, for its in-process histogram
+    beside: subprocess.Popen[bytes] | None = None  # the sidecar a `tap process` posts to
 
     @property
     def pid(self) -> int | None:
         return self.popen.pid if self.popen is not None else None
 
+    @property
+    def beside_pid(self) -> int | None:
+        return self.beside.pid if self.beside is not None else None
+
     def stop(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(5)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        for popen in (self.popen, self.beside):
+            if popen is not None and popen.poll() is None:
+                popen.send_signal(signal.SIGTERM)
+                try:
+                    popen.wait(5)
+                except subprocess.TimeoutExpired:
+                    popen.kill()
+                    popen.wait()
 
 
 def _python(name: str, args: list[str]) -> Proc:
@@ -203,6 +213,29 @@ def _sidecar(url: str) -> Proc:
     _wait_port(tap_port, 60)
     _wait_port(api_port, 60)
     return Proc("sidecar tap", popen, tap_port, metrics_port=api_port)
+
+
+def _tap_process(url: str) -> Proc:
+    """``dsv4-sidecar tap`` posting its samples to a ``dsv4-sidecar serve`` of its own (default
+    sample rate, grading on): the tap as the manifests now deploy it, in its own process."""
+    api_port, tap_port, tap_metrics = _free_port(), _free_port(), _free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--host", "127.0.0.1",
+         "--port", str(api_port), "--sglang-url", url, "--gpu-backend", "fake",
+         "--canary", "false", "--log-level", "error"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "tap", "--host", "127.0.0.1",
+         "--port", str(tap_port), "--metrics-port", str(tap_metrics), "--server-url", url,
+         "--sidecar-url", f"http://127.0.0.1:{api_port}", "--log-level", "error"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    _wait_port(tap_port, 60)
+    _wait_port(api_port, 60)
+    return Proc("tap process", popen, tap_port, metrics_port=tap_metrics, beside=serve)
 
 
 @dataclass
@@ -274,12 +307,12 @@ async def _measure(
             active = [p for p in procs if p.levels is None or level in p.levels]
             order = active[rep % len(active) :] + active[: rep % len(active)]
             for proc in order:
-                cpu0, tree0 = _cpu_tree(proc.pid) if proc.pid else (0.0, 0.0)
+                cpu0, tree0 = _cpu_tree(proc.pid, proc.beside_pid) if proc.pid else (0.0, 0.0)
                 hist0 = _latency_buckets(proc.metrics_port) if proc.metrics_port else {}
                 res: PhaseResult = await run_phase(
                     proc.port, level, bodies, warmup=warmup, window=window, seed=rep * 1000 + level
                 )
-                cpu1, tree1 = _cpu_tree(proc.pid) if proc.pid else (0.0, 0.0)
+                cpu1, tree1 = _cpu_tree(proc.pid, proc.beside_pid) if proc.pid else (0.0, 0.0)
                 cpu, tree = cpu1 - cpu0, tree1 - tree0
                 cell = cells.setdefault((proc.name, level), Cell())
                 cell.ttfb50.append(_pct(res.ttfb, 0.50))
@@ -306,12 +339,12 @@ async def _measure(
 
 def _cpu_cell(c: Cell) -> str:
     """CPU per chunk of the proxy process; with child processes (the sidecar's grading
-    process) their total too, when it differs."""
+    process) and the sidecar a tap process posts to, their total too, when it differs."""
     own = statistics.median(c.cpu_per_event) * 1e6
     tree = statistics.median(c.cpu_tree_per_event) * 1e6
     if tree - own < 0.05:
         return f"{own:.1f} µs"
-    return f"{own:.1f} µs ({tree:.1f} µs with its grading process)"
+    return f"{own:.1f} µs ({tree:.1f} µs with its sidecar and grading process)"
 
 
 def _table(cells: dict[tuple[str, int], Cell], names: list[str], levels: tuple[int, ...]) -> str:
@@ -390,6 +423,7 @@ def run(
             tap.metrics_port = metrics_port
             procs.append(tap)
             procs.append(_sidecar(url))
+            procs.append(_tap_process(url))
             for kind in ("aiohttp-web", "uvicorn-aiohttp"):
                 args = ["-m", "bench.tap_candidates", kind, "--upstream", url]
                 alt = _python(f"alt: {kind}", args)
@@ -410,7 +444,9 @@ def run(
             f"{warmup:.2g} s warm-up; each stream: head at once, first event after 20 ms, then one "
             "every 10 ms, 32 events of ~180 B + [DONE]. `tap` samples 5% to a counting consumer; "
             "`sidecar tap` is `dsv4-sidecar serve --tap-port` (default sample rate 0.1, grading "
-            "on, in its spawned grading process). "
+            "on, in its spawned grading process); `tap process` is `dsv4-sidecar tap` posting "
+            "its samples (default rate 0.1) to a `dsv4-sidecar serve` of its own, which grades "
+            "them. "
             "`alt:` rows (128 streams only) are the aiohttp-based designs the tap was chosen "
             "against (no sampling). "
             "TTFB counts requests sent after the warm-up on already-used connections (a "

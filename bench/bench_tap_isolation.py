@@ -200,18 +200,36 @@ def run(quick: bool = False) -> str:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    # the tap in its own process (`dsv4-sidecar tap`) posting to a sidecar of its own
+    api2, tap2, tap2_metrics = _free_port(), _free_port(), _free_port()
+    serve2 = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--host", "127.0.0.1", "--port", str(api2),
+         "--sglang-url", f"http://127.0.0.1:{upstream.port}", "--gpu-backend", "fake",
+         "--canary", "false", "--log-level", "error"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    tap_proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "tap", "--host", "127.0.0.1", "--port", str(tap2),
+         "--metrics-port", str(tap2_metrics), "--server-url",
+         f"http://127.0.0.1:{upstream.port}", "--sidecar-url", f"http://127.0.0.1:{api2}",
+         "--log-level", "error",
+         *(["--tap-sample-rate", SAMPLE_RATE] if SAMPLE_RATE else [])],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     t0 = time.monotonic()
-    names = ("direct", "nginx", "tap")
+    names = ("direct", "nginx", "tap", "tap process")
     rows: dict[str, list[float]] = {n: [] for n in names}
     pulled: dict[str, int] = dict.fromkeys(names, 0)
-    graded = 0.0
+    graded = graded2 = 0.0
     tmp = tempfile.TemporaryDirectory(prefix="bench-iso-")
     nginx = _nginx(Path(tmp.name), upstream.port)
     try:
-        _wait_port(tap_port, 60)
-        _wait_port(api_port, 60)
-        before = _graded(api_port)
-        ports = {"direct": upstream.port, "tap": tap_port}
+        for port in (tap_port, api_port, tap2, api2):
+            _wait_port(port, 60)
+        before, before2 = _graded(api_port), _graded(api2)
+        ports = {"direct": upstream.port, "tap": tap_port, "tap process": tap2}
         if nginx is not None:
             ports["nginx"] = nginx.port
         for _ in range(repeats):
@@ -220,9 +238,11 @@ def run(quick: bool = False) -> str:
                 rows[name] += lat
                 pulled[name] += count
         graded = _graded(api_port) - before
+        graded2 = _graded(api2) - before2
     finally:
-        sidecar.terminate()
-        sidecar.wait(10)
+        for proc in (sidecar, tap_proc, serve2):
+            proc.terminate()
+            proc.wait(10)
         if nginx is not None:
             nginx.stop()
         upstream.stop()
@@ -230,7 +250,8 @@ def run(quick: bool = False) -> str:
     lines = [
         "## Tap isolation: other users while one client pulls 7 MB answers",
         "",
-        f"`bench/bench_tap_isolation.py`: the sidecar (`serve --tap-port`, default sample rate "
+        f"`bench/bench_tap_isolation.py`: the sidecar (`tap`: `serve --tap-port`; `tap "
+        f"process`: `dsv4-sidecar tap` beside `serve`; default sample rate "
         f"0.1, grading on) in front of the fake SGLang; one client pulls non-streamed "
         f"{BIG_BYTES / 1e6:.0f} MB chat completions back to back (its own process), "
         f"{USERS} other users send small chat completions in a loop; {repeats} interleaved "
@@ -250,7 +271,8 @@ def run(quick: bool = False) -> str:
         )
     lines += [
         "",
-        f"7 MB samples graded during the tap phases: {graded:.0f}.",
+        f"7 MB samples graded during the tap phases: {graded:.0f} (`tap`: `serve --tap-port`); "
+        f"{graded2:.0f} (`tap process`: `dsv4-sidecar tap` posting to a `serve` of its own).",
     ]
     return "\n".join(lines)
 

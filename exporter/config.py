@@ -28,7 +28,7 @@ from pydantic_settings import (
 )
 
 from exporter.gpu_plugins import BUILTIN, ENTRY_POINT_GROUP, installed
-from exporter.samplers.tap.config import TapConfig
+from exporter.tap_keys import TapKeys
 
 ENV_PREFIX = "DSV4_SIDECAR_"
 # Upper bounds of the keys that become sleeps, timeouts, buffers or token counts: far above any
@@ -108,7 +108,7 @@ class _FormerEnvNames(PydanticBaseSettingsSource):
         }
 
 
-class SidecarSettings(BaseSettings):
+class SidecarSettings(BaseSettings, TapKeys):
     """Everything `dsv4-sidecar serve` can be told. Field descriptions feed the docs."""
 
     # allow_inf_nan=False: inf passes gt=0 and becomes a sleep that never ends or an
@@ -319,45 +319,6 @@ class SidecarSettings(BaseSettings):
         None, ge=0, le=65535, description="Listen port of the pass-through tap (off when unset)."
     )
     tap_host: str | None = Field(None, description="Tap listen address (default: host).")
-    tap_sample_rate: float = Field(
-        0.1, ge=0, le=1, description="Fraction of tap responses graded (by request hash)."
-    )
-    tap_sample_seed: int = Field(
-        0, ge=-(1 << 63), le=(1 << 63) - 1, description="Key of the tap's sampling hash (64-bit)."
-    )
-    tap_queue: int = Field(
-        256, ge=1, le=1_000_000, description="Tap samples waiting for hand-off, max."
-    )
-    tap_max_connections: int = Field(
-        512, ge=1, le=65536, description="Tap client connections at once; more get 503."
-    )
-    tap_max_connections_per_client: int = Field(
-        TapConfig.max_connections_per_client,
-        ge=1,
-        le=65536,
-        description=(
-            "Tap client connections at once from one address; more get 503 (behind a gateway "
-            "every client shares its address: raise it up to tap_max_connections)."
-        ),
-    )
-    tap_client_send_timeout: float = Field(
-        TapConfig.client_send_timeout,
-        gt=0,
-        le=86400,
-        description="Seconds a tap client may read nothing of a response; then it is cut.",
-    )
-    tap_upstream_read_timeout: float = Field(
-        900.0,
-        gt=0,
-        le=86400,
-        description="Seconds the tap waits for SGLang's next byte of a response; then 504.",
-    )
-    tap_capture_budget_bytes: int = Field(
-        32 << 20,
-        ge=1 << 20,
-        le=1 << 32,
-        description="Bytes all in-flight tap sampling captures keep together, max.",
-    )
     # Probe
     probe_dir: Path | None = Field(None, description="Directory of probe snapshot files.")
     probe_stale_after: float = Field(
@@ -469,15 +430,9 @@ class SidecarSettings(BaseSettings):
         problems = []
         for key in ("samples_token_file", "ingest_token_file"):
             path = getattr(self, key)
-            if path is None:
-                continue
-            try:
-                _bearer_token(_read_token_file(path))
-            except ValueError as exc:  # UnicodeDecodeError is one too
-                problems.append((key, f"the token in {str(path)!r} {exc}"))
-            except OSError as exc:
-                why = getattr(exc, "strerror", None) or type(exc).__name__
-                problems.append((key, f"cannot read {str(path)!r}: {why}"))
+            problem = None if path is None else token_file_problem(path)
+            if problem is not None:
+                problems.append((key, problem))
         from exporter.samplers.prompts import PromptsError, load_prompts
 
         for key in ("canary_prompts_file", "canary_long_prompts_file"):
@@ -491,11 +446,11 @@ class SidecarSettings(BaseSettings):
 
     def samples_token_value(self) -> str | None:
         """The samples token from the setting or its file (stripped), None when off."""
-        return _token_value(self.samples_token, self.samples_token_file)
+        return token_value(self.samples_token, self.samples_token_file)
 
     def ingest_token_value(self) -> str | None:
         """The ingest token from the setting or its file (stripped), None when unset."""
-        return _token_value(self.ingest_token, self.ingest_token_file)
+        return token_value(self.ingest_token, self.ingest_token_file)
 
     def ingest_open_without_token(self) -> bool:
         """Whether ingest may answer without a token: only when the sidecar *listens* on a
@@ -584,7 +539,19 @@ def _read_token_file(path: Path) -> str:
     return read_local(path, TOKEN_FILE_MAX_BYTES, LOCAL_READ_SECONDS).decode("utf-8")
 
 
-def _token_value(value: SecretStr | None, path: Path | None) -> str | None:
+def token_file_problem(path: Path) -> str | None:
+    """Why the token file at ``path`` cannot be used, None when it can (checked at start)."""
+    try:
+        _bearer_token(_read_token_file(path))
+    except ValueError as exc:  # UnicodeDecodeError is one too
+        return f"the token in {str(path)!r} {exc}"
+    except OSError as exc:
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        return f"cannot read {str(path)!r}: {why}"
+    return None
+
+
+def token_value(value: SecretStr | None, path: Path | None) -> str | None:
     """A token from its setting, else its file (stripped); None when unset or unreadable (an
     unreadable file at start is a configuration error: :meth:`SidecarSettings.file_problems`)."""
     if value is not None:

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings
 from exporter import generated
 from exporter.config import SidecarSettings
 from exporter.config_loader import env_name, flag_name
+from exporter.tap_settings import TapSettings
 
 
 def _default(info) -> str:
@@ -71,7 +72,7 @@ def render() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `exporter/config.py` by `make docs`.",
+        "Generated from `exporter/config.py` and `exporter/tap_settings.py` by `make docs`.",
         "Every key can be given in a YAML file (`--config FILE`), as an environment variable, or",
         "as a flag; flags win over the environment, which wins over the file. A bad value is",
         "reported naming the key, where it came from, and the fix (exit status 2); numbers",
@@ -82,6 +83,13 @@ def render() -> str:
         "## `dsv4-sidecar serve`",
         "",
         *settings_table(SidecarSettings),
+        "",
+        "## `dsv4-sidecar tap`",
+        "",
+        'The tap in its own process (docs/tap.md, "Its own process"): only the tap\'s keys',
+        "(the `tap_*` ones are the same keys as `serve`'s) and where its samples go.",
+        "",
+        *settings_table(TapSettings),
         "",
         "The simulated SGLang's settings (`dsv4-sidecar simulate`, `gpu_backend: fake`) are in",
         "[simulator.md](simulator.md).",

@@ -137,20 +137,10 @@ class Sidecar:
         self.pipeline.dialect = lambda: self.dsml_dialect()[0]
         self.tap: Tap | None = None
         if settings.tap_port is not None:
-            from exporter.samplers.tap import Tap, TapConfig
+            from exporter.samplers.tap import Tap
 
             self.tap = Tap(
-                TapConfig(
-                    upstream=settings.server_url,
-                    sample_rate=settings.tap_sample_rate,
-                    sample_seed=settings.tap_sample_seed,
-                    queue_size=settings.tap_queue,
-                    max_connections=settings.tap_max_connections,
-                    max_connections_per_client=settings.tap_max_connections_per_client,
-                    client_send_timeout=settings.tap_client_send_timeout,
-                    upstream_read_timeout=settings.tap_upstream_read_timeout,
-                    capture_budget_bytes=settings.tap_capture_budget_bytes,
-                ),
+                settings.tap_config(settings.server_url),
                 on_sample=TapHandoff(self.pipeline),
             )
         self.canary: CanaryProber | None = None

@@ -214,13 +214,52 @@ def prometheus(
         wait_for(lambda: httpx.get(url + "/-/ready", timeout=1).status_code == 200, timeout=30)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 10 s (a test's cleanup, not a check)."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def openai_chats(base_url: str, n: int, concurrency: int) -> list[bool]:
+    """``n`` chat completions with the real OpenAI client (odd ones streamed), ``concurrency``
+    at a time, over the canary prompts; each says whether its answer finished."""
+    import openai
+
+    from exporter.samplers.prompts import load_prompts
+
+    client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="not-used", max_retries=0)
+    prompts = load_prompts()
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> bool:
+        p = prompts[i % len(prompts)]
+        async with sem:
+            if i % 2:
+                stream = await client.chat.completions.create(
+                    model="m", messages=p["messages"], tools=p["tools"], stream=True
+                )
+                chunks = [c async for c in stream]
+                return bool(chunks) and chunks[-1].choices[0].finish_reason is not None
+            r = await client.chat.completions.create(
+                model="m", messages=p["messages"], tools=p["tools"]
+            )
+            return r.choices[0].finish_reason in ("tool_calls", "stop")
+
+    try:
+        return await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        await client.close()
 
 
 def promql(url: str, query: str) -> list[dict]:

@@ -230,6 +230,7 @@ def stale(rendered: dict[str, str], out_dir: Path = OUT_DIR) -> list[str]:
 
 # --- the join Component (docker/k8s-join) ------------------------------------------------------
 SIDECAR = "dsv4-sidecar"
+TAP = "dsv4-tap"
 SGLANG = "sglang"
 # Port names are unique per pod: the workload's own containers may already use `metrics`.
 JOIN_PORTS = {"metrics": "dsv4-metrics", "tap": "dsv4-tap"}
@@ -279,9 +280,22 @@ def sglang_port(k8s_dir: Path = K8S_DIR) -> int:
     return int(port)
 
 
+def _tap_port(k8s_dir: Path) -> dict[str, Any]:
+    """The tap container's client port in ``deployment.yaml`` (name and number)."""
+    (tap,) = [c for c in _pod_spec(k8s_dir)["containers"] if c["name"] == TAP]
+    (port,) = [p for p in tap["ports"] if p["name"] == "tap"]
+    return dict(port)
+
+
 def join_container(k8s_dir: Path = K8S_DIR) -> dict[str, Any]:
-    """The sidecar container of ``deployment.yaml``, adapted to a pod it does not own."""
+    """The sidecar container of ``deployment.yaml``, adapted to a pod it does not own. The
+    join adds one container, so there the tap runs in the sidecar's process (``tap_port``,
+    on the port the Deployment's tap container uses); the base Deployment runs it in its own
+    container (docs/tap.md, "Its own process")."""
     (c,) = [dict(c) for c in _pod_spec(k8s_dir)["containers"] if c["name"] == SIDECAR]
+    tap = _tap_port(k8s_dir)
+    c["env"] = [*c["env"], {"name": "DSV4_SIDECAR_TAP_PORT", "value": str(tap["containerPort"])}]
+    c["ports"] = [*c["ports"], tap]
     c["envFrom"] = [
         *c.get("envFrom", []),
         {"configMapRef": {"name": JOIN_ENV_CONFIGMAP}},

@@ -17,6 +17,7 @@ from exporter import __version__
 COMMANDS: dict[str, str] = {
     "plan": "exporter.cli.plan",
     "serve": "exporter.cli.serve",
+    "tap": "exporter.cli.tap",
     "simulate": "exporter.cli.simulate",
     "demo": "exporter.cli.demo",
     "scan": "exporter.cli.scan",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 
@@ -11,14 +12,23 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 def log_level(value: str) -> str:
     """argparse type of ``--log-level``: case-insensitive, checked against LOG_LEVELS."""
-    import argparse
-
     level = value.strip().lower()
     if level not in LOG_LEVELS:
         raise argparse.ArgumentTypeError(
             f"unknown log level {value!r}; fix: use one of {', '.join(LOG_LEVELS)}"
         )
     return level
+
+
+def add_log_level(parser: argparse.ArgumentParser, what: str = "log level") -> None:
+    """``--log-level`` of the server-starting subcommands (default info)."""
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        type=log_level,
+        metavar="LEVEL",
+        help=f"{what}: {', '.join(LOG_LEVELS)} (default info)",
+    )
 
 
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:

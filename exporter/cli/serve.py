@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from exporter.cli._common import LOG_LEVELS, log_level
+from exporter.cli._common import add_log_level
 from exporter.config import SidecarSettings
 from exporter.config_loader import ConfigError, add_settings_arguments, settings_from_args
 
@@ -27,13 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="the same as --web-config-file (Prometheus exporter-toolkit's spelling)",
     )
-    p.add_argument(
-        "--log-level",
-        default="info",
-        type=log_level,
-        metavar="LEVEL",
-        help=f"uvicorn/application log level: {', '.join(LOG_LEVELS)} (default info)",
-    )
+    add_log_level(p, "uvicorn/application log level")
     p.set_defaults(run=run)
 
 

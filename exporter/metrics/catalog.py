@@ -887,7 +887,10 @@ TAP_SAMPLES_DROPPED = _m(
     "tap's max_sample_bytes), `capture_budget` (the budget shared by all in-flight captures, "
     "capture_budget_bytes, was spent: the request was still forwarded), `not_ok` (status "
     "other than 200) or `incomplete` (response cut short): only complete 200 answers are "
-    "graded.",
+    "graded. The tap in its own process (`dsv4-sidecar tap`) also drops `queue_full` when its "
+    "queue to the sidecar is full, `sidecar_unavailable` (the sidecar's ingest could not be "
+    "reached, timed out or answered 5xx) and `sidecar_refused` (it answered 4xx: a wrong "
+    "token, a body over ingest_max_bytes).",
     ("reason",),
     "tap",
 )

@@ -44,6 +44,7 @@ from exporter.samplers.length import (
     length_label,
 )
 from exporter.samplers.store import SampleStore
+from exporter.samplers.tap.sampling import Outcome, grading_drop_reason
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +89,8 @@ def _grade_in_worker(
     return result, tokens, counted
 
 
-class TapExchange(decode.CapturedExchangeLike, Protocol):
-    """What :class:`TapHandoff` reads besides the bodies: how the exchange ended."""
-
-    @property
-    def status(self) -> int: ...
-    @property
-    def complete(self) -> bool: ...
+class TapExchange(decode.CapturedExchangeLike, Outcome, Protocol):
+    """What :class:`TapHandoff` reads: the bodies and how the exchange ended."""
 
 
 class GradingPipeline:
@@ -360,8 +356,7 @@ class TapHandoff:
         self.pipeline = pipeline
 
     def handoff(self, exchange: TapExchange) -> str | None:
-        if exchange.status != 200:
-            return "not_ok"
-        if not exchange.complete:
-            return "incomplete"
+        reason = grading_drop_reason(exchange)
+        if reason is not None:
+            return reason
         return None if self.pipeline.submit(decode.from_exchange(exchange)) else "queue_full"

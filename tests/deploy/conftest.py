@@ -28,6 +28,7 @@ SIDECAR_UID = 65532
 SCRAPE_JOB = "dsv4-sidecar"
 # Everything written to /metrics and the API; the tap's port.
 METRICS_PORT, TAP_PORT, SGLANG_PORT = 9400, 9401, 30000
+TAP_METRICS_PORT = 9402
 
 
 def venv_tool(name: str) -> str:

@@ -23,6 +23,7 @@ from tests.deploy.conftest import (
     SCRAPE_JOB,
     SGLANG_PORT,
     SIDECAR_UID,
+    TAP_METRICS_PORT,
     TAP_PORT,
     k8s_manifest_files,
     k8s_objects,
@@ -208,8 +209,11 @@ def test_service_monitor_has_what_the_operator_needs():
     selector = sm["spec"]["selector"]["matchLabels"]
     assert selector.items() <= svc["metadata"]["labels"].items(), "selects the Service"
     ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
-    endpoint, sglang = sm["spec"]["endpoints"]
+    endpoint, tap, sglang = sm["spec"]["endpoints"]
     assert ports[endpoint["port"]] == METRICS_PORT
+    # the tap's own /metrics (its container): the same job and target labels as the sidecar's
+    assert ports[tap["port"]] == TAP_METRICS_PORT and tap["path"] == "/metrics"
+    assert tap["relabelings"] == endpoint["relabelings"]
     # SGLang's own /metrics on its API port, as its own job, no metric relabeling (tp_rank kept).
     assert ports[sglang["port"]] == SGLANG_PORT and sglang["path"] == "/metrics"
     assert sglang["relabelings"] == [
@@ -320,8 +324,31 @@ def test_sidecar_resources_and_probes(pod):
         "readinessProbe": "/readyz",
     }
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
-    assert ports == {"metrics": METRICS_PORT, "tap": TAP_PORT}
+    assert ports == {"metrics": METRICS_PORT}, "the tap is a container of its own"
     assert all(sidecar[p]["httpGet"]["port"] == "metrics" for p in paths)
+
+
+def test_tap_is_its_own_container(pod):
+    """Issue 31: the request path shares no CPU limit, process or loop with grading, scraping
+    and the API; it posts samples to the sidecar's ingest over loopback with the token file."""
+    tap, sidecar = container(pod, "dsv4-tap"), container(pod, "dsv4-sidecar")
+    assert tap["args"] == ["tap"] and tap["image"] == sidecar["image"]
+    ports = {p["name"]: p["containerPort"] for p in tap["ports"]}
+    assert ports == {"tap": TAP_PORT, "tap-metrics": TAP_METRICS_PORT}
+    res = tap["resources"]
+    assert res["requests"]["cpu"] and res["limits"]["cpu"] and res["limits"]["memory"]
+    e, se = env(tap), env(sidecar)
+    assert e["DSV4_SIDECAR_SERVER_URL"] == f"http://127.0.0.1:{SGLANG_PORT}"
+    assert e["DSV4_SIDECAR_PORT"] == str(TAP_PORT)
+    assert e["DSV4_SIDECAR_METRICS_PORT"] == str(TAP_METRICS_PORT)
+    assert e["DSV4_SIDECAR_SIDECAR_URL"] == f"http://127.0.0.1:{METRICS_PORT}"
+    token = e["DSV4_SIDECAR_INGEST_TOKEN_FILE"]
+    assert token == se["DSV4_SIDECAR_INGEST_TOKEN_FILE"]
+    assert mounts(tap)[str(Path(token).parent)]["name"] == "ingest-token"
+    assert "DSV4_SIDECAR_TAP_PORT" not in se, "no second tap in the sidecar's process"
+    assert tap["securityContext"]["readOnlyRootFilesystem"] is True
+    assert tap["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # its variables load as `dsv4-sidecar tap` settings: tests/deploy/test_settings.py
 
 
 def test_sglang_container(pod):
@@ -341,7 +368,8 @@ def test_shared_env_configmap_matches_compose(pod):
     cm = next(c for c in objects_of("ConfigMap") if c["metadata"]["name"] == "dsv4-deployment-env")
     for c in pod["containers"]:
         refs = [e["configMapRef"]["name"] for e in c.get("envFrom", [])]
-        assert refs == ["dsv4-deployment-env"], c["name"]
+        # the tap prices nothing: SGLang's switches are not its business
+        assert refs == ([] if c["name"] == "dsv4-tap" else ["dsv4-deployment-env"]), c["name"]
     compose_env = {}
     for line in (DOCKER / "deployment.env").read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
@@ -355,7 +383,6 @@ def test_sidecar_wiring(pod):
     e = env(sidecar)
     assert e["DSV4_SIDECAR_SERVER_URL"] == f"http://127.0.0.1:{SGLANG_PORT}"
     assert e["DSV4_SIDECAR_GPU_BACKEND"] == "nvml"
-    assert e["DSV4_SIDECAR_TAP_PORT"] == str(TAP_PORT)
     assert e["NVIDIA_VISIBLE_DEVICES"] == "all" and e["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     volumes = {v["name"]: v for v in pod["volumes"]}
     # Probe snapshots: the same emptyDir, the same path, written by SGLang, read by the sidecar.
@@ -388,6 +415,7 @@ def test_service_routes_to_the_pod(pod):
     assert ports == {
         "http": (SGLANG_PORT, "http"),
         "tap": (TAP_PORT, "tap"),
+        "tap-metrics": (TAP_METRICS_PORT, "tap-metrics"),
         "metrics": (METRICS_PORT, "metrics"),
     }
     assert {t for _, t in ports.values()} <= named

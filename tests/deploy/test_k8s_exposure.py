@@ -69,11 +69,12 @@ def test_network_policy_covers_every_port_of_the_pod():
         assert rule["from"], "no rule admits everyone"
         for p in rule["ports"]:
             ports.setdefault(p["port"], []).extend(rule["from"])
-    assert set(ports) == {"http", "tap", "metrics"}
+    assert set(ports) == {"http", "tap", "metrics", "tap-metrics"}
     pod = _one("Deployment")["spec"]["template"]["spec"]
     named = {p["name"]: p["containerPort"] for c in pod["containers"] for p in c["ports"]}
     assert (named["http"], named["tap"], named["metrics"]) == (SGLANG_PORT, TAP_PORT, METRICS_PORT)
     # the sidecar's API (ingest) is open to this namespace and Prometheus only
+    assert ports["tap-metrics"] == ports["metrics"], "the tap's /metrics: Prometheus only"
     peers = ports["metrics"]
     assert {"podSelector": {}} in peers
     outside = [p for p in peers if "namespaceSelector" in p]

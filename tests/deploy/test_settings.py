@@ -75,3 +75,28 @@ def test_sidecar_command_parses_with_the_real_cli():
     for path in COMPOSE_FILES:
         cmd = compose(path)["services"]["sidecar"]["command"]
         assert build_parser().parse_args([str(c) for c in cmd]).command == "serve"
+
+
+def test_tap_container_env_is_what_dsv4_sidecar_tap_accepts(monkeypatch):
+    """The tap's own container (`dsv4-sidecar tap`): every variable names one of its settings,
+    and together they load (its command parses with the real CLI too)."""
+    from exporter.tap_settings import TapSettings
+
+    (tap,) = [
+        c
+        for _, obj in k8s_objects()
+        if obj["kind"] == "Deployment"
+        for c in obj["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "dsv4-tap"
+    ]
+    assert build_parser().parse_args(tap["args"]).command == "tap"
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    for e in tap["env"]:
+        key = e["name"][len(ENV_PREFIX) :].lower()
+        assert key in TapSettings.model_fields, f"no such tap setting: {e['name']}"
+        monkeypatch.setenv(e["name"], e["value"])
+    settings = load_settings(cls=TapSettings)
+    assert settings.port == 9401 and settings.metrics_port == 9402
+    assert settings.sidecar_url == "http://127.0.0.1:9400"

@@ -7,16 +7,14 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import create_app
 from exporter.config_loader import load_settings
-from exporter.samplers.prompts import load_prompts
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
-from tests.support import ServerThread, sample_value, scrape, wait_for
+from tests.support import ServerThread, openai_chats, sample_value, scrape, wait_for
 
 pytestmark = pytest.mark.e2e
 N = 320
@@ -35,28 +33,7 @@ def _tap_counts(text: str) -> dict[tuple[str, str], float]:
 
 
 async def _drive(base_url: str, n: int = N, concurrency: int = CONCURRENCY) -> list[bool]:
-    client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="not-used", max_retries=0)
-    prompts = load_prompts()
-    sem = asyncio.Semaphore(concurrency)
-
-    async def one(i: int) -> bool:
-        p = prompts[i % len(prompts)]
-        async with sem:
-            if i % 2:
-                stream = await client.chat.completions.create(
-                    model="m", messages=p["messages"], tools=p["tools"], stream=True
-                )
-                chunks = [c async for c in stream]
-                return bool(chunks) and chunks[-1].choices[0].finish_reason is not None
-            r = await client.chat.completions.create(
-                model="m", messages=p["messages"], tools=p["tools"]
-            )
-            return r.choices[0].finish_reason in ("tool_calls", "stop")
-
-    try:
-        return await asyncio.gather(*(one(i) for i in range(n)))
-    finally:
-        await client.close()
+    return await openai_chats(base_url, n, concurrency)
 
 
 def test_tap_counts_match_simulator_ground_truth():

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
-import signal
 
 from exporter.samplers.tap import CapturedExchange, Tap, TapConfig
+from exporter.samplers.tap.sampling import until_signalled
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,12 +54,7 @@ async def _serve(config: TapConfig, args: argparse.Namespace) -> None:
     gc.freeze()
     if args.print_port:
         print(bound, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_signalled()
     await tap.stop(grace=1.0)
 
 

@@ -17,6 +17,7 @@ import hashlib
 import inspect
 import logging
 import re
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -66,6 +67,27 @@ class Handoff(Protocol):
     reason). The tap counts ``sampled`` only for exchanges taken."""
 
     def handoff(self, exchange: CapturedExchange) -> str | None: ...
+
+
+class Outcome(Protocol):
+    """How an exchange ended: what :func:`grading_drop_reason` reads."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def complete(self) -> bool: ...
+
+
+def grading_drop_reason(exchange: Outcome) -> str | None:
+    """Why an exchange is not for grading (a ``dsv4_tap_samples_dropped_total`` reason), None
+    when it is: only complete HTTP 200 answers are graded (a stream cut short or an error page
+    is not a corrupt tool call). One rule for the in-process hand-off and the tap's own
+    process, applied before either counts an exchange as sampled."""
+    if exchange.status != 200:
+        return "not_ok"
+    if not exchange.complete:
+        return "incomplete"
+    return None
 
 
 class Sampler:
@@ -229,11 +251,8 @@ class SampleSink:
             self._task = asyncio.get_running_loop().create_task(self._dispatch())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -261,6 +280,25 @@ class SampleSink:
             except Exception as exc:  # the consumer's bug must never reach the tap
                 self._stats.errors["consumer"] += 1
                 log.debug("sample consumer raised %s", type(exc).__name__)
+
+
+async def cancel(task: asyncio.Task[None] | None) -> None:
+    """Cancel a consumer task and wait until it has ended (None: nothing to do)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def until_signalled() -> None:
+    """Return on SIGTERM or SIGINT: how a tap process (standalone or `dsv4-sidecar tap`)
+    knows to stop, drain and exit."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def build_sample(

@@ -32,10 +32,14 @@ class Tap:
     """
 
     def __init__(
-        self, config: TapConfig, on_sample: SampleCallback | Handoff | None = None
+        self,
+        config: TapConfig,
+        on_sample: SampleCallback | Handoff | None = None,
+        stats: TapStats | None = None,
     ) -> None:
         self.config = config
-        self.stats = TapStats()
+        # given when the consumer counts into the same families (the tap process's forwarder)
+        self.stats = stats or TapStats()
         self._sink = SampleSink(config.queue_size, self.stats, on_sample)
         self._core = TapCore[ClientConnection](config, self.stats, self._sink)
         self._server: asyncio.Server | None = None

@@ -49,8 +49,17 @@ REJECT_REASONS = (
 # (not keep-alive, paused, unfinished): bytes past a complete response (a body after a HEAD
 # response included), a response head over max_header_bytes, more 1xx than MAX_INTERIM.
 UPSTREAM_DISCARD_REASONS = ("extra_bytes", "response_head_too_large", "too_many_interim")
-# not_ok / incomplete: the grading hand-off takes only complete HTTP 200 answers
-DROP_REASONS = ("queue_full", "too_large", "capture_budget", "not_ok", "incomplete")
+# not_ok / incomplete: the grading hand-off takes only complete HTTP 200 answers;
+# sidecar_*: the tap in its own process could not hand a sample to the sidecar (forward.py)
+DROP_REASONS = (
+    "queue_full",
+    "too_large",
+    "capture_budget",
+    "not_ok",
+    "incomplete",
+    "sidecar_unavailable",
+    "sidecar_refused",
+)
 ERROR_STAGES = ("capture", "consumer")
 
 

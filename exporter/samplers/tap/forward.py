@@ -1,0 +1,169 @@
+"""The tap's own process hands sampled exchanges to the sidecar over loopback.
+
+`dsv4-sidecar tap` runs the proxy apart from grading, scraping and the API (issue 31: grading
+a 7 MB answer on the proxy's loop raised every user's latency to 145 ms). What it samples goes
+into a bounded queue (count and bytes) that one sender task drains, posting what waits in
+batches (up to 4 MiB: one post per sampled small answer would cost the tap and the sidecar an
+HTTP request each) to the sidecar's ``POST /api/v1/samples``
+(:mod:`exporter.samplers.tap.handover`). Nothing on the byte path waits for the sidecar: a
+full queue drops, a sidecar that is down or refuses drops, and each drop is counted in
+``dsv4_tap_samples_dropped_total{reason}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+
+from exporter.samplers.tap import handover
+from exporter.samplers.tap.sampling import CapturedExchange, cancel, grading_drop_reason
+from exporter.samplers.tap.stats import TapStats
+
+log = logging.getLogger(__name__)
+
+INGEST_PATH = "/api/v1/samples"
+CONNECT_SECONDS = 2.0
+"""The sidecar is on loopback: a connection that takes longer is a sidecar that is not there."""
+POST_SECONDS = 30.0
+"""A whole post (up to max_sample_bytes) over loopback; past it the sample is dropped."""
+
+
+BATCH_LINGER = 0.1
+"""Seconds the sender waits after the first sample arrives before posting, so that samples
+arriving meanwhile share the post (bounded by the queue's count and bytes all the same)."""
+WRITE_SLICE = 256 << 10
+"""Bytes written to the sidecar's socket at a time, the loop served between slices: a 7 MB
+sample written whole is one long copy during which no client's bytes move."""
+
+
+async def _slices(pieces: list[bytes]) -> AsyncIterator[memoryview]:
+    """The pieces in slices of WRITE_SLICE (views, no copies), yielding to the loop after
+    each so the clients' callbacks run between them."""
+    for piece in pieces:
+        view = memoryview(piece)
+        for at in range(0, len(view), WRITE_SLICE):
+            yield view[at : at + WRITE_SLICE]
+            await asyncio.sleep(0)
+
+
+class SidecarForwarder:
+    """A :class:`~exporter.samplers.tap.sampling.Handoff` that queues for the sidecar.
+
+    ``handoff`` runs on the tap's loop and never blocks: it filters what is not graded
+    (``grading_drop_reason``), refuses past ``max_items`` or ``max_bytes`` queued
+    (``queue_full``), else queues. The sender posts one batch at a time (the sidecar reads
+    one ingest body at a time by default) and counts, per exchange, what the sidecar did not take:
+    ``sidecar_unavailable`` (no connection, a timeout, a 5xx), ``sidecar_refused`` (a 4xx other
+    than 429: a wrong token, a body over ingest_max_bytes) or ``queue_full`` (its grading
+    queue was full, or 429). ``token`` is read before each post (a mounted Secret rotates).
+    """
+
+    def __init__(
+        self,
+        sidecar_url: str,
+        stats: TapStats,
+        *,
+        max_items: int,
+        max_bytes: int,
+        token: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        self.url = sidecar_url.rstrip("/") + INGEST_PATH
+        self._stats = stats
+        self._max_items = max_items
+        self._max_bytes = max_bytes
+        self._token = token
+        self._pending: deque[CapturedExchange] = deque()
+        self.pending_bytes = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def handoff(self, exchange: CapturedExchange) -> str | None:
+        reason = grading_drop_reason(exchange)
+        if reason is not None:
+            return reason
+        size = len(exchange.request_body) + len(exchange.response_body)
+        if len(self._pending) >= self._max_items or self.pending_bytes + size > self._max_bytes:
+            return "queue_full"
+        self._pending.append(exchange)
+        self.pending_bytes += size
+        self._wake.set()
+        return None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        await cancel(self._task)
+        self._task = None
+
+    async def _run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=POST_SECONDS, connect=CONNECT_SECONDS)
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            while True:
+                if not self._pending:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    # let a batch gather: at most one post per BATCH_LINGER while samples flow
+                    await asyncio.sleep(BATCH_LINGER)
+                    continue
+                batch = self._take()
+                for reason, n in (await self._post(session, batch)).items():
+                    self._stats.dropped[reason] += n
+
+    def _take(self) -> list[CapturedExchange]:
+        """What waits, oldest first, up to BATCH_BYTES and MAX_RECORDS (at least one)."""
+        batch: list[CapturedExchange] = []
+        size = 0
+        pending = self._pending
+        while pending and len(batch) < handover.MAX_RECORDS:
+            n = len(pending[0].request_body) + len(pending[0].response_body)
+            if batch and size + n > handover.BATCH_BYTES:
+                break
+            batch.append(pending.popleft())
+            size += n
+        self.pending_bytes -= size
+        return batch
+
+    async def _post(
+        self, session: aiohttp.ClientSession, batch: list[CapturedExchange]
+    ) -> dict[str, int]:
+        """Post one batch; how many of it were dropped, by reason (empty: all taken)."""
+        pieces = handover.encode(batch)
+        headers = {
+            "Content-Type": handover.CONTENT_TYPE,
+            "Content-Length": str(sum(len(p) for p in pieces)),
+        }
+        token = self._token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        every = len(batch)
+        try:
+            async with session.post(self.url, data=_slices(pieces), headers=headers) as resp:
+                body = await resp.read()
+                status = resp.status
+        except asyncio.CancelledError:
+            raise
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            log.debug("posting samples to the sidecar failed: %s", type(exc).__name__)
+            return {"sidecar_unavailable": every}
+        if status == 429:
+            return {"queue_full": every}
+        if status >= 500:
+            return {"sidecar_unavailable": every}
+        if status != 200:
+            log.debug("the sidecar refused samples: HTTP %s", status)
+            return {"sidecar_refused": every}
+        try:
+            dropped = json.loads(body).get("dropped", every)
+        except (ValueError, AttributeError):
+            return {"sidecar_refused": every}
+        if not (isinstance(dropped, int) and 0 <= dropped <= every):
+            return {"sidecar_refused": every}
+        return {"queue_full": dropped} if dropped else {}
