@@ -7,7 +7,9 @@ search in reasoning without ``DSML``. Issue 32 (speed): the template-token needl
 value-loop and word-run screens (in C where built: tests/dsml/test_screens_native.py holds the
 two builds equal), ASCII and tail exits of the letter-run, closing-run and salad regexes,
 no argument serialising when no two calls share a tool, and no sentence split of prose with
-fewer terminators than a phrase loop has copies. Each is checked against the path
+fewer terminators than a phrase loop has copies; then no salad group regexes without a letter
+between Latin and the east, one soup window without a copy, and strict_json without decode()'s
+whitespace regexes. Each is checked against the path
 it skips, on the corpus and on generated inputs built from the characters that matter to it.
 """
 
