@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.dsml import markers as m
-from exporter.dsml import phenotypes, textcheck
+from exporter.dsml import phenotypes, textcheck, tokens
 from exporter.dsml import thresholds as t
 from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
 from exporter.dsml.loops import MIN_LOOP_CHARS
@@ -394,6 +394,22 @@ def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
         groups = sum(1 for rx in phenotypes._GROUPS.values() if rx.search(value))
         assert groups < t.SCRIPT_MIN_GROUPS  # find_value_salad's first test
     assert phenotypes._closing_run(value) == phenotypes._closing_run_exact(value), value
+
+
+_EVENT_PIECES = st.sampled_from(
+    ["<", "/", "|", "｜", "DSML", "think>", "t", "i", "p", "f", ">", " "]
+)
+
+
+@given(st.lists(_EVENT_PIECES, max_size=16).map("".join))
+@example('｜DSML｜invoke name="x">')
+@MANY
+def test_no_lt_means_only_dsml_events(text: str) -> None:
+    """tokens.scan skips its "<"-event regex on text without "<" (most reasoning): no match of
+    it can start elsewhere, so the events are what the DSML search alone finds."""
+    if "<" not in text:
+        assert tokens._LT_EVENTS.search(text) is None, text
+        assert all(type(ev).__name__ in ("Tag", "Bare") for ev in scan(text)), text
 
 
 # words of every salad group, in and around their ranges, and the separators between words
