@@ -1103,6 +1103,8 @@ static int probe_seen_before(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t probe, P
     }
     /* Fibonacci hashing: the high bits of the product depend on every bit of the sum */
 #define SLOT_OF(x) ((Py_ssize_t)(((x) * 0x9E3779B97F4A7C15u) >> (64 - BITS)))
+    /* one bit per probe sum's low 12 bits: most windows' sums miss it, and skip the table */
+    uint64_t filter[64] = {0};
     uint64_t sum = 0; /* of s[j:j+probe] */
     for (Py_ssize_t k = 0; k < probe; k++) {
         sum += s[k];
@@ -1112,6 +1114,7 @@ static int probe_seen_before(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t probe, P
         for (Py_ssize_t k = pos; k < pos + probe; k++) {
             at_pos += s[k];
         }
+        filter[(at_pos >> 6) & 63] |= (uint64_t)1 << (at_pos & 63);
         Py_ssize_t at = SLOT_OF(at_pos);
         while (slot[at] >= 0) {
             at = (at + 1) & (CAP - 1);
@@ -1124,6 +1127,9 @@ static int probe_seen_before(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t probe, P
     for (Py_ssize_t j = 0; j < last && !found; j++) {
         if (j) {
             sum += (uint64_t)s[j + probe - 1] - s[j - 1];
+        }
+        if (!((filter[(sum >> 6) & 63] >> (sum & 63)) & 1)) {
+            continue;
         }
         for (Py_ssize_t at = SLOT_OF(sum); slot[at] >= 0; at = (at + 1) & (CAP - 1)) {
             if (key[at] == sum && slot[at] > j &&
@@ -1244,21 +1250,69 @@ static PyObject *prose_screens(PyObject *Py_UNUSED(self), PyObject *args)
 /* re's \w for str patterns: str.isalnum() or "_" */
 static inline int re_word(Py_UCS4 c)
 {
-    return c == '_' || Py_UNICODE_ISALPHA(c) || Py_UNICODE_ISDECIMAL(c) ||
+    if (c < 0x80) { /* ASCII (most values): the database's answer, without the lookups */
+        return c == '_' || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c >= '0' && c <= '9');
+    }
+    return Py_UNICODE_ISALPHA(c) || Py_UNICODE_ISDECIMAL(c) ||
            Py_UNICODE_ISDIGIT(c) || Py_UNICODE_ISNUMERIC(c);
 }
 
 /* re's [^\W\d_] for str patterns: a word character that is neither a digit nor "_" */
 static inline int re_letter(Py_UCS4 c)
 {
+    if (c < 0x80) { /* ASCII: its digits are all decimal, so only the letters are left */
+        return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
+    }
     return (Py_UNICODE_ISALPHA(c) || Py_UNICODE_ISDIGIT(c) || Py_UNICODE_ISNUMERIC(c)) &&
            !Py_UNICODE_ISDECIMAL(c);
 }
 
 /* phenotypes._VALUE_LOOP matches somewhere: a unit of 1 to max_unit non-space characters,
  * after a word character or one of .,;:!?)] , with ``repeats`` copies back to back */
+/* Whether text[k] == text[k - p] holds for (repeats - 1) * p positions in a row, for some unit
+ * length p in 1..max_unit: what every run of ``repeats`` copies of a p-character unit is. One
+ * tight loop per p and string kind; most values have no such stretch, and skip the exact pass. */
+#define PERIOD_STRETCH(TYPE)                                                      \
+    do {                                                                          \
+        const TYPE *s = (const TYPE *)t->data;                                    \
+        for (Py_ssize_t p = 1; p <= max_unit; p++) {                              \
+            const Py_ssize_t need = (repeats - 1) * p;                            \
+            Py_ssize_t run = 0;                                                   \
+            for (Py_ssize_t k = p; k < n; k++) {                                  \
+                run = s[k] == s[k - p] ? run + 1 : 0;                             \
+                if (run >= need) {                                                \
+                    return 1;                                                     \
+                }                                                                 \
+            }                                                                     \
+        }                                                                         \
+    } while (0)
+
+static int period_stretch(const Text *t, Py_ssize_t max_unit, Py_ssize_t repeats)
+{
+    const Py_ssize_t n = t->n;
+    if (repeats <= 1) {
+        return 1; /* one copy is a run: no stretch to look for */
+    }
+    switch (t->kind) {
+    case PyUnicode_1BYTE_KIND:
+        PERIOD_STRETCH(Py_UCS1);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        PERIOD_STRETCH(Py_UCS2);
+        break;
+    default:
+        PERIOD_STRETCH(Py_UCS4);
+        break;
+    }
+    return 0;
+}
+#undef PERIOD_STRETCH
+
 static int glued_unit_run(const Text *t, Py_ssize_t max_unit, Py_ssize_t repeats)
 {
+    if (!period_stretch(t, max_unit, repeats)) {
+        return 0; /* no unit repeats back to back anywhere: the regex cannot match */
+    }
     for (Py_ssize_t i = 1; i < t->n; i++) {
         /* a run needs text[i + p] == text[i] for its unit's length p: tested first, as it is
            cheap; the look-behind class only where a unit can start */

@@ -325,6 +325,8 @@ def _group(word: str) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+# every group but Latin and the east (Greek to Thai): a value with none of them has two groups
+_BETWEEN = re.compile("[" + "".join(v for k, v in _ALPHA.items() if k != "latin") + _THAI + "]")
 _CLAUSE_END = tuple(",.;:!?，。、；：！？")
 
 
@@ -334,6 +336,13 @@ def find_value_salad(value: str) -> tuple[int, int, str] | None:
     ``VALUE_SALAD_MANY_GROUPS`` groups)."""
     if value.isascii() and t.SCRIPT_MIN_GROUPS > 1:
         return None  # ASCII letters are one group (Latin): most values, and no regex run
+    if t.SCRIPT_MIN_GROUPS > 2 and _BETWEEN.search(value) is None:
+        return None  # Latin and the east at most (most non-ASCII values): one regex run
+    return _value_salad(value)
+
+
+def _value_salad(value: str) -> tuple[int, int, str] | None:
+    """:func:`find_value_salad` without its screens."""
     if sum(1 for rx in _GROUPS.values() if rx.search(value)) < t.SCRIPT_MIN_GROUPS:
         return None
     chain: list[str] = []
@@ -391,15 +400,7 @@ def value_screens(value: str) -> tuple[bool, bool, bool]:
     native = accel.value_screens
     if native is None:
         return value_screens_python(value)
-    return native(
-        value,
-        t.VALUE_LOOP_MAX_UNIT,
-        t.VALUE_LOOP_UNIT_REPEATS,
-        _WORD_UNIT_MAX,
-        _WORD_SCREEN_COPIES,
-        t.VALUE_WORD_LOOP_REPEATS - 1,
-        t.VALUE_LOOP_CHAR_REPEATS,
-    )
+    return native(value, *_VALUE_SCREEN_NUMBERS)
 
 
 def value_screens_python(value: str) -> tuple[bool, bool, bool]:
@@ -438,6 +439,15 @@ _LETTERS_ONLY = re.compile(r"[^\W\d_]+")
 # backtracking) before the exact pass builds a list of the value's words
 _WORD_UNIT_MAX = 3
 _WORD_SCREEN_COPIES = 4
+# value_screens' numbers, in the accelerator's order: read once, not per value
+_VALUE_SCREEN_NUMBERS = (
+    t.VALUE_LOOP_MAX_UNIT,
+    t.VALUE_LOOP_UNIT_REPEATS,
+    _WORD_UNIT_MAX,
+    _WORD_SCREEN_COPIES,
+    t.VALUE_WORD_LOOP_REPEATS - 1,
+    t.VALUE_LOOP_CHAR_REPEATS,
+)
 _WORD_RUN_SCREEN = re.compile(
     rf"(?<!\S)((?:[^\W\d_]+ ){{1,{_WORD_UNIT_MAX}}}?)\1{{{_WORD_SCREEN_COPIES - 1}}}"
 )
@@ -511,6 +521,8 @@ def _closing_run(value: str) -> tuple[int, int, str] | None:
     the value's last line, with
     nothing after it, more than twice as wide as any other line of the value (``print(f(3))``
     then 150 dashes): a closing rule or banner is as wide as the text it frames."""
+    if len(value) < t.VALUE_LOOP_ASCII_RUN:
+        return None  # shorter than the run (most values): no copy stripped for the test below
     tail = value.rstrip()  # str.rstrip's whitespace is re's \s
     if len(tail) < t.VALUE_LOOP_ASCII_RUN or not tail.endswith(tail[-1] * t.VALUE_LOOP_ASCII_RUN):
         return None  # the run ends the value, but for whitespace: most values end otherwise

@@ -85,6 +85,8 @@ def find_soup(text: str) -> tuple[int, int, int] | None:
     ``split`` builds stays small on a multi-megabyte value."""
     if text.count(" ") < t.SOUP_MIN_PIECES - 1:
         return None  # fewer spaces than a run has between its pieces
+    if len(text) <= _WINDOW:
+        return _soup_in(text)  # one window, the whole text (most values): no copy of it
     for at in range(0, max(1, len(text)), _WINDOW):
         hit = _soup_in(text[at : at + _WINDOW + _OVERLAP])
         if hit is not None:

@@ -54,8 +54,26 @@ def _reject_constant(const: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+# the decoder's scanner (set by JSONDecoder.__init__, absent from its stubs)
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+_JSON_SPACE = " \t\n\r"  # json.decoder.WHITESPACE, what decode() skips at both ends
+
+
 def strict_json(text: str) -> tuple[bool, Any]:
     """json.loads without NaN/Infinity (not JSON) and without raising on deep nesting."""
+    if text and text[0] not in _JSON_SPACE and text[-1] not in _JSON_SPACE:
+        # decode() without its two whitespace regexes, which find nothing here (most values):
+        # its scanner, then the same "all of it" test
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError, RecursionError):
+            return False, None
+        return (True, value) if end == len(text) else (False, None)
+    return strict_json_decode(text)
+
+
+def strict_json_decode(text: str) -> tuple[bool, Any]:
+    """:func:`strict_json` through ``JSONDecoder.decode`` (what it does on any text)."""
     try:
         return True, _DECODER.decode(text)
     except (ValueError, RecursionError):

@@ -128,7 +128,8 @@ def scan(text: str, limit: int = MAX_EVENTS) -> list[Event]:
     covered = 0  # end of the last event: a DSML inside it is part of it
     find = text.find
     d = find("DSML")
-    for mt in _LT_EVENTS.finditer(text):
+    # every other event starts with "<": most reasoning has none, and needs no regex pass
+    for mt in _LT_EVENTS.finditer(text) if "<" in text else ():
         start = mt.start()
         while 0 <= d < start:
             tag = _classify(text, d)

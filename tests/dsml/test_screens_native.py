@@ -194,6 +194,29 @@ def test_word_run_screen_equal_around_its_thresholds(
         _value_same(text)
 
 
+def test_value_screens_equal_for_every_ascii_character() -> None:
+    """The accelerator answers ASCII characters' word and letter classes from their code (no
+    database lookup) and screens the glued-unit pass on a stretch of equal characters a unit
+    apart: every ASCII character before a unit, as the unit, inside a word of a word run, and
+    each unit length at one copy short of and at the count."""
+    for code in range(128):
+        c = chr(code)
+        for text in (
+            c + "ab" * t.VALUE_LOOP_UNIT_REPEATS,
+            "x" + c + c * t.VALUE_LOOP_UNIT_REPEATS,
+            "x" + (c + "b") * t.VALUE_LOOP_UNIT_REPEATS,
+            ("a" + c + "b ") * t.VALUE_WORD_LOOP_REPEATS,
+            (c + " ") * t.VALUE_WORD_LOOP_REPEATS,
+        ):
+            _value_same(text)
+    for size in range(1, t.VALUE_LOOP_MAX_UNIT + 2):
+        unit = "abcdefghijk"[:size]
+        for copies in (t.VALUE_LOOP_UNIT_REPEATS - 1, t.VALUE_LOOP_UNIT_REPEATS):
+            for text in ("x" + unit * copies, "x" + unit * copies + "y", "x " + unit * copies):
+                _value_same(text)
+                _value_same(text.replace("a", "中"))
+
+
 def test_screens_reject_what_they_cannot_read() -> None:
     with pytest.raises(TypeError):
         native.may_glue(b"bytes")

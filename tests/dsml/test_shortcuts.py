@@ -7,17 +7,21 @@ search in reasoning without ``DSML``. Issue 32 (speed): the template-token needl
 value-loop and word-run screens (in C where built: tests/dsml/test_screens_native.py holds the
 two builds equal), ASCII and tail exits of the letter-run, closing-run and salad regexes,
 no argument serialising when no two calls share a tool, and no sentence split of prose with
-fewer terminators than a phrase loop has copies. Each is checked against the path
+fewer terminators than a phrase loop has copies; then no salad group regexes without a letter
+between Latin and the east, one soup window without a copy, and strict_json without decode()'s
+whitespace regexes. Each is checked against the path
 it skips, on the corpus and on generated inputs built from the characters that matter to it.
 """
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.dsml import markers as m
-from exporter.dsml import phenotypes, textcheck
+from exporter.dsml import phenotypes, textcheck, tokens
 from exporter.dsml import thresholds as t
 from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
 from exporter.dsml.loops import MIN_LOOP_CHARS
@@ -25,7 +29,7 @@ from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import MAX_FINDINGS_PER_REASON, FindingSink, ToolCall
 from exporter.dsml.schema import compile_schema, render_path
 from exporter.dsml.soup import PIECES, _soup_in, find_soup
-from exporter.dsml.structure import Machine, Parsed
+from exporter.dsml.structure import Machine, Parsed, strict_json, strict_json_decode
 from exporter.dsml.tokens import scan
 from tests.dsml.adversarial import SHAPES
 from tests.dsml.fp_corpus import corpus
@@ -371,6 +375,8 @@ _VALUES = st.one_of(
 @example("print(f(3))\n" + "-" * 150)
 @example("print(f(3))\n" + "=" * 150 + " \n\t")
 @example("x\n" + "-" * (t.VALUE_LOOP_ASCII_RUN - 1))
+@example("-" * (t.VALUE_LOOP_ASCII_RUN - 1))
+@example("-" * t.VALUE_LOOP_ASCII_RUN)
 @MANY
 def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
     """find_value_loop (its screens, in C where built) answers what every exact pass answers
@@ -388,6 +394,86 @@ def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
         groups = sum(1 for rx in phenotypes._GROUPS.values() if rx.search(value))
         assert groups < t.SCRIPT_MIN_GROUPS  # find_value_salad's first test
     assert phenotypes._closing_run(value) == phenotypes._closing_run_exact(value), value
+
+
+_EVENT_PIECES = st.sampled_from(
+    ["<", "/", "|", "｜", "DSML", "think>", "t", "i", "p", "f", ">", " "]
+)
+
+
+@given(st.lists(_EVENT_PIECES, max_size=16).map("".join))
+@example('｜DSML｜invoke name="x">')
+@MANY
+def test_no_lt_means_only_dsml_events(text: str) -> None:
+    """tokens.scan skips its "<"-event regex on text without "<" (most reasoning): no match of
+    it can start elsewhere, so the events are what the DSML search alone finds."""
+    if "<" not in text:
+        assert tokens._LT_EVENTS.search(text) is None, text
+        assert all(type(ev).__name__ in ("Tag", "Bare") for ev in scan(text)), text
+
+
+# words of every salad group, in and around their ranges, and the separators between words
+_SALAD_WORDS = st.sampled_from(
+    [
+        "config",
+        "café",
+        "данные",
+        "αβγ",
+        "שלום",
+        "مرحبا",
+        "नमस्ते",
+        "สวัสดี",
+        "中文",
+        "データ",
+        "한국어",
+        "x2",
+        "ͰͿ",
+        "Ѐӿ",
+        "\u05d0\u05ea",
+        "\u0620\u065f",
+        "\u0900\u0dff",
+        "\u0e00\u0e7f",
+        "\u036f",
+        "\u0e80",
+        "\u05eb",
+        "\u061f",
+    ]
+)
+
+
+@given(st.lists(st.tuples(_SALAD_WORDS, st.sampled_from([" ", "  ", ", ", "\n", ""])), max_size=9))
+@example([("config", " "), ("данные", " "), ("中文", " "), ("αβγ", " ")] * 2)
+@MANY
+def test_salad_group_screen_never_holds_back_a_salad(words: list[tuple[str, str]]) -> None:
+    """A value with no letter of a group other than Latin and the east has fewer than
+    SCRIPT_MIN_GROUPS groups: the screened salad check answers what the unscreened one does."""
+    assert set(phenotypes._GROUPS) == {*phenotypes._ALPHA, "thai", "east"}  # what _BETWEEN reads
+    value = "".join(w + sep for w, sep in words)
+    assert phenotypes.find_value_salad(value) == phenotypes._value_salad(value), value
+
+
+_JSON_TEXT = st.one_of(
+    st.text(st.sampled_from(list('0123456789-+.eE"\\ \t\n\r[]{},:aflnrstuINy\u00e9')), max_size=16),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+        max_leaves=6,
+    ).map(lambda v: json.dumps(v, allow_nan=True)),
+)
+
+
+@given(_JSON_TEXT, st.sampled_from(["", " ", "\n", "\t "]), st.sampled_from(["", " ", "\r\n", "x"]))
+@example("NaN", "", "")
+@example("[" * 5000, "", "")
+@MANY
+def test_strict_json_without_whitespace_regexes_equals_decode(
+    body: str, before: str, after: str
+) -> None:
+    """The scanner alone, on text that neither starts nor ends in JSON whitespace, answers what
+    JSONDecoder.decode answers (NaN and Infinity refused, deep nesting False, extra data
+    False)."""
+    for text in (body, before + body, body + after, before + body + after):
+        assert strict_json(text) == strict_json_decode(text), text
 
 
 _TEMPLATE_PIECES = st.sampled_from(

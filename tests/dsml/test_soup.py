@@ -10,7 +10,9 @@ from exporter.dsml.soup import find_soup
 RUN = "ation ment ness ity ous ly"
 
 
-@pytest.mark.parametrize("pad", [0, 7, 65_530, 65_536 - len(RUN) // 2, 200_003])
+@pytest.mark.parametrize(
+    "pad", [0, 7, 65_504, 65_505, 65_530, 65_536 - len(RUN) // 2, 200_003]
+)  # 65_504: one window exactly, 65_505: two
 def test_run_found_at_its_offset(pad: int) -> None:
     text = "y" * pad + " " + RUN + " tail"
     hit = find_soup(text)
