@@ -337,3 +337,22 @@ def serve_argv(sglang_url: str, *extra: str) -> list[str]:
         "--sglang-url", sglang_url, "--gpu-backend", "fake", "--canary", "false",
         "--log-level", "error", *extra,
     ]  # fmt: skip
+
+
+def serve_with_tap(
+    sglang_url: str, stderr: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """``dsv4-sidecar serve`` (:func:`serve_argv`, ``extra`` flags added) with its API and its
+    tap on picked ports and its stderr in the file ``stderr``, once the tap accepts and
+    /healthz answers (:func:`spawn_listening`): the process, the API port, the tap port."""
+
+    def start(api: int, tap: int) -> subprocess.Popen[bytes]:
+        argv = serve_argv(sglang_url, "--port", str(api), "--tap-port", str(tap), *extra)
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr.open("wb"))
+
+    def up(api: int, tap: int) -> bool:
+        socket.create_connection(("127.0.0.1", tap), timeout=1).close()
+        return httpx.get(f"http://127.0.0.1:{api}/healthz", timeout=1).status_code == 200
+
+    proc, (api, tap) = spawn_listening(start, up, ports=2)
+    return proc, api, tap

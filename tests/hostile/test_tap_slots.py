@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from exporter.samplers.tap import Tap, TapConfig
-from tests.support import serve_argv, spawn_listening
+from tests.support import serve_with_tap
 from tests.tap.support import RawConnection, counter, run, settle
 
 pytestmark = pytest.mark.e2e
@@ -134,25 +133,6 @@ def test_the_per_address_cap_is_a_setting_of_the_real_cli(tmp_path: Path) -> Non
     """``serve --tap-max-connections-per-client 2``: a third connection from one address gets
     503 while another address is served (the setting reaches the tap)."""
 
-    def start(api: int, tap_port: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            serve_argv(
-                "http://127.0.0.1:9",  # nothing there: requests get 502, slots still count
-                "--port",
-                str(api),
-                "--tap-port",
-                str(tap_port),
-                "--tap-max-connections-per-client",
-                "2",
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=(tmp_path / "serve.stderr").open("wb"),
-        )
-
-    def accepts(api: int, tap_port: int) -> bool:
-        socket.create_connection(("127.0.0.1", tap_port), timeout=1).close()
-        return True
-
     async def scenario() -> None:
         held = [await _open_from("127.0.0.2", tap_port) for _ in range(2)]
         reader, writer = await _open_from("127.0.0.2", tap_port)
@@ -166,7 +146,12 @@ def test_the_per_address_cap_is_a_setting_of_the_real_cli(tmp_path: Path) -> Non
         for _, w in held:
             w.transport.abort()
 
-    proc, (_, tap_port) = spawn_listening(start, accepts, ports=2)
+    proc, _, tap_port = serve_with_tap(
+        "http://127.0.0.1:9",  # nothing there: requests get 502, slots still count
+        tmp_path / "serve.stderr",
+        "--tap-max-connections-per-client",
+        "2",
+    )
     try:
         run(scenario(), timeout=60)
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 
 from exporter.samplers import decode
 from exporter.samplers.grading import GradingPipeline
-from tests.support import serve_argv, spawn_listening, wait_for
+from tests.support import serve_with_tap, wait_for
 
 
 class _Exchange:
@@ -125,26 +124,9 @@ def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path, stop:
         assert upstream.stdout is not None
         up_port = int(upstream.stdout.readline())
 
-        def start(api: int, tap: int) -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                serve_argv(
-                    f"http://127.0.0.1:{up_port}",
-                    "--port",
-                    str(api),
-                    "--tap-port",
-                    str(tap),
-                    "--tap-sample-rate",
-                    "1",
-                ),
-                stdout=subprocess.DEVNULL,
-                stderr=(tmp_path / "serve.stderr").open("wb"),
-            )
-
-        def healthy(api: int, tap: int) -> bool:
-            socket.create_connection(("127.0.0.1", tap), timeout=1).close()  # the tap's bound
-            return httpx.get(f"http://127.0.0.1:{api}/healthz", timeout=1).status_code == 200
-
-        sidecar, (api, tap) = spawn_listening(start, healthy, ports=2)
+        sidecar, api, tap = serve_with_tap(
+            f"http://127.0.0.1:{up_port}", tmp_path / "serve.stderr", "--tap-sample-rate", "1"
+        )
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         body["fake"] = {"chunks": 8, "first_ms": 0}
         got = wait_for(
