@@ -93,8 +93,7 @@ SERIAL = {
         "dsml/test_textscan_sanitizers.py": "builds the accelerator under ASan and runs the"
         " equivalence suite through it: CPU for minutes under a 300 s per-test timeout",
         "test_demo.py": "the demo stack picks its four ports before its children bind them"
-        " (exporter/demo/stack.py), and the test looks for demo processes and directories"
-        " machine-wide (any other demo's would count)",
+        " (exporter/demo/stack.py) and drives load for timed levels (minutes of CPU)",
         "test_demo_install.py": "runs the whole demo, as test_demo.py does",
     }.items()
 }
