@@ -6,11 +6,12 @@ PY_DIRS := exporter tests bench alerts dashboards docker
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: gpu-bundle gpu-check gpu-check-simulated
-.PHONY: help venv demo-venv native kustomize deb-test deb-bench deb-demo test test-fast lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
+.PHONY: help venv demo-venv native kustomize deb-test deb-bench deb-demo test test-parallel test-fast lint fmt demo bench docs alerts dashboards readme k8s mixin lock image image-probe dist deb-image clean
 
 help:
 	@echo "make demo   - run the main job on the embedded default (simulated SGLang + GPUs); its own venv, runtime deps only"
 	@echo "make test   - lint, docs freshness, dist and the images, then the whole test suite"
+	@echo "make test-parallel - the suite alone, as make test runs it: in parallel, then the serial tier"
 	@echo "make test-fast - the fast tier (tests/conftest.py): each package's core, under a minute"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
@@ -174,7 +175,16 @@ test: venv native kustomize deb-test lint dist image-probe
 	$(foreach g,$(GENERATORS),$(PY) -m $(g) --check &&) $(PY) docker/k8s/generate.py --check
 	$(PY) docker/mixin/generate.py --check
 	$(PY) docker/lock.py --check
-	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-parallel
+
+# The suite as `make test` runs it (tests/conftest.py, the serial tier): all but the serial tier
+# across PYTEST_WORKERS pytest-xdist workers (one per CPU), whole modules to a worker, then the
+# serial tier alone. Both passes always run; either failing fails the target.
+PYTEST_WORKERS ?= auto
+test-parallel: venv native kustomize
+	@$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"; a=$$?; \
+	$(PY) -m pytest -q -m serial; b=$$?; \
+	test $$a -eq 0 && test $$b -eq 0
 
 # The fast tier (tests/conftest.py): each package's core in one process, no server, no
 # release, no image; under a minute on two CPUs. Lint and the generators' --check are

@@ -16,6 +16,14 @@ Every test is in one or more tiers, each a marker (pyproject's ``[tool.pytest.in
   framing rules without sockets among them), chosen by measured time; the rest of the unit
   tier (the DSML corpora and property suites, the promtool runs, the sanitizer build) is
   ``make test``'s.
+* ``serial``: the tests of the modules named in :data:`SERIAL`, applied here, each module with
+  why it cannot share the machine. ``make test`` runs the rest with pytest-xdist, one worker
+  per CPU, each worker taking whole modules (``--dist loadfile``: a module's fixtures are
+  built once, on one worker), then the serial tier alone. Every other test must be safe beside
+  any other: ports bound as port 0 and read back (or held, :func:`tests.support.dead_url`, or
+  retried when a child fails to bind them, :func:`tests.support.prometheus`), files only under
+  ``tmp_path``, the release cache behind its lock (tests/sglang_release.py), and no timeout
+  that holds only on an idle machine.
 
 So ``-m unit``, ``-m e2e``, ``-m oracle``, ``-m fast`` and ``-m "not oracle"`` select what
 their names say, with no test decorated by hand beyond ``e2e`` and ``gpu``.
@@ -27,8 +35,15 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.import_graph import REPO, import_graph, reaching
+
+# No property test has a time limit per example (Hypothesis's default deadline is 200 ms): a
+# loaded machine, or the workers of a parallel run sharing it, is no failure of the code; speed
+# is bench/'s to measure.
+settings.register_profile("dsv4", deadline=None)
+settings.load_profile("dsv4")
 
 # A path, not the dotted name: a string naming a module whole counts as running it.
 RELEASE_FETCHER = "tests/sglang_release.py"
@@ -68,6 +83,22 @@ FAST = frozenset(
 )
 
 
+# Modules that run in the serial pass of `make test`, after the parallel one, alone: each
+# with why (tests/conftest.py's docstring says what every other module must keep to).
+SERIAL = {
+    REPO / "tests" / path: why
+    for path, why in {
+        "deploy/test_image.py": "runs the image in podman on the host network (a port picked"
+        " before podman binds it), minutes of CPU beside anything else",
+        "dsml/test_textscan_sanitizers.py": "builds the accelerator under ASan and runs the"
+        " equivalence suite through it: CPU for minutes under a 300 s per-test timeout",
+        "test_demo.py": "the demo stack picks its four ports before its children bind them"
+        " (exporter/demo/stack.py) and drives load for timed levels (minutes of CPU)",
+        "test_demo_install.py": "runs the whole demo, as test_demo.py does",
+    }.items()
+}
+
+
 @cache
 def _oracle_files() -> frozenset[Path]:
     graph = import_graph(("tests",), run_targets=True)
@@ -84,3 +115,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
             if Path(item.path) in FAST:
                 item.add_marker(pytest.mark.fast)
+        if Path(item.path) in SERIAL:
+            item.add_marker(pytest.mark.serial)

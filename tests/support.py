@@ -26,9 +26,62 @@ if TYPE_CHECKING:
 
 
 def free_port() -> int:
+    """A loopback port free now, for a child that binds it later. Between the two another
+    process (a pytest-xdist worker, a client's outgoing socket) may take it: a child started on
+    one goes through :func:`spawn_listening`, which starts it again on a new port when it
+    exits before it serves. A port nothing must answer on is :func:`dead_url`'s, not this."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# Bound and never listening, for the life of the process: a connection to it is refused, and
+# no other process (another pytest-xdist worker) can bind it meanwhile, as it could a port
+# free_port() returned and let go.
+_DEAD: list[socket.socket] = []
+
+
+def dead_url() -> str:
+    """``http://127.0.0.1:PORT`` where nothing listens, and nothing will while the tests run: a
+    source that must be down, a target that must refuse."""
+    if not _DEAD:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        _DEAD.append(sock)
+    return f"http://127.0.0.1:{_DEAD[0].getsockname()[1]}"
+
+
+def spawn_listening(
+    start: Callable[..., subprocess.Popen[Any]],
+    serves: Callable[..., bool],
+    ports: int = 1,
+    timeout: float = 60.0,
+    attempts: int = 3,
+) -> tuple[subprocess.Popen[Any], tuple[int, ...]]:
+    """Start a child on ``ports`` loopback ports picked by :func:`free_port` (``start(*ports)``)
+    and wait until ``serves(*ports)``. A child that exits first lost a port to another process
+    between the pick and its bind, so it is started again on new ones (``attempts`` in all);
+    the last one's exit fails the test. On success the child is the caller's to stop."""
+    for attempt in range(attempts):
+        picked = tuple(free_port() for _ in range(ports))
+        proc = start(*picked)
+
+        def up(picked: tuple[int, ...] = picked, proc: subprocess.Popen[Any] = proc) -> bool:
+            return proc.poll() is not None or serves(*picked)  # wait_for: raising is not yet
+
+        try:
+            wait_for(up, timeout=timeout)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if proc.poll() is None:
+            return proc, picked
+        if attempt == attempts - 1:
+            err = proc.stderr.read() if proc.stderr else ""
+            err = err.decode(errors="replace") if isinstance(err, bytes) else err
+            pytest.fail(f"{proc.args!r} exited with {proc.returncode} before serving: {err}")
+    raise AssertionError("unreachable")
 
 
 class ServerThread:
@@ -184,7 +237,6 @@ def prometheus(
     ``scrape_configs`` replaces the default job (one static job over ``targets``)."""
     binary = require("prometheus")
     tmp = Path(tempfile.mkdtemp(prefix="dsv4-prom-"))
-    port = free_port()
     rules = "".join(f"\n  - {p}" for p in (rule_files or []))
     static = ", ".join(f"'{t}'" for t in targets)
     (tmp / "prometheus.yml").write_text(
@@ -198,21 +250,32 @@ def prometheus(
         )
     )
     log = (tmp / "prometheus.log").open("wb")  # closed in finally
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    url = f"http://127.0.0.1:{port}"
+
+    def start(port: int) -> subprocess.Popen[bytes]:
+        shutil.rmtree(tmp / "data", ignore_errors=True)  # a retry's fresh TSDB
+        return subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+
+    def ready(port: int) -> bool:
+        return httpx.get(f"http://127.0.0.1:{port}/-/ready", timeout=1).status_code == 200
+
     try:
-        wait_for(lambda: httpx.get(url + "/-/ready", timeout=1).status_code == 200, timeout=30)
-        yield url
+        proc, (port,) = spawn_listening(start, ready, timeout=30)
+    except BaseException:
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(proc)
         log.close()
@@ -313,3 +376,22 @@ def serve_argv(sglang_url: str, *extra: str) -> list[str]:
         "--sglang-url", sglang_url, "--gpu-backend", "fake", "--canary", "false",
         "--log-level", "error", *extra,
     ]  # fmt: skip
+
+
+def serve_with_tap(
+    sglang_url: str, stderr: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """``dsv4-sidecar serve`` (:func:`serve_argv`, ``extra`` flags added) with its API and its
+    tap on picked ports and its stderr in the file ``stderr``, once the tap accepts and
+    /healthz answers (:func:`spawn_listening`): the process, the API port, the tap port."""
+
+    def start(api: int, tap: int) -> subprocess.Popen[bytes]:
+        argv = serve_argv(sglang_url, "--port", str(api), "--tap-port", str(tap), *extra)
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr.open("wb"))
+
+    def up(api: int, tap: int) -> bool:
+        socket.create_connection(("127.0.0.1", tap), timeout=1).close()
+        return httpx.get(f"http://127.0.0.1:{api}/healthz", timeout=1).status_code == 200
+
+    proc, (api, tap) = spawn_listening(start, up, ports=2)
+    return proc, api, tap

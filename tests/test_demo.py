@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -51,11 +50,18 @@ def _with_prometheus() -> bool:
     return optional("prometheus") is not None
 
 
-def _demo_dirs() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("dsv4-demo-*")}
+# The demo's working directory comes from tempfile, so TMPDIR puts it under the test's own
+# tmp_path: what the test then finds there, or in a running process's arguments, is this demo's,
+# never that of another demo on the machine (another checkout's `make demo`, say).
+def _demo_env(tmp: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp), **extra}
 
 
-def _demo_processes() -> list[str]:
+def _demo_dirs(tmp: Path) -> set[str]:
+    return {p.name for p in tmp.glob("dsv4-demo-*")}
+
+
+def _demo_processes(tmp: Path) -> list[str]:
     out = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -63,7 +69,7 @@ def _demo_processes() -> list[str]:
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "dsv4-demo-" in cmd:
+            if f"{tmp}/dsv4-demo-" in cmd:
                 out.append(cmd)
     return out
 
@@ -140,8 +146,7 @@ def _last_tables(out: str) -> tuple[dict[str, tuple[int, float]], dict[str, tupl
     return tables
 
 
-def test_demo_runs_and_cleans_up():
-    before = _demo_dirs()
+def test_demo_runs_and_cleans_up(tmp_path):
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -160,7 +165,7 @@ def test_demo_runs_and_cleans_up():
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "COLUMNS": "120"},
+        env=_demo_env(tmp_path, COLUMNS="120"),
     )
     try:
         assert proc.stdout is not None
@@ -203,8 +208,8 @@ def test_demo_runs_and_cleans_up():
     for title, table in zip(("by concurrency", "by output length"), _last_tables(out), strict=True):
         filled = [v for v in table.values() if v[0] >= 20]
         assert len(filled) >= 2 and filled[-1][1] > filled[0][1], (title, table)
-    assert _demo_dirs() <= before
-    assert not _demo_processes()
+    assert not _demo_dirs(tmp_path)
+    assert not _demo_processes(tmp_path)
 
 
 def test_alerts_page_is_the_one_this_prometheus_serves():
@@ -216,11 +221,10 @@ def test_alerts_page_is_the_one_this_prometheus_serves():
         assert _get(url + path) == 200
 
 
-def test_demo_stops_cleanly_on_ctrl_c():
+def test_demo_stops_cleanly_on_ctrl_c(tmp_path):
     """Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group, the
     stack's Prometheus and sidecar included. Once a frame shows an alert fired (with
     Prometheus), the last frame after Ctrl-C still tells it (it said `Alerts: none yet`)."""
-    before = _demo_dirs()
     prom = _with_prometheus()
     argv = [sys.executable, "-m", "exporter", "demo", "--tp-size", "1"]
     proc = subprocess.Popen(
@@ -228,6 +232,7 @@ def test_demo_stops_cleanly_on_ctrl_c():
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=_demo_env(tmp_path),
         start_new_session=True,  # its own process group, as a shell gives a foreground job
     )
     seen: list[str] = []
@@ -257,8 +262,8 @@ def test_demo_stops_cleanly_on_ctrl_c():
         assert set(seen) <= set(_alerts_of(last)[0]), last
     else:
         assert "Prometheus is not running" in last
-    assert _demo_dirs() <= before
-    assert not _demo_processes()
+    assert not _demo_dirs(tmp_path)
+    assert not _demo_processes(tmp_path)
 
 
 def _durations_s(text: str) -> float:

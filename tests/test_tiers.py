@@ -19,3 +19,10 @@ def test_oracle_reaches_through_imports_and_python_dash_m() -> None:
     assert "tests/conformance/test_release_conformance.py" in oracle  # imports the fetcher
     assert "tests/dsml/test_differential.py" in oracle  # runs -m tests.dsml.differential
     assert "tests/tap/test_tap_wire.py" not in oracle
+
+
+def test_every_serial_module_exists_and_says_why() -> None:
+    missing = sorted(str(p.relative_to(REPO)) for p in conftest.SERIAL if not p.is_file())
+    assert not missing, f"SERIAL names modules that are not there: {missing}"
+    assert all(why.strip() for why in conftest.SERIAL.values())
+    assert not conftest.FAST.intersection(conftest.SERIAL)  # the fast tier runs in one process

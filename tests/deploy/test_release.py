@@ -34,7 +34,7 @@ import exporter
 from exporter.sim.deployment import SimDeployment
 from exporter.sim.settings import SimSettings
 from tests.deploy.conftest import DOCKER, REPO, kustomize_build, venv_tool
-from tests.support import free_port, sample_value, unavailable, wait_for
+from tests.support import sample_value, spawn_listening, unavailable, wait_for
 
 DIST = REPO / "dist"
 VERSION = exporter.__version__
@@ -382,28 +382,45 @@ def test_installed_wheel_runs_the_cli_from_itself(installed):
 
 
 def test_installed_wheel_serves_the_simulated_sglang(installed):
-    sim_port, port = free_port(), free_port()
     env = {**_clean_env(), "DSV4_SIDECAR_GPU_BACKEND": "fake", "DSV4_SIDECAR_CANARY": "false"}
     cli = str(installed / "dsv4-sidecar")
-    sim = subprocess.Popen(
-        [cli, "simulate", "--host", "127.0.0.1", "--port", str(sim_port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_clean_env(),
-    )  # fmt: skip
+
+    def simulate(port: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [cli, "simulate", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_clean_env(),
+        )  # fmt: skip
+
+    def health(port: int) -> bool:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+
     # The wheel declares no fake GPU backend: selecting it is refused, naming what is there;
     # the simulator's entry registers it for its one process.
     refused = _cli(
         installed, "serve", "--gpu-backend", "fake", "--sglang-url", "http://127.0.0.1:9"
     )
     assert refused.returncode != 0 and "'fake' is not installed (installed: nvml)" in refused.stderr
-    sidecar = subprocess.Popen(
-        [str(installed / "python"), "-m", "exporter.sim.sidecar", "serve", "--host", "127.0.0.1",
-         "--port", str(port), "--sglang-url", f"http://127.0.0.1:{sim_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-        cwd=installed.parent,  # `-m` puts the working directory first: not this checkout
-    )  # fmt: skip
+    sim, (sim_port,) = spawn_listening(simulate, health, timeout=90)
+
+    def serve(port: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(installed / "python"), "-m", "exporter.sim.sidecar", "serve", "--host",
+             "127.0.0.1", "--port", str(port), "--sglang-url", f"http://127.0.0.1:{sim_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            cwd=installed.parent,  # `-m` puts the working directory first: not this checkout
+        )  # fmt: skip
+
+    def ready(port: int) -> bool:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+
+    try:
+        sidecar, (port,) = spawn_listening(serve, ready, timeout=90)
+    except BaseException:
+        sim.terminate()
+        sim.wait(timeout=30)
+        raise
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: httpx.get(url + "/readyz", timeout=2).status_code == 200, timeout=90)
 
         def overcommit() -> str | None:
             text = httpx.get(url + "/metrics", timeout=5).text

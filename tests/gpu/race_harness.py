@@ -29,6 +29,7 @@ torch's meta device (counts only: no bytes to compare, no gaps), so CI keeps it 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import statistics
@@ -281,7 +282,7 @@ def _sidecar_view(snap_dir: Path, cases: dict, check: Check) -> str:
     from exporter.sources.probe_files import ProbeFileSource
 
     source = ProbeFileSource(snap_dir)
-    source.poll_once()
+    asyncio.run(source.poll_once())
     registry = CollectorRegistry()
     registry.register(source)
     text = generate_latest(registry).decode()

@@ -19,7 +19,7 @@ import yaml
 from exporter.app import create_app
 from exporter.config_loader import load_settings
 from exporter.sim.generation import dsml_block
-from tests.support import ServerThread, free_port, sample_value, scrape, wait_for
+from tests.support import ServerThread, dead_url, sample_value, scrape, spawn_listening
 
 TOKEN = "samples-token-0123456789"
 INGEST_TOKEN = "ingest-token-0123456789"
@@ -32,7 +32,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def settings(**over: Any) -> Any:
     return load_settings(
         {
-            "sglang_url": f"http://127.0.0.1:{free_port()}",  # nothing listens: source down
+            "sglang_url": dead_url(),  # nothing listens: source down
             "host": "127.0.0.1",  # as ServerThread binds: ingest answers without a token
             "gpu_backend": "fake",
             "canary": False,
@@ -109,41 +109,36 @@ def serve_on_all_interfaces(app: Any) -> Iterator[int]:
 def serve_config(tmp_path: Path, **config: Any) -> Iterator[str]:
     """A real ``python -m exporter serve --config FILE`` (no SGLang, fake GPUs, no canary)
     with ``config`` in the file (a None value unsets a key); yields its URL on 127.0.0.1."""
-    port = free_port()
     path = tmp_path / "sidecar.yaml"
-    base = {
-        "host": "127.0.0.1",
-        "port": port,
-        "sglang_url": f"http://127.0.0.1:{free_port()}",  # nothing listens: source down
-        "gpu_backend": "fake",
-        "canary": False,
-        "samples_token": TOKEN,
-        "ingest_token": INGEST_TOKEN,
-    }
-    merged = {k: v for k, v in {**base, **config}.items() if v is not None}
-    path.write_text(yaml.safe_dump(merged), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSV4_SIDECAR_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(path), "--log-level", "error"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
 
-    def up_or_exited() -> bool:
-        if proc.poll() is not None:
-            return True
-        try:
-            return httpx.get(url + "/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+    def start(port: int) -> subprocess.Popen[bytes]:
+        base = {
+            "host": "127.0.0.1",
+            "port": port,
+            "sglang_url": dead_url(),  # nothing listens: source down
+            "gpu_backend": "fake",
+            "canary": False,
+            "samples_token": TOKEN,
+            "ingest_token": INGEST_TOKEN,
+        }
+        merged = {k: v for k, v in {**base, **config}.items() if v is not None}
+        path.write_text(yaml.safe_dump(merged), encoding="utf-8")
+        cmd = [sys.executable, "-m", "exporter", "serve", "--config", str(path)]
+        return subprocess.Popen(
+            [*cmd, "--log-level", "error"],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
 
+    def healthy(port: int) -> bool:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+
+    proc, (port,) = spawn_listening(start, healthy)
     try:
-        wait_for(up_or_exited, timeout=60)
-        assert proc.returncode is None, proc.stderr.read().decode() if proc.stderr else ""
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

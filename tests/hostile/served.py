@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import free_port, wait_for
+from tests.support import spawn_listening
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEPLOYMENT = REPO / "docker" / "k8s" / "deployment.yaml"
@@ -53,13 +53,10 @@ class Sidecar:
 def start_sidecar(sglang_url: str, **extra_env: str) -> Sidecar:
     """``serve`` with fake GPUs, the tap sampling everything, SGLang and the canary polled
     every 0.5 s; ``extra_env`` adds or overrides ``DSV4_SIDECAR_*`` settings."""
-    port, tap = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSV4_SIDECAR_")}
     env.update(
         {
             "DSV4_SIDECAR_HOST": "127.0.0.1",
-            "DSV4_SIDECAR_PORT": str(port),
-            "DSV4_SIDECAR_TAP_PORT": str(tap),
             "DSV4_SIDECAR_SERVER_URL": sglang_url,
             "DSV4_SIDECAR_GPU_BACKEND": "fake",
             "DSV4_SIDECAR_MODEL_PRESET": "deepseek-v4-flash",
@@ -72,31 +69,22 @@ def start_sidecar(sglang_url: str, **extra_env: str) -> Sidecar:
             **extra_env,
         }
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", "--log-level", "error"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
 
-    def healthy_or_exited() -> bool:
-        if proc.poll() is not None:
-            return True
-        try:
-            return httpx.get(url + "/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+    def start(port: int, tap: int) -> subprocess.Popen[bytes]:
+        ports = {"DSV4_SIDECAR_PORT": str(port), "DSV4_SIDECAR_TAP_PORT": str(tap)}
+        return subprocess.Popen(
+            [sys.executable, "-m", "exporter", "serve", "--log-level", "error"],
+            env={**env, **ports},
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
-    try:
-        wait_for(healthy_or_exited, timeout=60)
-    except BaseException:
-        proc.kill()
-        raise
-    if proc.returncode is not None:
-        raise RuntimeError(f"sidecar exited with {proc.returncode}")
-    return Sidecar(proc, url, f"http://127.0.0.1:{tap}")
+    def healthy(port: int, tap: int) -> bool:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+
+    proc, (port, tap) = spawn_listening(start, healthy, ports=2)
+    return Sidecar(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{tap}")
 
 
 def stop_sidecar(sc: Sidecar) -> None:

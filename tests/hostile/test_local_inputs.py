@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -39,22 +38,16 @@ def test_a_config_fifo_that_never_ends_is_refused_in_time(
     monkeypatch.setattr("exporter.config_loader.LOCAL_READ_SECONDS", 0.3)
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)
-    release = threading.Event()
-
-    def writer() -> None:  # writes a line, then holds the FIFO open without writing
-        with open(fifo, "wb") as f:
-            f.write(b"port: 9400\n")
-            f.flush()
-            release.wait(30)
-
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
+    # The writer holds the FIFO open, a line written and no end, before the read begins: an
+    # O_RDWR open never blocks on Linux (a writer opened in a thread could come after the
+    # read, which then finds no writer and an empty file, the next test's case).
+    fd = os.open(fifo, os.O_RDWR)
     try:
+        os.write(fd, b"port: 9400\n")
         with pytest.raises(ConfigError, match="time limit"):
             load_settings(config_file=fifo)
     finally:
-        release.set()
-        t.join(10)
+        os.close(fd)
 
 
 def test_a_config_fifo_without_a_writer_does_not_hang(tmp_path: Path) -> None:

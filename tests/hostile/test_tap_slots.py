@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from exporter.samplers.tap import Tap, TapConfig
-from tests.support import free_port, serve_argv, wait_for
+from tests.support import serve_with_tap
 from tests.tap.support import RawConnection, counter, run, settle
 
 pytestmark = pytest.mark.e2e
@@ -133,20 +132,6 @@ def test_one_address_cannot_take_every_slot_and_others_are_served() -> None:
 def test_the_per_address_cap_is_a_setting_of_the_real_cli(tmp_path: Path) -> None:
     """``serve --tap-max-connections-per-client 2``: a third connection from one address gets
     503 while another address is served (the setting reaches the tap)."""
-    api, tap_port = free_port(), free_port()
-    proc = subprocess.Popen(
-        serve_argv(
-            "http://127.0.0.1:9",  # nothing there: requests get 502, slots still count
-            "--port",
-            str(api),
-            "--tap-port",
-            str(tap_port),
-            "--tap-max-connections-per-client",
-            "2",
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "serve.stderr").open("wb"),
-    )
 
     async def scenario() -> None:
         held = [await _open_from("127.0.0.2", tap_port) for _ in range(2)]
@@ -161,8 +146,13 @@ def test_the_per_address_cap_is_a_setting_of_the_real_cli(tmp_path: Path) -> Non
         for _, w in held:
             w.transport.abort()
 
+    proc, _, tap_port = serve_with_tap(
+        "http://127.0.0.1:9",  # nothing there: requests get 502, slots still count
+        tmp_path / "serve.stderr",
+        "--tap-max-connections-per-client",
+        "2",
+    )
     try:
-        wait_for(lambda: socket.create_connection(("127.0.0.1", tap_port), timeout=1).close() or 1)
         run(scenario(), timeout=60)
     finally:
         proc.terminate()

@@ -19,7 +19,7 @@ from exporter.app import create_app
 from exporter.config_loader import load_settings
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
-from tests.support import ServerThread, free_port, scrape, wait_for
+from tests.support import ServerThread, scrape, wait_for
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s")
 
@@ -161,7 +161,6 @@ def serve_replay(replay: Replay) -> tuple[ThreadingHTTPServer, int]:
         def log_message(self, *args: object) -> None:
             pass
 
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # port 0: the kernel's, read back
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, port
+    return server, server.server_address[1]

@@ -56,10 +56,13 @@ def test_check_rules(promtool: str) -> None:
     assert "SUCCESS" in res.stdout
 
 
-def test_promtool_unit_tests(promtool: str) -> None:
-    res = run_promtool(promtool, "test", "rules", *RULE_TESTS)
+@pytest.mark.parametrize("rule_test", RULE_TESTS, ids=lambda p: p.name.removesuffix(".yaml"))
+def test_promtool_unit_tests(promtool: str, rule_test: Path) -> None:
+    """One promtool run per test file: all in one took 50 s of a loaded machine (two files
+    evaluate hours of samples, 16 s each), close to the hang guard; each alone is far from it."""
+    res = run_promtool(promtool, "test", "rules", rule_test)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.count("SUCCESS") == len(RULE_TESTS)
+    assert res.stdout.count("SUCCESS") == 1
 
 
 def test_required_alerts_exist() -> None:

@@ -27,7 +27,7 @@ from exporter.oncall.triage.report_html import NO_PLOTS
 from exporter.oncall.triage.report_md import table_md
 from exporter.oncall.triage.sections import Table, histogram_quantile, reason_lines
 from exporter.sim.generation import DSML, dsml_block
-from tests.support import free_port
+from tests.support import dead_url
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
 
@@ -177,7 +177,7 @@ def test_triage_usage_errors(capsys, tmp_path):
 
 
 def test_triage_with_nothing_answering(capsys, tmp_path):
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = dead_url()
     rc = main(
         ["triage", "--sidecar", dead, "--prometheus", dead, "--timeout", "2", "--out",
          str(tmp_path), "--no-plots"]

@@ -15,7 +15,7 @@ from exporter.oncall.samples import SampleWriter, grade_line, read_graded
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
 from exporter.stats import fisher_exact
-from tests.support import ServerThread, free_port
+from tests.support import ServerThread, dead_url
 
 pytestmark = pytest.mark.e2e
 
@@ -132,7 +132,7 @@ def test_single_arm_stream_duration_and_out(tmp_path, capsys):
 
 def test_unreachable_endpoint_counts_errors(capsys):
     rc = main(
-        ["repro", f"http://127.0.0.1:{free_port()}", "--concurrency", "2", "--requests", "4",
+        ["repro", dead_url(), "--concurrency", "2", "--requests", "4",
          "--timeout", "2", "--json", "--quiet"]
     )  # fmt: skip
     captured = capsys.readouterr()
@@ -144,7 +144,7 @@ def test_unreachable_endpoint_counts_errors(capsys):
     assert level["error_causes"] == {"connection refused": 4}
     assert arm["total"]["error_causes"] == {"connection refused": 4}
     rc = main(
-        ["repro", f"http://127.0.0.1:{free_port()}", "--concurrency", "2", "--requests", "3",
+        ["repro", dead_url(), "--concurrency", "2", "--requests", "3",
          "--timeout", "2"]
     )  # fmt: skip
     out = capsys.readouterr().out

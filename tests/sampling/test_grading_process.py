@@ -21,7 +21,7 @@ import pytest
 
 from exporter.samplers import decode
 from exporter.samplers.grading import GradingPipeline
-from tests.support import free_port, serve_argv, wait_for
+from tests.support import serve_with_tap, wait_for
 
 
 class _Exchange:
@@ -119,23 +119,13 @@ def test_the_sidecar_grades_tap_samples_in_a_child_process(tmp_path: Path, stop:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
-    api, tap = free_port(), free_port()
     sidecar = None
     try:
         assert upstream.stdout is not None
         up_port = int(upstream.stdout.readline())
-        sidecar = subprocess.Popen(
-            serve_argv(
-                f"http://127.0.0.1:{up_port}",
-                "--port",
-                str(api),
-                "--tap-port",
-                str(tap),
-                "--tap-sample-rate",
-                "1",
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=(tmp_path / "serve.stderr").open("wb"),
+
+        sidecar, api, tap = serve_with_tap(
+            f"http://127.0.0.1:{up_port}", tmp_path / "serve.stderr", "--tap-sample-rate", "1"
         )
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         body["fake"] = {"chunks": 8, "first_ms": 0}

@@ -12,7 +12,7 @@ from exporter.config_loader import load_settings
 from exporter.sim.generation import dsml_block
 from exporter.sim.server import create_sim_app
 from exporter.sim.settings import SimSettings
-from tests.support import ServerThread, free_port, racy_sim, sample_value, scrape, wait_for
+from tests.support import ServerThread, dead_url, racy_sim, sample_value, scrape, wait_for
 
 pytestmark = pytest.mark.e2e
 TOKEN = "s3cret-token-for-tests"
@@ -96,7 +96,7 @@ def test_canary_failures_counted():
     def canary(url: str, result: str) -> float:
         return sample_value(scrape(url), "dsv4_canary_requests_total", result=result) or 0
 
-    with ServerThread(_app(f"http://127.0.0.1:{free_port()}")) as sc:
+    with ServerThread(_app(dead_url())) as sc:
         wait_for(lambda: canary(sc.url, "error") >= 2)
     overloaded = FastAPI()
 

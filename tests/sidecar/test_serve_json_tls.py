@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.sidecar.test_webconfig import _trusting, pki  # noqa: F401  (the fixture)
-from tests.support import free_port, wait_for
+from tests.support import dead_url, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def _serve(tmp_path: Path, web: Path, *extra: str) -> tuple[subprocess.Popen, Pa
     )
     proc = subprocess.Popen(
         [CLI, "serve", "--host", "127.0.0.1", "--port", "0", "--sglang-url",
-         f"http://127.0.0.1:{free_port()}", "--gpu-backend", "fake", "--canary", "false",
+         dead_url(), "--gpu-backend", "fake", "--canary", "false",
          "--web.config.file", str(web), "--log-level", "debug", *extra],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

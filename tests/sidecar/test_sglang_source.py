@@ -21,7 +21,7 @@ from exporter.sources.sglang import (
     parse_server_info,
     parse_sglang_metrics,
 )
-from tests.support import ServerThread, free_port
+from tests.support import ServerThread, dead_url
 
 FIX = Path(__file__).parent.parent / "fixtures" / "sglang"
 
@@ -182,7 +182,7 @@ def test_garbage_metrics_keep_server_facts(sim):
 
 
 def test_unreachable():
-    src = _poll(f"http://127.0.0.1:{free_port()}")
+    src = _poll(dead_url())
     assert src.health.errors["unreachable"] == 1 and not src.health.up
 
 

@@ -133,10 +133,10 @@ def test_readyz_healthz_and_openmetrics_gzip(legacy_sim):
 
 
 def test_not_ready_until_sources_cycle_and_sglang_down_visible():
-    from tests.support import free_port
+    from tests.support import dead_url
 
     # GPUs that do not depend on the server (the simulator's own GPUs would vanish with it)
-    app = _sidecar(f"http://127.0.0.1:{free_port()}", nvml=FakeNvml(count=8))
+    app = _sidecar(dead_url(), nvml=FakeNvml(count=8))
     with ServerThread(app) as sc:
 
         def unreachable_counted():

@@ -23,7 +23,7 @@ from exporter import webconfig
 from exporter.app import create_app
 from exporter.cli import main
 from exporter.config_loader import load_settings
-from tests.support import free_port
+from tests.support import dead_url
 
 pytestmark = pytest.mark.e2e
 
@@ -80,7 +80,7 @@ class _Server:
     def __init__(self, web: webconfig.WebConfig) -> None:
         settings = load_settings(
             {
-                "sglang_url": f"http://127.0.0.1:{free_port()}",  # nothing listens
+                "sglang_url": dead_url(),  # nothing listens
                 "gpu_backend": "fake",
                 "canary": False,
                 "samples_token": TOKEN,

@@ -72,7 +72,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import require, serve_argv
+from tests.support import require, serve_argv, spawn_listening
 from tests.tap.answers import CASE_TAG, VICTIM_TAG, answer_problems, parse_responses
 from tests.tap.framing_cases import Case, build_corpus
 from tests.tap.logging_upstream import LoggingUpstream, Received
@@ -120,18 +120,32 @@ http {{
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
     except OSError:
         return False
+
+
+async def start_nginx(
+    nginx: str, upstream_port: int, tmp: Path, procs: list[subprocess.Popen]
+) -> int:
+    """nginx (NGINX_CONF) in front of ``upstream_port``, added to ``procs``; its port. nginx
+    cannot report a port 0, so it takes a picked one, again on a new one if it lost it."""
+    conf = tmp / "nginx.conf"
+
+    def start(port: int) -> subprocess.Popen[bytes]:
+        conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=upstream_port, port=port))
+        return subprocess.Popen(
+            [nginx, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp / "nginx.stderr").open("wb"),
+        )
+
+    proc, (port,) = await asyncio.to_thread(spawn_listening, start, _accepts, timeout=30)
+    procs.append(proc)
+    return port
 
 
 async def start_tap(upstream_port: int, tmp: Path, procs: list[subprocess.Popen]) -> int:
@@ -154,14 +168,6 @@ async def start_tap(upstream_port: int, tmp: Path, procs: list[subprocess.Popen]
     if not line.strip():
         raise RuntimeError(f"the tap did not start: {(tmp / 'tap.stderr').read_text()}")
     return int(line)
-
-
-async def _wait_listening(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    """Until something accepts on ``port``, or the process exits first."""
-    if not await settle(lambda: proc.poll() is not None or _accepts(port)):
-        raise RuntimeError(f"{what} not listening on {port} after 30 s")
-    if proc.poll() is not None:
-        raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -282,36 +288,20 @@ async def _proxies(tmp: Path, nginx: str) -> AsyncIterator[dict[str, ProxyRun]]:
     ports = {name: await run.upstream.start() for name, run in runs.items()}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        conf = tmp / "nginx.conf"
-        runs["nginx"].port = _free_port()
-        conf.write_text(
-            NGINX_CONF.format(tmp=tmp, upstream=ports["nginx"], port=runs["nginx"].port)
-        )
-        procs.append(
-            subprocess.Popen(
-                [nginx, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
-                stdout=subprocess.DEVNULL,
-                stderr=(tmp / "nginx.stderr").open("wb"),
-            )
-        )
-        await _wait_listening(runs["nginx"].port, procs[-1], "nginx")
-
+        runs["nginx"].port = await start_nginx(nginx, ports["nginx"], tmp, procs)
         runs["tap"].port = await start_tap(ports["tap"], tmp, procs)
 
-        runs["serve"].port = _free_port()
-        serve = subprocess.Popen(
-            serve_argv(
-                f"http://127.0.0.1:{ports['serve']}",
-                "--port",
-                "0",
-                "--tap-port",
-                str(runs["serve"].port),
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=(tmp / "serve.stderr").open("wb"),
-        )
-        procs.append(serve)
-        await _wait_listening(runs["serve"].port, serve, "dsv4-sidecar serve")
+        def serve(tap_port: int) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                serve_argv(
+                    f"http://127.0.0.1:{ports['serve']}", "--port", "0", "--tap-port", str(tap_port)
+                ),
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp / "serve.stderr").open("wb"),
+            )
+
+        proc, (runs["serve"].port,) = await asyncio.to_thread(spawn_listening, serve, _accepts)
+        procs.append(proc)
         yield runs
     finally:
         for proc in procs:

@@ -25,49 +25,44 @@ from pathlib import Path
 import pytest
 
 from exporter.samplers.tap import Tap, TapConfig
-from tests.support import wait_for
+from tests.support import spawn_listening
 from tests.tap.support import RawConnection, counter, run, settle
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def uvicorn_upstream(tmp_path: Path, workers: int) -> Iterator[tuple[int, Path]]:
     """``tests.tap.crashing_upstream`` under ``uvicorn --workers N`` (httptools, as SGLang)."""
-    port = _free_port()
     log = tmp_path / "crash.log"
     log.touch()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "tests.tap.crashing_upstream:app",
-            "--host=127.0.0.1",
-            f"--port={port}",
-            f"--workers={workers}",
-            "--http=httptools",
-            "--log-level=warning",
-            "--no-access-log",
-        ],
-        cwd=REPO,
-        env={**os.environ, "CRASH_LOG": str(log)},
-    )
+
+    def start(port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "tests.tap.crashing_upstream:app",
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--workers={workers}",
+                "--http=httptools",
+                "--log-level=warning",
+                "--no-access-log",
+            ],
+            cwd=REPO,
+            env={**os.environ, "CRASH_LOG": str(log)},
+        )
+
+    def up(port: int) -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"GET /ok HTTP/1.1\r\nHost: u\r\nConnection: close\r\n\r\n")
+            return s.recv(64).startswith(b"HTTP/1.1 200")
+
+    proc, (port,) = spawn_listening(start, up, timeout=30)
     try:
-
-        def up() -> bool:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /ok HTTP/1.1\r\nHost: u\r\nConnection: close\r\n\r\n")
-                return s.recv(64).startswith(b"HTTP/1.1 200")
-
-        wait_for(up, timeout=30)
         yield port, log
     finally:
         proc.terminate()

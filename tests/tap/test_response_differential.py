@@ -41,11 +41,9 @@ from exporter.samplers.tap.exchange import MAX_INTERIM
 from tests.support import require
 from tests.tap.response_cases import ENDLESS, LATE, RespCase, build_response_corpus
 from tests.tap.test_framing_differential import (
-    NGINX_CONF,
-    _free_port,
     _stop,
-    _wait_listening,
     parse_responses,
+    start_nginx,
     start_tap,
 )
 
@@ -254,17 +252,7 @@ async def _proxies(
     ports = {name: await up.start() for name, up in ups.items()}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        conf = tmp / "nginx.conf"
-        nginx_port = _free_port()
-        conf.write_text(NGINX_CONF.format(tmp=tmp, upstream=ports["nginx"], port=nginx_port))
-        procs.append(
-            subprocess.Popen(
-                [nginx, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "error.log")],
-                stdout=subprocess.DEVNULL,
-                stderr=(tmp / "nginx.stderr").open("wb"),
-            )
-        )
-        await _wait_listening(nginx_port, procs[-1], "nginx")
+        nginx_port = await start_nginx(nginx, ports["nginx"], tmp, procs)
         tap_port = await start_tap(ports["tap"], tmp, procs)
         yield {"nginx": (nginx_port, ups["nginx"]), "tap": (tap_port, ups["tap"])}
     finally:
