@@ -178,9 +178,11 @@ test: venv native kustomize deb-test lint dist image-probe
 	$(MAKE) --no-print-directory test-parallel
 
 # The suite as `make test` runs it (tests/conftest.py, the serial tier): all but the serial tier
-# across PYTEST_WORKERS pytest-xdist workers (one per CPU), whole modules to a worker, then the
-# serial tier alone. Both passes always run; either failing fails the target.
-PYTEST_WORKERS ?= auto
+# across PYTEST_WORKERS pytest-xdist workers (one per CPU, at most 4: each worker may hold a
+# released SGLang or vLLM with torch in memory, and the longest module, the release conformance,
+# bounds the wall time beyond that), whole modules to a worker, then the serial tier alone.
+# Both passes always run; either failing fails the target.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test-parallel: venv native kustomize
 	@$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"; a=$$?; \
 	$(PY) -m pytest -q -m serial; b=$$?; \
