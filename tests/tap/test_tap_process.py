@@ -199,3 +199,32 @@ def test_the_queue_to_the_sidecar_is_bounded_in_count_and_bytes() -> None:
     assert by_bytes.pending_bytes == 2 * 102
     assert by_count.handoff(replace(small, status=500)) == "not_ok"
     assert by_count.handoff(replace(small, complete=False)) == "incomplete"
+
+
+def test_a_huge_answer_from_the_sidecar_is_read_bounded_and_counted_refused() -> None:
+    """A ``sidecar_url`` that answers 200 with a 1 GiB body (not the sidecar) costs the tap at
+    most ANSWER_MAX_BYTES of it: the batch counts as refused as soon as those arrived. (Read
+    whole, the post would wait for the rest, which this server never sends.)"""
+    from exporter.samplers.tap.forward import ANSWER_MAX_BYTES, SidecarForwarder
+    from exporter.samplers.tap.stats import TapStats
+
+    async def scenario() -> dict[str, int]:
+        import aiohttp
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+            writer.write(b"Content-Length: %d\r\n\r\n" % (1 << 30))
+            writer.write(b" " * (ANSWER_MAX_BYTES + 1))
+            await reader.read()  # hold the connection until the tap hangs up
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        forwarder = SidecarForwarder(
+            f"http://127.0.0.1:{port}", TapStats(), max_items=9, max_bytes=1 << 20
+        )
+        async with server, aiohttp.ClientSession() as session:
+            post = forwarder._post(session, [_exchange(b"{}", b"x" * 100)])
+            return await asyncio.wait_for(post, timeout=60)  # a hang guard, not a timing
+
+    assert asyncio.run(scenario()) == {"sidecar_refused": 1}

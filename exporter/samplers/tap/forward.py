@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 INGEST_PATH = "/api/v1/samples"
 CONNECT_SECONDS = 2.0
 """The sidecar is on loopback: a connection that takes longer is a sidecar that is not there."""
+ANSWER_MAX_BYTES = 64 << 10
+"""The sidecar's answer to a post is a small JSON object; read no more than this of it (a
+wrong ``sidecar_url`` may point at anything), and an answer cut there counts as refused."""
 POST_SECONDS = 30.0
 """A whole post (up to max_sample_bytes) over loopback; past it the sample is dropped."""
 
@@ -146,7 +149,7 @@ class SidecarForwarder:
         every = len(batch)
         try:
             async with session.post(self.url, data=_slices(pieces), headers=headers) as resp:
-                body = await resp.read()
+                body = await resp.content.read(ANSWER_MAX_BYTES)
                 status = resp.status
         except asyncio.CancelledError:
             raise
