@@ -22,11 +22,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--sample-rate", type=float, default=0.0)
+    ap.add_argument("--max-connections", type=int, default=TapConfig.max_connections)
+    ap.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=TapConfig.max_connections_per_client,
+        help="client connections at once from one address (benchmarks open all from one)",
+    )
     ap.add_argument("--metrics-port", type=int, default=None)
     ap.add_argument("--print-port", action="store_true")
     ap.add_argument("--no-uvloop", action="store_true", help="use the stdlib event loop")
     args = ap.parse_args(argv)
-    config = TapConfig(upstream=args.upstream, sample_rate=args.sample_rate)
+    config = TapConfig(
+        upstream=args.upstream,
+        sample_rate=args.sample_rate,
+        max_connections=args.max_connections,
+        max_connections_per_client=args.max_connections_per_client,
+    )
     if not args.no_uvloop:
         import uvloop
 
