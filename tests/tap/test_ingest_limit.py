@@ -21,7 +21,7 @@ import pytest
 from exporter.samplers.tap import CapturedExchange, handover
 from exporter.samplers.tap.forward import SidecarForwarder
 from exporter.samplers.tap.stats import TapStats
-from tests.support import ServerThread, free_port, sample_value, serve_argv, wait_for
+from tests.support import ServerThread, sample_value, serve_argv, spawn_listening, wait_for
 from tests.tap.test_tap_process import TOKEN, _graded_from_tap, tap_argv
 
 pytestmark = pytest.mark.e2e
@@ -148,25 +148,34 @@ def test_a_sample_over_the_limit_is_refused_once_and_counted(
     procs.append(upstream)
     assert upstream.stdout is not None
     fake = f"http://127.0.0.1:{int(upstream.stdout.readline())}"
-    api_port, tap_port, tap_metrics = free_port(), free_port(), free_port()
-    api, tap = f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{tap_port}"
-    procs.append(
-        subprocess.Popen(
-            serve_argv(fake, "--port", str(api_port), "--config", str(config)),
+
+    def up(url: str) -> bool:
+        return httpx.get(url, timeout=5).status_code == 200
+
+    def start_serve(port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            serve_argv(fake, "--port", str(port), "--config", str(config)),
             stderr=(tmp_path / "serve.stderr").open("wb"),
         )
-    )
-    procs.append(
-        subprocess.Popen(
+
+    serve, (api_port,) = spawn_listening(start_serve, lambda p: up(f"http://127.0.0.1:{p}/healthz"))
+    procs.append(serve)
+    api = f"http://127.0.0.1:{api_port}"
+
+    def start_tap(port: int, metrics: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             tap_argv(
-                fake, tap_port, tap_metrics, api,
+                fake, port, metrics, api,
                 "--tap-sample-rate", "1", "--ingest-token-file", str(token),
             ),
             stderr=(tmp_path / "tap.stderr").open("wb"),
-        )
-    )  # fmt: skip
-    wait_for(lambda: httpx.get(api + "/healthz").status_code == 200, timeout=60)
-    wait_for(lambda: httpx.get(f"http://127.0.0.1:{tap_metrics}/metrics"), timeout=60)
+        )  # fmt: skip
+
+    proc, (tap_port, tap_metrics) = spawn_listening(
+        start_tap, lambda p, m: up(f"http://127.0.0.1:{m}/metrics"), ports=2
+    )
+    procs.append(proc)
+    tap = f"http://127.0.0.1:{tap_port}"
 
     def dropped(reason: str) -> float | None:
         text = httpx.get(f"http://127.0.0.1:{tap_metrics}/metrics", timeout=5).text
