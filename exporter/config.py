@@ -28,6 +28,8 @@ from pydantic_settings import (
 )
 
 from exporter.gpu_plugins import BUILTIN, ENTRY_POINT_GROUP, installed
+from exporter.samplers.tap.config import TapConfig
+from exporter.samplers.tap.handover import BATCH_BYTES
 from exporter.tap_keys import TapKeys
 
 ENV_PREFIX = "DSV4_SIDECAR_"
@@ -67,6 +69,9 @@ FIXES: dict[str, str] = {
     "(GET /api/v1/samples is then off)",
     "ingest_token_file": "mount the Secret holding the token at that path, or unset the key "
     "(ingest then answers only when the sidecar listens on loopback)",
+    "ingest_max_bytes": f"set it between {BATCH_BYTES} (the largest batch of samples "
+    "`dsv4-sidecar tap` posts: below it every batch would be refused) and 1073741824, or "
+    f"unset it ({TapConfig.max_sample_bytes}, the largest sample the tap captures)",
 }
 
 
@@ -294,7 +299,13 @@ class SidecarSettings(BaseSettings, TapKeys):
         "separate lines, or a JSON list.",
     )
     ingest_max_bytes: int = Field(
-        8 << 20, ge=1024, le=1 << 30, description="Max body of POST /api/v1/samples."
+        # a sample as large as the tap captures fits (its one metadata line comes on top)
+        TapConfig.max_sample_bytes,
+        ge=BATCH_BYTES,
+        le=1 << 30,
+        description="Max body of POST /api/v1/samples; at least the largest batch "
+        "`dsv4-sidecar tap` posts (4 MiB). A sampled exchange larger than it is refused "
+        "(the tap counts it as sidecar_refused).",
     )
     grading_queue: int = Field(
         1000, ge=1, le=1_000_000, description="Samples waiting for the grader, max."

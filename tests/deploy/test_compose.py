@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -19,8 +19,10 @@ from tests.deploy.conftest import (
     PROBE_DIR,
     SGLANG_PORT,
     SIDECAR_UID,
+    TAP_METRICS_PORT,
     TAP_PORT,
     compose,
+    k8s_objects,
     run,
     venv_tool,
 )
@@ -89,7 +91,7 @@ def test_compose_implementation_accepts_the_files(compose_config, path, env):
     res = compose_config(path, env)
     assert res.returncode == 0, res.stdout + res.stderr
     services = yaml.safe_load(res.stdout)["services"]
-    assert {"sidecar", "prometheus", "grafana"} <= set(services)
+    assert {"sidecar", "tap", "ingest-token", "prometheus", "grafana"} <= set(services)
     # compose.real-sglang.yaml extends Prometheus and Grafana from compose.yaml: the resolved
     # services carry the base's mounts.
     assert any(
@@ -130,18 +132,57 @@ def _ours(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n: s for n, s in doc["services"].items() if str(s.get("image", "")).startswith("dsv4-")}
 
 
+def _resolved(path: Path) -> dict[str, dict[str, Any]]:
+    """The services of ``path`` with ``extends`` applied (one level, as the files use it)."""
+    services = compose(path)["services"]
+    out = {}
+    for name, svc in services.items():
+        ext = svc.get("extends")
+        if ext:
+            svc = {**compose(DOCKER / ext["file"])["services"][ext["service"]], **svc}
+            del svc["extends"]
+        out[name] = svc
+    return out
+
+
+def _one_shot(svc: dict[str, Any]) -> bool:
+    """A container that runs to completion (the token writer): no restart policy, no probe."""
+    return svc.get("healthcheck") == {"disable": True}
+
+
+def _volume_mounts(svc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """target -> {source, read_only} of a service's named-volume mounts (both syntaxes)."""
+    out = {}
+    for vol in svc.get("volumes", []):
+        if isinstance(vol, dict):
+            if vol["type"] == "volume":
+                out[vol["target"]] = {"source": vol["source"], "read_only": vol["read_only"]}
+        elif not vol.startswith((".", "/", "$")):
+            source, target, *mode = vol.split(":")
+            out[target] = {"source": source, "read_only": mode == ["ro"]}
+    return out
+
+
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
 def test_our_containers_are_locked_down(path):
-    ours = _ours(compose(path))
-    assert "sidecar" in ours
+    ours = _ours({"services": _resolved(path)})
+    assert {"sidecar", "tap", "ingest-token"} <= set(ours)
     for name, svc in ours.items():
         assert svc["user"] == f"{SIDECAR_UID}:{SIDECAR_UID}", name
         assert svc["read_only"] is True, name
-        assert "/tmp" in svc["tmpfs"], f"{name}: the image's only writable path"
         assert svc["cap_drop"] == ["ALL"], name
         assert "no-new-privileges:true" in svc["security_opt"], name
-        assert svc["healthcheck"]["test"][0] == "CMD", name
         assert svc["build"] == {"context": "..", "dockerfile": "docker/Dockerfile"}, name
+        if _one_shot(svc):
+            # its one writable place is the token volume, mounted where the image has /tmp
+            assert _volume_mounts(svc) == {"/tmp": {"source": "ingest-token", "read_only": False}}
+            assert "restart" not in svc and svc["network_mode"] == "none", name
+            continue
+        assert "/tmp" in svc["tmpfs"], f"{name}: the image's only writable path"
+        assert svc["healthcheck"]["test"][0] == "CMD", name
+        assert svc["restart"] == "unless-stopped", name
+        # the token volume is written by the one-shot only
+        assert all(m["read_only"] for m in _volume_mounts(svc).values()), name
 
 
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
@@ -169,19 +210,87 @@ def test_sim_stack_wiring():
     env = _env(sidecar)
     assert env["DSV4_SIDECAR_SERVER_URL"] == f"http://sglang-sim:{SGLANG_PORT}"
     assert env["DSV4_SIDECAR_GPU_BACKEND"] == "fake"
-    assert env["DSV4_SIDECAR_TAP_PORT"] == str(TAP_PORT)
     # The switch a real pod shares with SGLang agrees with the simulated deployment.
     assert env["SGLANG_DSV4_BF16_INDEX_K"] == "1"
     assert sidecar["command"] == ["serve"]
     # the image declares no fake GPU backend: the simulator's entry registers it
     assert sidecar["entrypoint"] == ["python", "-m", "exporter.sim.sidecar"]
     assert sidecar["depends_on"]["sglang-sim"]["condition"] == "service_healthy"
-    assert sidecar["ports"] == [
-        f"127.0.0.1:{METRICS_PORT}:{METRICS_PORT}",
-        f"127.0.0.1:{TAP_PORT}:{TAP_PORT}",
-    ]
+    assert sidecar["ports"] == [f"127.0.0.1:{METRICS_PORT}:{METRICS_PORT}"]
     assert "/health" in " ".join(sim["healthcheck"]["test"])
     assert "/healthz" in " ".join(sidecar["healthcheck"]["test"])
+    tap = services["tap"]
+    assert _env(tap)["DSV4_SIDECAR_SERVER_URL"] == f"http://sglang-sim:{SGLANG_PORT}"
+    assert tap["depends_on"]["sglang-sim"]["condition"] == "service_healthy"
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_tap_is_its_own_service_sharing_a_token_file_with_the_sidecar(path):
+    """Issue 31: the request path runs as `dsv4-sidecar tap` in a container of its own (as the
+    Kubernetes pod's dsv4-tap), limited on its own, posting samples to the sidecar's ingest
+    with a token both read from a file on a volume the one-shot ingest-token service writes;
+    no token value in any environment."""
+    services = _resolved(path)
+    sidecar, tap, init = services["sidecar"], services["tap"], services["ingest-token"]
+    e, se = _env(tap), _env(sidecar)
+    assert tap["command"] == ["tap"] and "entrypoint" not in tap
+    assert "DSV4_SIDECAR_TAP_PORT" not in se, "no second tap in the sidecar's process"
+    assert e["DSV4_SIDECAR_PORT"] == str(TAP_PORT)
+    assert e["DSV4_SIDECAR_METRICS_PORT"] == str(TAP_METRICS_PORT)
+    assert e["DSV4_SIDECAR_SIDECAR_URL"] == f"http://sidecar:{METRICS_PORT}"
+    assert e["DSV4_SIDECAR_SERVER_URL"] == se["DSV4_SIDECAR_SERVER_URL"]
+    assert tap["ports"] == [
+        f"127.0.0.1:{TAP_PORT}:{TAP_PORT}",
+        f"127.0.0.1:{TAP_METRICS_PORT}:{TAP_METRICS_PORT}",
+    ]
+    assert f":{TAP_METRICS_PORT}/metrics" in " ".join(tap["healthcheck"]["test"])
+    # one token file, on the volume the one-shot writes, read-only in both readers
+    token = PurePosixPath(e["DSV4_SIDECAR_INGEST_TOKEN_FILE"])
+    assert str(token) == se["DSV4_SIDECAR_INGEST_TOKEN_FILE"]
+    for reader in (tap, sidecar):
+        assert _volume_mounts(reader)[str(token.parent)] == {
+            "source": "ingest-token",
+            "read_only": True,
+        }
+        assert reader["depends_on"]["ingest-token"]["condition"] == (
+            "service_completed_successfully"
+        )
+    assert init["entrypoint"] == ["python", "-I", "-m", "exporter.tokenfile"]
+    (written,) = init["command"]
+    (volume_at,) = _volume_mounts(init)
+    assert PurePosixPath(written) == PurePosixPath(volume_at) / token.name
+    assert "ingest-token" in compose(path)["volumes"]
+    for name, svc in services.items():
+        assert not any("INGEST_TOKEN" in k and "FILE" not in k for k in _env(svc)), name
+    # limited as the Kubernetes containers are
+    for svc, container in ((tap, "dsv4-tap"), (sidecar, "dsv4-sidecar")):
+        res = _k8s_resources(container)
+        assert float(svc["cpus"]) == _cpu(res["limits"]["cpu"]), container
+        assert _bytes(svc["mem_limit"]) == _bytes(res["limits"]["memory"]), container
+        assert _bytes(svc["mem_reservation"]) == _bytes(res["requests"]["memory"]), container
+
+
+def _k8s_resources(name: str) -> dict[str, dict[str, str]]:
+    (c,) = [
+        c
+        for _, obj in k8s_objects()
+        if obj["kind"] == "Deployment"
+        for c in obj["spec"]["template"]["spec"]["containers"]
+        if c["name"] == name
+    ]
+    return c["resources"]
+
+
+def _cpu(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def _bytes(quantity: str) -> int:
+    """A Kubernetes binary quantity (64Mi, 1Gi) or a compose size (64m, 1g: binary too)."""
+    for suffix, shift in (("Ki", 10), ("Mi", 20), ("Gi", 30), ("k", 10), ("m", 20), ("g", 30)):
+        if quantity.endswith(suffix):
+            return int(quantity[: -len(suffix)]) << shift
+    return int(quantity)
 
 
 def test_real_stack_wiring():

@@ -16,6 +16,7 @@ from tests.deploy.conftest import (
     REPO,
     SCRAPE_JOB,
     SGLANG_PORT,
+    TAP_METRICS_PORT,
     compose,
     load_yaml,
     run,
@@ -72,9 +73,13 @@ def test_scrape_job_is_the_one_the_alerts_select():
     }
     assert selected <= {SCRAPE_JOB}, f"rules select {selected}, Prometheus scrapes {SCRAPE_JOB}"
     (static,) = job["static_configs"]
-    assert static["targets"] == [f"sidecar:{METRICS_PORT}"]
+    # the sidecar's port and the tap's own /metrics (its container), one job as in Kubernetes
+    assert static["targets"] == [f"sidecar:{METRICS_PORT}", f"tap:{TAP_METRICS_PORT}"]
     for path in COMPOSE_FILES:
-        assert "sidecar" in compose(path)["services"], path.name
+        services = compose(path)["services"]
+        assert "sidecar" in services, path.name
+        tap_env = services["tap"]["environment"]
+        assert tap_env["DSV4_SIDECAR_METRICS_PORT"] == str(TAP_METRICS_PORT), path.name
 
 
 def test_grafana_datasource_points_at_the_compose_prometheus():

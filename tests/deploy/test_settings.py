@@ -77,11 +77,13 @@ def test_sidecar_command_parses_with_the_real_cli():
         assert build_parser().parse_args([str(c) for c in cmd]).command == "serve"
 
 
-def test_tap_container_env_is_what_dsv4_sidecar_tap_accepts(monkeypatch):
-    """The tap's own container (`dsv4-sidecar tap`): every variable names one of its settings,
-    and together they load (its command parses with the real CLI too)."""
-    from exporter.tap_settings import TapSettings
-
+def _tap_containers() -> dict[str, tuple[list[str], dict[str, str]]]:
+    """source -> (arguments, environment) of the tap's own container in each artefact."""
+    out = {}
+    for path in COMPOSE_FILES:
+        svc = compose(path)["services"]["tap"]
+        env = {k: _interpolate(str(v)) for k, v in svc["environment"].items()}
+        out[path.name] = ([str(c) for c in svc["command"]], env)
     (tap,) = [
         c
         for _, obj in k8s_objects()
@@ -89,14 +91,25 @@ def test_tap_container_env_is_what_dsv4_sidecar_tap_accepts(monkeypatch):
         for c in obj["spec"]["template"]["spec"]["containers"]
         if c["name"] == "dsv4-tap"
     ]
-    assert build_parser().parse_args(tap["args"]).command == "tap"
+    out["k8s"] = (tap["args"], {e["name"]: e["value"] for e in tap["env"]})
+    return out
+
+
+@pytest.mark.parametrize("source", ["compose.yaml", "compose.real-sglang.yaml", "k8s"])
+def test_tap_container_env_is_what_dsv4_sidecar_tap_accepts(source, monkeypatch):
+    """The tap's own container (`dsv4-sidecar tap`): every variable names one of its settings,
+    and together they load (its command parses with the real CLI too)."""
+    from exporter.tap_settings import TapSettings
+
+    args, env = _tap_containers()[source]
+    assert build_parser().parse_args(args).command == "tap"
     for name in list(os.environ):
         if name.startswith(ENV_PREFIX):
             monkeypatch.delenv(name)
-    for e in tap["env"]:
-        key = e["name"][len(ENV_PREFIX) :].lower()
-        assert key in TapSettings.model_fields, f"no such tap setting: {e['name']}"
-        monkeypatch.setenv(e["name"], e["value"])
+    for key, value in env.items():
+        assert key[len(ENV_PREFIX) :].lower() in TapSettings.model_fields, f"no such: {key}"
+        monkeypatch.setenv(key, value)
     settings = load_settings(cls=TapSettings)
     assert settings.port == 9401 and settings.metrics_port == 9402
-    assert settings.sidecar_url == "http://127.0.0.1:9400"
+    host = "127.0.0.1" if source == "k8s" else "sidecar"
+    assert settings.sidecar_url == f"http://{host}:9400"

@@ -43,6 +43,8 @@ CASES: list[tuple[list[str], str, str]] = [
     (["--tap-upstream-read-timeout", "1e9"], "tap_upstream_read_timeout", "86400"),
     # sizes and counts
     (["--ingest-max-bytes", str(10**23)], "ingest_max_bytes", "less than or equal to"),
+    # below the batch `dsv4-sidecar tap` posts (4 MiB), every batch would be refused
+    (["--ingest-max-bytes", str(1 << 20)], "ingest_max_bytes", "greater than or equal to 4194304"),
     (["--grading-queue-bytes", str(1 << 40)], "grading_queue_bytes", "less than or equal to"),
     (["--samples-max-bytes", str(1 << 40)], "samples_max_bytes", "less than or equal to"),
     (["--grading-queue", str(10**12)], "grading_queue", "less than or equal to"),

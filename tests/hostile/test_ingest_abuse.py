@@ -13,6 +13,7 @@ import pytest
 
 from exporter.samplers.decode import GradingRequest, TextOutput
 from exporter.samplers.grading import GradingPipeline
+from exporter.samplers.tap import handover
 from tests.hostile.ingest_support import (
     AUTH,
     BAD,
@@ -69,8 +70,9 @@ def test_deeply_nested_json_is_a_400_with_its_reason_not_a_500() -> None:
 
 
 def test_size_bounds_are_413_with_a_reason() -> None:
-    with sidecar(ingest_max_bytes=64 << 10) as sc:
-        r = httpx.post(sc.url + SAMPLES, content=b'{"text": "' + b"a" * (65 << 10) + b'"}')
+    limit = handover.BATCH_BYTES  # the lowest the sidecar accepts (the tap's batch)
+    with sidecar(ingest_max_bytes=limit) as sc:
+        r = httpx.post(sc.url + SAMPLES, content=b'{"text": "' + b"a" * limit + b'"}', timeout=30)
         assert r.status_code == 413 and r.json()["reason"] == "too_large"
         batch = [{"text": "a"}] * 1001
         r = httpx.post(sc.url + SAMPLES, json=batch, timeout=10)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from tests.support import (
     openai_chats,
     sample_value,
     serve_argv,
-    stop_process,
     wait_for,
 )
 
@@ -55,14 +53,6 @@ def _graded_from_tap(api: str) -> float:
 
 async def _drive(base_url: str, n: int) -> list[bool]:
     return await openai_chats(base_url, n, 8)
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        stop_process(p)
 
 
 def test_tap_process_feeds_the_sidecar_and_counts_what_it_cannot(

@@ -62,7 +62,7 @@ class SidecarForwarder:
     (``queue_full``), else queues. The sender posts one batch at a time (the sidecar reads
     one ingest body at a time by default) and counts, per exchange, what the sidecar did not take:
     ``sidecar_unavailable`` (no connection, a timeout, a 5xx), ``sidecar_refused`` (a 4xx other
-    than 429: a wrong token, a body over ingest_max_bytes) or ``queue_full`` (its grading
+    than 429: a wrong token, an exchange alone over ingest_max_bytes) or ``queue_full`` (its grading
     queue was full, or 429). ``token`` is read before each post (a mounted Secret rotates).
     """
 
@@ -121,17 +121,20 @@ class SidecarForwarder:
                     self._stats.dropped[reason] += n
 
     def _take(self) -> list[CapturedExchange]:
-        """What waits, oldest first, up to BATCH_BYTES and MAX_RECORDS (at least one)."""
+        """What waits, oldest first, in a body of at most BATCH_BYTES (metadata lines
+        included: the sidecar's ingest_max_bytes is at least that) and MAX_RECORDS exchanges;
+        at least one, however large."""
         batch: list[CapturedExchange] = []
         size = 0
         pending = self._pending
         while pending and len(batch) < handover.MAX_RECORDS:
-            n = len(pending[0].request_body) + len(pending[0].response_body)
+            n = handover.record_bytes(pending[0])
             if batch and size + n > handover.BATCH_BYTES:
                 break
-            batch.append(pending.popleft())
+            exchange = pending.popleft()
+            batch.append(exchange)
             size += n
-        self.pending_bytes -= size
+            self.pending_bytes -= len(exchange.request_body) + len(exchange.response_body)
         return batch
 
     async def _post(

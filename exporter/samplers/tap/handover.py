@@ -28,8 +28,11 @@ MAX_META_BYTES = 1024
 MAX_RECORDS = 1000
 """Exchanges in one body, at most (the ingest API's batch limit for JSON samples too)."""
 BATCH_BYTES = 4 << 20
-"""The tap joins waiting exchanges into one post up to this many bytes (a larger exchange
-goes alone): below ingest_max_bytes' default of 8 MiB."""
+"""The tap joins waiting exchanges into one body of at most this many bytes, metadata lines
+included (an exchange larger than that goes alone). The sidecar's ``ingest_max_bytes`` may
+not be set below it (:class:`exporter.config.SidecarSettings` refuses to start): every batch
+would be refused. An exchange alone larger than ``ingest_max_bytes`` is refused by the
+sidecar and counted by the tap (``sidecar_refused``), never posted again."""
 
 
 class HandoverError(ValueError):
@@ -51,19 +54,27 @@ class Handover:
     request_id: str | None
 
 
+def _meta_line(exchange: CapturedExchange) -> bytes:
+    meta = {
+        "request_bytes": len(exchange.request_body),
+        "response_bytes": len(exchange.response_body),
+        "streaming": exchange.streaming,
+        "concurrency": exchange.concurrency,
+        "request_id": exchange.request_id,
+    }
+    return json.dumps(meta, separators=(",", ":")).encode() + b"\n"
+
+
+def record_bytes(exchange: CapturedExchange) -> int:
+    """Bytes the exchange's record takes in a body: its metadata line, request and response."""
+    return len(_meta_line(exchange)) + len(exchange.request_body) + len(exchange.response_body)
+
+
 def encode(exchanges: list[CapturedExchange]) -> list[bytes]:
     """The body's pieces (per exchange: metadata line, request, response), no joined copy."""
     pieces: list[bytes] = []
     for exchange in exchanges:
-        meta = {
-            "request_bytes": len(exchange.request_body),
-            "response_bytes": len(exchange.response_body),
-            "streaming": exchange.streaming,
-            "concurrency": exchange.concurrency,
-            "request_id": exchange.request_id,
-        }
-        line = json.dumps(meta, separators=(",", ":")).encode() + b"\n"
-        pieces += [line, exchange.request_body, exchange.response_body]
+        pieces += [_meta_line(exchange), exchange.request_body, exchange.response_body]
     return pieces
 
 
