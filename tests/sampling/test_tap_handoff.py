@@ -101,9 +101,9 @@ def test_a_full_grading_queue_is_counted_by_the_tap_as_queue_full() -> None:
 
 
 def _exchange(request: bytes, response: bytes, streaming: bool = False) -> CapturedExchange:
-    return CapturedExchange(
-        request_body=request,
-        response_body=response,
+    return CapturedExchange.whole(
+        request,
+        response,
         status=200,
         content_type="application/json",
         streaming=streaming,

@@ -33,9 +33,9 @@ def _exchange(i: int, size: int) -> CapturedExchange:
     request = b'{"messages": []}'
     head, tail = b'{"choices": [{"message": {"content": "', b'"}}]}'
     pad = size - len(request) - len(head) - len(tail)
-    return CapturedExchange(
-        request_body=request,
-        response_body=head + b"%06d" % i + b"a" * (pad - 6) + tail,
+    return CapturedExchange.whole(
+        request,
+        head + b"%06d" % i + b"a" * (pad - 6) + tail,
         status=200,
         content_type="application/json",
         streaming=False,

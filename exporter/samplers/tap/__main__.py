@@ -52,7 +52,7 @@ async def _serve(config: TapConfig, args: argparse.Namespace) -> None:
 
     async def count(sample: CapturedExchange) -> None:
         nonlocal received
-        received += len(sample.response_body)
+        received += sample.response_bytes
 
     tap = Tap(config, on_sample=count)
     bound = await tap.start(args.host, args.port)

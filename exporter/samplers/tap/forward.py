@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import aiohttp
 
@@ -44,14 +44,33 @@ WRITE_SLICE = 256 << 10
 sample written whole is one long copy during which no client's bytes move."""
 
 
-async def _slices(pieces: list[bytes]) -> AsyncIterator[memoryview]:
-    """The pieces in slices of WRITE_SLICE (views, no copies), yielding to the loop after
-    each so the clients' callbacks run between them."""
+async def _slices(pieces: list[bytes]) -> AsyncIterator[bytes | memoryview]:
+    """The body in writes of at most WRITE_SLICE, yielding to the loop after each so the
+    clients' callbacks run between them: a large piece goes as views of it (no copy), runs of
+    small ones (a streamed answer's pieces are its SSE events) are joined up to WRITE_SLICE."""
+    for write in _writes(pieces):
+        yield write
+        await asyncio.sleep(0)
+
+
+def _writes(pieces: list[bytes]) -> Iterator[bytes | memoryview]:
+    """:func:`_slices` without the yielding to the loop."""
+    run: list[bytes] = []
+    size = 0
     for piece in pieces:
-        view = memoryview(piece)
-        for at in range(0, len(view), WRITE_SLICE):
-            yield view[at : at + WRITE_SLICE]
-            await asyncio.sleep(0)
+        n = len(piece)
+        if size + n > WRITE_SLICE and run:
+            yield b"".join(run)
+            run, size = [], 0
+        if n >= WRITE_SLICE:
+            view = memoryview(piece)
+            for at in range(0, n, WRITE_SLICE):
+                yield view[at : at + WRITE_SLICE]
+            continue
+        run.append(piece)
+        size += n
+    if run:
+        yield b"".join(run)
 
 
 class SidecarForwarder:
@@ -89,7 +108,7 @@ class SidecarForwarder:
         reason = grading_drop_reason(exchange)
         if reason is not None:
             return reason
-        size = len(exchange.request_body) + len(exchange.response_body)
+        size = len(exchange.request_body) + exchange.response_bytes
         if len(self._pending) >= self._max_items or self.pending_bytes + size > self._max_bytes:
             return "queue_full"
         self._pending.append(exchange)
@@ -134,7 +153,7 @@ class SidecarForwarder:
             exchange = pending.popleft()
             batch.append(exchange)
             size += n
-            self.pending_bytes -= len(exchange.request_body) + len(exchange.response_body)
+            self.pending_bytes -= len(exchange.request_body) + exchange.response_bytes
         return batch
 
     async def _post(

@@ -57,7 +57,7 @@ class Handover:
 def _meta_line(exchange: CapturedExchange) -> bytes:
     meta = {
         "request_bytes": len(exchange.request_body),
-        "response_bytes": len(exchange.response_body),
+        "response_bytes": exchange.response_bytes,
         "streaming": exchange.streaming,
         "concurrency": exchange.concurrency,
         "request_id": exchange.request_id,
@@ -67,14 +67,15 @@ def _meta_line(exchange: CapturedExchange) -> bytes:
 
 def record_bytes(exchange: CapturedExchange) -> int:
     """Bytes the exchange's record takes in a body: its metadata line, request and response."""
-    return len(_meta_line(exchange)) + len(exchange.request_body) + len(exchange.response_body)
+    return len(_meta_line(exchange)) + len(exchange.request_body) + exchange.response_bytes
 
 
 def encode(exchanges: list[CapturedExchange]) -> list[bytes]:
-    """The body's pieces (per exchange: metadata line, request, response), no joined copy."""
+    """The body's pieces (per exchange: metadata line, request, the response's pieces as the
+    tap forwarded them), no joined copy."""
     pieces: list[bytes] = []
     for exchange in exchanges:
-        pieces += [_meta_line(exchange), exchange.request_body, exchange.response_body]
+        pieces += [_meta_line(exchange), exchange.request_body, *exchange.response_pieces]
     return pieces
 
 

@@ -44,10 +44,17 @@ class CapturedExchange:
     bytes). ``concurrency`` is the tap's in-flight count when this request arrived, itself
     included. ``complete`` is false when the response was cut short (SGLang reset, client
     left): a grader should not judge a truncated answer as corrupt.
+
+    The response is kept as the pieces the tap forwarded (``response_pieces``, references to
+    them, ``response_bytes`` long) and joined only when a consumer reads ``response_body``:
+    joining a sampled 7 MB answer on the tap's loop cost other users' requests 5-66 ms
+    (page-faulting a fresh 7 MB block each time), and the tap process posts the pieces
+    without ever joining them (:mod:`exporter.samplers.tap.forward`).
     """
 
     request_body: bytes
-    response_body: bytes
+    response_pieces: tuple[bytes, ...]
+    response_bytes: int
     status: int
     content_type: str
     streaming: bool
@@ -58,6 +65,46 @@ class CapturedExchange:
     complete: bool
     started_at: float
     duration_seconds: float
+
+    @property
+    def response_body(self) -> bytes:
+        """The response in one piece: a copy (once per call) unless it came in one read."""
+        pieces = self.response_pieces
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    @classmethod
+    def whole(
+        cls,
+        request_body: bytes,
+        response_body: bytes,
+        *,
+        status: int,
+        content_type: str,
+        streaming: bool,
+        concurrency: int,
+        request_id: str | None,
+        method: str,
+        path: str,
+        complete: bool,
+        started_at: float,
+        duration_seconds: float,
+    ) -> CapturedExchange:
+        """An exchange whose response is one piece (tests, and bodies that arrive whole)."""
+        return cls(
+            request_body,
+            (response_body,),
+            len(response_body),
+            status,
+            content_type,
+            streaming,
+            concurrency,
+            request_id,
+            method,
+            path,
+            complete,
+            started_at,
+            duration_seconds,
+        )
 
 
 @runtime_checkable
@@ -151,6 +198,7 @@ class Capture:
         "request",
         "reserved",
         "response",
+        "response_size",
         "size",
     )
 
@@ -158,6 +206,7 @@ class Capture:
         self.hasher = hasher
         self.request: list[bytes] = []
         self.response: list[bytes] = []
+        self.response_size = 0  # bytes in ``response`` (summed as kept: never re-counted)
         self.size = 0
         self.limit = limit
         self.budget = budget
@@ -171,34 +220,50 @@ class Capture:
         self._keep(self.request, piece)
 
     def add_response(self, piece: bytes) -> None:
-        if self.chosen is not False:
-            self._keep(self.response, piece)
+        if self.chosen is not False and self._keep(self.response, piece):
+            self.response_size += len(piece)
 
     def release(self) -> None:
         """Give the reserved bytes back to the budget (idempotent)."""
         self.budget.available += self.reserved
         self.reserved = 0
 
-    def _keep(self, pieces: list[bytes], piece: bytes) -> None:
+    def _keep(self, pieces: list[bytes], piece: bytes) -> bool:
+        """Keep ``piece`` in ``pieces`` within the limit and the budget; whether it was kept."""
         if self.overflow:
-            return
+            return False
         n = len(piece)
         self.size += n
         budget = self.budget
         if self.size > self.limit:
             self._let_go("too_large")
-        elif n > budget.available:
+            return False
+        if n > budget.available:
             self._let_go("capture_budget")
-        else:
-            budget.available -= n
-            self.reserved += n
-            pieces.append(piece)
+            return False
+        budget.available -= n
+        self.reserved += n
+        pieces.append(piece)
+        return True
 
     def _let_go(self, reason: str) -> None:
         self.overflow = reason
         self.request.clear()
         self.response.clear()
+        self.response_size = 0
         self.release()
+
+
+def _head_of(pieces: tuple[bytes, ...]) -> bytes:
+    """The first ``_ID_SCAN_BYTES`` of the joined pieces, joining no more than that."""
+    head: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        if size >= _ID_SCAN_BYTES:
+            break
+        head.append(piece[: _ID_SCAN_BYTES - size])
+        size += len(head[-1])
+    return b"".join(head)
 
 
 def find_request_id(header_value: bytes | None, body_head: bytes) -> str | None:
@@ -314,17 +379,19 @@ def build_sample(
     started_at: float,
     started_perf: float,
 ) -> CapturedExchange:
-    """Join the captured pieces into a :class:`CapturedExchange` (after the response was sent)."""
-    response = b"".join(capture.response)
+    """The captured pieces as a :class:`CapturedExchange` (after the response was sent): the
+    request joined (it is small: SGLang's prompt), the response's pieces kept as they are."""
+    pieces = tuple(capture.response)
     ctype = content_type.decode("latin-1").strip()
     return CapturedExchange(
         request_body=b"".join(capture.request),
-        response_body=response,
+        response_pieces=pieces,
+        response_bytes=capture.response_size,
         status=status,
         content_type=ctype,
         streaming=ctype.lower().startswith("text/event-stream"),
         concurrency=concurrency,
-        request_id=find_request_id(request_id_header, response),
+        request_id=find_request_id(request_id_header, _head_of(pieces)),
         method=method.decode("latin-1"),
         path=path.decode("latin-1"),
         complete=complete,
