@@ -3,7 +3,8 @@ of releases, read from the released wheels' sources and held to them by the diff
 
 The grader grades a block as the deployment's parser delivers it (:mod:`exporter.dsml.engines`
 reads these rules). vLLM's ``--tool-call-parser deepseek_v32`` / ``deepseek_v4`` /
-``deepseek_v41`` changed twice in ways a client sees:
+``deepseek_v41`` changed parser twice (and then rules within the engine, per the fields
+below; 0.28 alone ran the tool and reasoning parsers as one pass, reverted in 0.29):
 
 - 0.23-0.24: ``vllm/tool_parsers/deepseekv4_tool_parser.py`` over
   ``deepseekv32_tool_parser.py`` (text-level regexes);
