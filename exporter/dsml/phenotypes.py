@@ -30,6 +30,7 @@ from exporter.dsml.catalog import STOPS
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import FindingSink, ToolCall
 from exporter.dsml.schema import ToolSet
+from exporter.dsml.textcheck import is_nonascii_punct
 
 # --- prose_loop --------------------------------------------------------------------------------
 
@@ -497,9 +498,9 @@ def _word_run_exact(value: str) -> tuple[int, int, str] | None:
 
 
 _LETTER_RUN = re.compile(f"([^\\x00-\\x7f])\\1{{{t.VALUE_LOOP_CHAR_REPEATS - 1},}}")
-_CLOSING_RUN = re.compile(
-    f"(?:\\A|\\n)[ \\t]*(([^\\w\\s])\\2{{{t.VALUE_LOOP_ASCII_RUN - 1},}})\\s*\\Z"
-)
+# the shortest closing run of either kind (the exact pass then asks the kind's own length)
+_CLOSING_MIN = min(t.VALUE_LOOP_ASCII_RUN, t.VALUE_CLOSING_PUNCT_RUN)
+_CLOSING_RUN = re.compile(f"(?:\\A|\\n)[ \\t]*(([^\\w\\s])\\2{{{_CLOSING_MIN - 1},}})\\s*\\Z")
 
 
 def _letter_run(value: str) -> tuple[int, int, str] | None:
@@ -516,15 +517,23 @@ def _letter_run(value: str) -> tuple[int, int, str] | None:
     return None
 
 
+def _closing_need(ch: str) -> int:
+    """How long a run of ``ch`` closing a value must be: non-ASCII punctuation (an em-dash)
+    ``VALUE_CLOSING_PUNCT_RUN`` at any width, any other symbol ``VALUE_LOOP_ASCII_RUN``."""
+    return t.VALUE_CLOSING_PUNCT_RUN if is_nonascii_punct(ch) else t.VALUE_LOOP_ASCII_RUN
+
+
 def _closing_run(value: str) -> tuple[int, int, str] | None:
-    """One symbol (not a letter, digit or ``_``) repeated ``VALUE_LOOP_ASCII_RUN`` times alone on
-    the value's last line, with
-    nothing after it, more than twice as wide as any other line of the value (``print(f(3))``
-    then 150 dashes): a closing rule or banner is as wide as the text it frames."""
-    if len(value) < t.VALUE_LOOP_ASCII_RUN:
+    """One symbol (not a letter, digit or ``_``) repeated alone on the value's last line, with
+    nothing after it: ``VALUE_LOOP_ASCII_RUN`` times and more than twice as wide as any other
+    line of the value (``print(f(3))`` then 150 dashes; a closing rule or banner is as wide as
+    the text it frames), or non-ASCII punctuation ``VALUE_CLOSING_PUNCT_RUN`` times at any
+    width (code, then 27 em-dashes: text uses those between sections, not to end)."""
+    if len(value) < _CLOSING_MIN:
         return None  # shorter than the run (most values): no copy stripped for the test below
     tail = value.rstrip()  # str.rstrip's whitespace is re's \s
-    if len(tail) < t.VALUE_LOOP_ASCII_RUN or not tail.endswith(tail[-1] * t.VALUE_LOOP_ASCII_RUN):
+    need = _closing_need(tail[-1]) if tail else _CLOSING_MIN
+    if len(tail) < need or not tail.endswith(tail[-1] * need):
         return None  # the run ends the value, but for whitespace: most values end otherwise
     return _closing_run_exact(value)
 
@@ -535,10 +544,14 @@ def _closing_run_exact(value: str) -> tuple[int, int, str] | None:
     if mt is None:
         return None
     start, end = mt.span(1)
-    widest = max((len(line) for line in value[:start].splitlines()), default=0)
-    if end - start <= 2 * widest:
+    ch = mt.group(2)
+    if end - start < _closing_need(ch):
         return None
-    return start, end, f"{mt.group(2)!r} x{end - start} closing the value"
+    if not is_nonascii_punct(ch):
+        widest = max((len(line) for line in value[:start].splitlines()), default=0)
+        if end - start <= 2 * widest:
+            return None
+    return start, end, f"{ch!r} x{end - start} closing the value"
 
 
 # --- think_in_value ----------------------------------------------------------------------------

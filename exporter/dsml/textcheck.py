@@ -236,7 +236,7 @@ def _salad_detail(run: str) -> str:
     chars = "".join(run.split())
     if len(chars) < t.SALAD_MIN_RUN:
         return ""
-    punct = {c: chars.count(c) for c in set(chars) if c in _SALAD_ASCII or _is_punct(c)}
+    punct = {c: chars.count(c) for c in set(chars) if c in _SALAD_ASCII or is_nonascii_punct(c)}
     total = sum(punct.values())
     if total < t.SALAD_MIN_SHARE * len(chars):
         return ""
@@ -247,5 +247,6 @@ def _salad_detail(run: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _is_punct(ch: str) -> bool:
+def is_nonascii_punct(ch: str) -> bool:
+    """Unicode punctuation (P*) beyond ASCII: what an em-dash or 。 flood is made of."""
     return not ch.isascii() and unicodedata.category(ch).startswith("P")

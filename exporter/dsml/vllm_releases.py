@@ -3,7 +3,8 @@ of releases, read from the released wheels' sources and held to them by the diff
 
 The grader grades a block as the deployment's parser delivers it (:mod:`exporter.dsml.engines`
 reads these rules). vLLM's ``--tool-call-parser deepseek_v32`` / ``deepseek_v4`` /
-``deepseek_v41`` changed twice in ways a client sees:
+``deepseek_v41`` changed parser twice (and then rules within the engine, per the fields
+below; 0.28 alone ran the tool and reasoning parsers as one pass, reverted in 0.29):
 
 - 0.23-0.24: ``vllm/tool_parsers/deepseekv4_tool_parser.py`` over
   ``deepseekv32_tool_parser.py`` (text-level regexes);
@@ -59,9 +60,29 @@ class VllmRules:
     # 0.23-0.29 send it as content (0.25-0.29: ``TOOL_END -> CONTENT``), 0.30+ stay in
     # TOOL_BETWEEN ("a tool call ends the turn") and drop it.
     after_block_streamed: bool = True
+    # A block that yields no call: 0.23-0.27 and 0.29 hand the client the whole text as
+    # content (the regex parser's fallback; the engine's tool adapter run after the reasoning
+    # one), 0.28 and 0.30+ only the text before the block opener: the damaged block vanishes
+    # from the client's view.
+    unparsed_block_kept: bool = True
+    # ``<think>`` / ``</think>`` inside a call: 0.25-0.27, 0.29 and 0.30+ read them in any
+    # state (``<think>`` opens reasoning until ``</think>``, a bare ``</think>`` is dropped),
+    # so a value loses them or is cut; 0.28 (``parser_manager`` runs one engine pass,
+    # ``_get_parser_engine_cls``, reverted in 0.29) and 0.23-0.24 keep them as the value's text.
+    think_tags_anywhere: bool = False
+    # 0.30+: a parameter's value also ends where the next ``<｜DSML｜parameter name=`` starts
+    # (``_PARAM_RE``'s lookahead), so a damaged parameter closer costs only that closer; before,
+    # the value runs on to the next intact closer and swallows the parameters between.
+    param_ends_at_next_param: bool = False
     # 0.31+: a parameter without ``string=`` is kept (JSON, else the literal text);
     # before, ``_PARAM_RE`` requires ``string="true|false"`` and the parameter is lost.
     missing_string_flag_kept: bool = False
+
+    @property
+    def state_machine(self) -> bool:
+        """0.25+: the parser engine (``vllm/parser/engine/``) reads the output terminal by
+        terminal; 0.23-0.24: regexes over complete blocks (the simulator restates both)."""
+        return self.parser_file.startswith("vllm/parser/")
 
     def covers(self, release: tuple[int, int, int]) -> bool:
         return self.first <= release <= self.last
@@ -76,14 +97,24 @@ _R23 = VllmRules(
 )
 _R25 = replace(
     _R23,
-    name="0.25-0.29",
+    name="0.25-0.27",
     first=(0, 25, 0),
-    last=(0, 29, 99),
+    last=(0, 27, 99),
     parser_file="vllm/parser/deepseek_v4.py",
     self_closing="name_swallows",
+    think_tags_anywhere=True,
 )
-_R30 = replace(
+_R28 = replace(
     _R25,
+    name="0.28",
+    first=(0, 28, 0),
+    last=(0, 28, 99),
+    unparsed_block_kept=False,
+    think_tags_anywhere=False,
+)
+_R29 = replace(_R25, name="0.29", first=(0, 29, 0), last=(0, 29, 99))
+_R30 = replace(
+    _R29,
     name="0.30",
     first=(0, 30, 0),
     last=(0, 30, 99),
@@ -91,6 +122,8 @@ _R30 = replace(
     opener_variants=(("v4", "toolcalls"), ("v4", "tool")),
     invoke_outside_block=True,
     after_block_streamed=False,
+    unparsed_block_kept=False,
+    param_ends_at_next_param=True,
 )
 _R31 = replace(
     _R30, name="0.31-0.33", first=(0, 31, 0), last=(0, 33, 99), missing_string_flag_kept=True
@@ -102,7 +135,7 @@ _R34 = replace(
     last=(0, 34, 99),
     opener_variants=(*_R31.opener_variants, ("v4.1", "tool_calls")),
 )
-RULES: tuple[VllmRules, ...] = (_R23, _R25, _R30, _R31, _R34)
+RULES: tuple[VllmRules, ...] = (_R23, _R25, _R28, _R29, _R30, _R31, _R34)
 NEWEST = RULES[-1]
 # Fact sources of the rule set chosen: the release is in the table, or it is not (newer,
 # older or unparseable: the nearest rules, flagged) or unknown (no /version yet: the newest).

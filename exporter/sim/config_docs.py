@@ -22,12 +22,16 @@ answers them, from the footprint model run on the simulated deployment's ground 
 tests run the sidecar against it. The sidecar is told only the simulator's URL, as it would be
 told a real server's.
 
-With `engine: vllm` (`--engine vllm`) it poses as vLLM 0.24.0 instead: `/version`, vLLM's
+With `engine: vllm` (`--engine vllm`) it poses as vLLM instead, the release `vllm_version`
+names (any of 0.23.0-0.34.x, default the newest): `/version` reports it, vLLM's
 `/v1/models`, `/metrics` with `vllm:` names (running and waiting requests, KV usage,
 preemptions, which rise above 32 running, token counters, `vllm:cache_config_info` with block
 size 256, GPU blocks and cache dtype), no `/server_info` and no `/generate`, and the same
-simulated model's raw text handed on as vLLM's `deepseek_v4` tool and reasoning parsers
-deliver it (`exporter/sim/vllm.py`; held to the released parser by
+simulated model's raw text handed on as that release's `deepseek_v4` tool and reasoning
+parsers deliver it: the rules of each release range come from the one table the grader reads
+(`exporter/dsml/vllm_releases.py`), so 0.30+ turn a block opened `<｜DSML｜toolcalls>` or
+invokes without a block into calls where 0.24 hands the text on as content
+(`exporter/sim/vllm.py`; held to every released parser by
 `tests/dsml/test_vllm_differential.py`).
 
 The simulator is attached from outside the sidecar: nothing in the sidecar's production code

@@ -5,8 +5,9 @@ Speaks SGLang's /server_info, /get_server_info, /health, /health_generate, /v1/m
 against real HTTP. ``POST /_sim/control`` injects faults (slow answers, garbage, HTTP errors)
 and background load for fault tests and the demo; ``GET /_sim/gpus`` serves the simulated
 GPUs' ground truth to the sidecar's ``fake`` GPU backend (``exporter.sim.gpus``). With
-``engine: vllm`` it poses as vLLM instead (:mod:`exporter.sim.vllm`): ``/version``, vLLM's
-``/v1/models``, ``vllm:`` metrics, vLLM's parser applied to the same simulated model.
+``engine: vllm`` it poses as vLLM instead (:mod:`exporter.sim.vllm`): ``/version`` (the
+``vllm_version`` release), vLLM's ``/v1/models``, ``vllm:`` metrics, that release's parser
+applied to the same simulated model.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from exporter.sim.deployment import SimDeployment
 from exporter.sim.generation import Completion, complete, corruption_probability
 from exporter.sim.probe_writer import SimProbe, deployment_memory
 from exporter.sim.settings import SimSettings
-from exporter.sim.vllm import VERSION as VLLM_VERSION
 from exporter.sim.vllm import VllmMetrics
 from exporter.sim.vllm import message as vllm_message
 
@@ -232,7 +232,7 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
         faulted = await _faulted()
         if faulted is None and state.fault == "bad_shape":
             return JSONResponse({"simulator": True})
-        return faulted or JSONResponse({"version": VLLM_VERSION})
+        return faulted or JSONResponse({"version": settings.vllm_version})
 
     if as_vllm:
         app.add_api_route("/version", version, methods=["GET"])
@@ -318,7 +318,7 @@ def create_sim_app(settings: SimSettings) -> FastAPI:
             tools = body.get("tools") if isinstance(body.get("tools"), list) else None
             thinking = bool((body.get("chat_template_kwargs") or {}).get("thinking", True))
             delivered, called = vllm_message(
-                c.raw, thinking, tools, f"call_sim{state.requests_total}"
+                c.raw, thinking, tools, f"call_sim{state.requests_total}", settings.vllm_version
             )
             c.content = delivered.get("content") or ""
             c.reasoning = delivered.get("reasoning") or ""

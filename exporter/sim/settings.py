@@ -8,7 +8,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from exporter.dsml.vllm_releases import RULES as VLLM_RULES
+from exporter.dsml.vllm_releases import rules_for as vllm_rules_for
 from exporter.footprint.releases import NEWEST_RELEASE, VersionError, rules_for_version
+from exporter.sim.vllm import VERSION as VLLM_VERSION
 from exporter.topology import Topology, TopologyError
 
 GIB_MAX = 1 << 20  # GiB per GPU: far above any GPU, far below float trouble
@@ -28,8 +31,14 @@ class SimSettings(BaseSettings):
     engine: Literal["sglang", "vllm"] = Field(
         "sglang",
         description="The server the simulator poses as: SGLang (/server_info, sglang: metrics, "
-        "SGLang's parser) or vLLM (/version, vllm: metrics and cache_config_info, vLLM "
-        "0.24's deepseek_v4 tool and reasoning parsers; no /server_info).",
+        "SGLang's parser) or vLLM (/version, vllm: metrics and cache_config_info, the "
+        "deepseek_v4 tool and reasoning parsers of the vllm_version release; no /server_info).",
+    )
+    vllm_version: str = Field(
+        VLLM_VERSION,
+        description="With engine vllm: the vLLM release the simulator reports on /version and "
+        "whose deepseek_v4 parser rules deliver the tool calls (the release table of "
+        "exporter/dsml/vllm_releases.py, 0.23.0-0.34.x; default the newest).",
     )
     host: str = Field("127.0.0.1", description="Listen address.")
     port: int = Field(30000, ge=0, le=65535, description="Listen port (SGLang's default).")
@@ -113,6 +122,18 @@ class SimSettings(BaseSettings):
             rules_for_version(value)
         except VersionError as exc:
             raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_vllm_release(cls, value: str) -> str:
+        """A release the table has rules for: the simulator never guesses a parser."""
+        if vllm_rules_for(value)[1] != "release":
+            first, last = VLLM_RULES[0].first, VLLM_RULES[-1].last
+            raise ValueError(
+                f"vLLM release {value!r} is not in the release table "
+                f"({'.'.join(map(str, first))} to {'.'.join(map(str, last[:2]))}.x)"
+            )
         return value
 
     @model_validator(mode="after")

@@ -770,6 +770,9 @@ PHENOTYPE_TRIGGERS: dict[str, list[Case]] = {
         Case("dashes after a city", _with_value("Paris" + "-" * 150)),
         Case("a letter run after a line break", _with_value("print(f(3))\n" + "了" * 16)),
         Case("a rule far wider than the code", _with_value(CODE_VALUE + "=" * 100)),
+        # issue 32's last vLLM miss: under every width rule, but no text ends on such a run
+        Case("em-dashes closing the code", _with_value(CODE_VALUE + "—" * 27)),
+        Case("ideographic stops closing", _with_value("配置文件\n" + "。" * 16 + "\n")),
         Case("a word x8 in a query", _with_value("the " * 7 + "the")),
         Case("two words x8", _with_value("config " + "error log " * 8)),
         Case(
@@ -923,6 +926,17 @@ PHENOTYPE_NEAR_MISSES: dict[str, list[Case]] = {
         Case("a rule on its own line", _with_value("Title\n" + "-" * 60), verdict="well_formed"),
         Case("a letter 15 times", _with_value("print(f(3))\n" + "了" * 15), verdict="well_formed"),
         Case("box drawing", _with_value("Table\n" + "─" * 40), verdict="well_formed"),
+        Case("em-dashes 15 times", _with_value(CODE_VALUE + "—" * 15), verdict="well_formed"),
+        Case(
+            "an em-dash rule between sections",
+            _with_value("正文。\n" + "—" * 16 + "\n版权声明：本文为博主原创文章。"),
+            verdict="well_formed",
+        ),
+        Case("an em-dash pair", _with_value("它结束了——"), verdict="well_formed"),
+        Case("a markdown rule", _with_value(CODE_VALUE + "---\n"), verdict="well_formed"),
+        Case("a table separator", _with_value("| a | b |\n|---|---|"), verdict="well_formed"),
+        Case("short dashes", _with_value(CODE_VALUE + "-" * 20), verdict="well_formed"),
+        Case("a heavy box rule", _with_value(CODE_VALUE + "━" * 40), verdict="well_formed"),
         Case("modifier letters", _with_value("Title\n" + "ー" * 12), verdict="well_formed"),
         Case(
             "a closing rule as wide as the log",

@@ -347,7 +347,7 @@ def test_word_run_screens_never_hold_back_a_run(
 
 # --- issue 32: the exits in front of the per-value and per-sample regexes ------------------
 
-_VALUE_CHARS = st.sampled_from(list("abcXY_1 .,;:!?)]-=*#\n\t\\%") + list("的了данαβ中文한ー─"))
+_VALUE_CHARS = st.sampled_from(list("abcXY_1 .,;:!?)]-=*#\n\t\\%") + list("的了данαβ中文한ー─—。"))
 _VALUES = st.one_of(
     st.text(_VALUE_CHARS, max_size=60),
     # a unit repeated around the value-loop counts, glued to a word or after a space
@@ -377,6 +377,8 @@ _VALUES = st.one_of(
 @example("x\n" + "-" * (t.VALUE_LOOP_ASCII_RUN - 1))
 @example("-" * (t.VALUE_LOOP_ASCII_RUN - 1))
 @example("-" * t.VALUE_LOOP_ASCII_RUN)
+@example("print(f(3))\n" + "—" * t.VALUE_CLOSING_PUNCT_RUN)
+@example("print(f(3))\n" + "—" * (t.VALUE_CLOSING_PUNCT_RUN - 1) + "\n")
 @MANY
 def test_value_loop_screens_never_hold_back_a_run(value: str) -> None:
     """find_value_loop (its screens, in C where built) answers what every exact pass answers

@@ -18,8 +18,11 @@ Holds, per release:
   SGLang, or one the release's parser engine recovers from (:data:`ENGINE_LENIENT`); the
   table's rules that decide whether text after a block or a missing ``string=`` reaches the
   client are seen in the figures both ways;
-- the simulator posing as vLLM (exporter/sim/vllm.py) sends what the released parser it
-  restates (0.24.0) sends, non-streaming, for every V4 item.
+- the simulator posing as vLLM (exporter/sim/vllm.py) set to the release sends what that
+  release's parser sends, non-streaming, for every V4 item and for every answer of the
+  simulated model (clean and each corruption phenotype), reading the release's rules from the
+  same table; only 0.23.0's non-finite numbers differ (it keeps ``NaN`` as JSON NaN, 0.24.0
+  as the string; one rule set covers both and the simulator sends 0.24.0's).
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ from typing import Any
 import pytest
 
 from exporter.dsml.vllm_releases import rules_for
-from exporter.sim.vllm import VERSION as SIM_VERSION
+from exporter.sim.generation import PHENOTYPES
 from tests.dsml.diff_corpus import SIGNALLED_OPS
 from tests.dsml.test_differential import STRICTER
 from tests.dsml.vllm_oracle import RELEASES, parsers, run_release
 
 ROOT = Path(__file__).resolve().parents[2]
+# The release that keeps a non-finite number as JSON NaN (0.24.0 sends the string: the
+# simulator, one rule set for both, sends 0.24.0's).
+NAN_AS_JSON = "0.23.0"
 pytestmark = pytest.mark.timeout(900)  # a wheel download on a fresh machine
 # Damage the 0.25+ parser engine recovers from, so the client gets the intended calls although
 # the grader flags the text (docs/vllm.md): a missing or damaged closer inside a block (the call
@@ -104,11 +110,14 @@ def test_stricter_than_vllm_only_where_documented(summary: dict[str, Any]) -> No
 
 
 def test_the_simulated_vllm_parses_as_the_release_does(summary: dict[str, Any]) -> None:
-    """Compared on the release the simulator restates (0.23.0 keeps a NaN value as JSON NaN,
-    0.24.0 as the string)."""
-    compared = summary["simulator_compared"]
-    assert compared >= 1000 if summary["version"] == SIM_VERSION else compared == 0
+    """Every V4 item, and every answer the simulated model gives (each phenotype present)."""
+    assert summary["simulator_compared"] >= 1000
     assert summary["simulator_mismatch"] == []
+    non_finite = summary["simulator_mismatch_non_finite"]
+    assert non_finite == [] if summary["version"] != NAN_AS_JSON else len(non_finite) >= 1
+    own = summary["simulated_model"]
+    assert set(own["phenotypes"]) == {"clean", *PHENOTYPES}, own["phenotypes"]
+    assert own["mismatch"] == []
 
 
 def test_hand_built_cases_are_flagged_exactly_where_the_release_harms(

@@ -2,9 +2,9 @@
 released parsers: each rule is observed by :mod:`tests.dsml.vllm_probe` running that release's
 own ``deepseek_v32`` / ``deepseek_v4`` / ``deepseek_v41`` tool parser, and must equal the table.
 
-By default the releases on each side of every rule change (0.24|0.25, 0.29|0.30, 0.30|0.31,
-0.33|0.34) and the differential's; ``DSV4_VLLM_ALL_RELEASES=1`` probes every release 0.23-0.34
-(each wheel is ~400 MB to fetch once; its .py files are cached).
+By default the releases on each side of every rule change (0.24|0.25, 0.27|0.28|0.29|0.30,
+0.30|0.31, 0.33|0.34) and the differential's; ``DSV4_VLLM_ALL_RELEASES=1`` probes every
+release 0.23-0.34 (each wheel is ~400 MB to fetch once; its .py files are cached).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ALL = (
     "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0",
     "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0",
 )  # fmt: skip
-BOUNDARIES = ("0.29.0", "0.31.0", "0.33.0")
+BOUNDARIES = ("0.27.1", "0.29.0", "0.31.0", "0.33.0")
 PROBED = (
     ALL
     if os.environ.get("DSV4_VLLM_ALL_RELEASES")
@@ -45,6 +45,9 @@ def test_the_table_is_what_the_release_parser_does(version: str) -> None:
     assert seen["opener_variants"] == sorted(list(v) for v in rules.opener_variants)
     assert seen["invoke_outside_block"] == rules.invoke_outside_block
     assert seen["missing_string_flag_kept"] == rules.missing_string_flag_kept
+    assert seen["unparsed_block_kept"] == rules.unparsed_block_kept
+    assert seen["param_ends_at_next_param"] == rules.param_ends_at_next_param
+    assert seen["think_tags_anywhere"] == rules.think_tags_anywhere
 
 
 def test_the_table_covers_every_release_without_gaps() -> None:

@@ -34,7 +34,9 @@ from exporter.dsml import markers as m
 from exporter.dsml.dialect import resolve_dialect
 from exporter.dsml.engines import qualify
 from exporter.sim import vllm as sim_vllm
+from exporter.sim.generation import complete
 from tests.dsml import vllm_oracle as oracle
+from tests.dsml.builders import tool
 from tests.dsml.diff_corpus import TOOLS, Item, build, signalled
 from tests.dsml.differential import completion_of
 
@@ -54,9 +56,12 @@ def intent(item: Item) -> oracle.View:
     return oracle.View(prose.strip(), calls)
 
 
-def _simulated(item: Item) -> oracle.View:
-    """What the simulator posing as vLLM (exporter.sim.vllm) sends for the same raw text."""
-    msg, _ = sim_vllm.message(item.text, item.thinking, TOOLS, "call")
+def _simulated(
+    text: str, thinking: bool, version: str, tools: list[dict[str, Any]] = TOOLS
+) -> oracle.View:
+    """What the simulator posing as vLLM ``version`` (exporter.sim.vllm) sends for the same
+    raw text."""
+    msg, _ = sim_vllm.message(text, thinking, tools, "call", version)
     calls = tuple(
         (c["function"]["name"], oracle.canonical_args(c["function"]["arguments"]))
         for c in msg.get("tool_calls", [])
@@ -78,7 +83,7 @@ def run(items: list[Item]) -> dict[str, Any]:
         ns = oracle.non_streaming(item.dialect, item.text, tools, item.thinking)
         st = oracle.streaming(item.dialect, item.text, tools, item.thinking, sizes)
         want = intent(item)
-        sim = _simulated(item)
+        sim = _simulated(item.text, item.thinking, version)
         # The dialect as the sidecar resolves it from what vLLM is started with (its
         # --tool-call-parser name) and the release its /version reports, not from the corpus
         # label.
@@ -107,9 +112,10 @@ def run(items: list[Item]) -> dict[str, Any]:
                 "reasons": list(res.reasons),
                 "client_verdict": client.verdict,
                 "client_stream_verdict": streamed.verdict,
-                # the simulator is a V4 model restating one release's parser
-                "sim_compared": item.dialect == "v4" and oracle.load_version() == sim_vllm.VERSION,
+                # the simulator is a V4 model restating each release's parser
+                "sim_compared": item.dialect == "v4",
                 "sim_matches": sim == ns,
+                "non_finite": any(f">{w}<" in item.text for w in _NON_FINITE),
                 "harm_ns": ns != want,
                 "harm_stream": st != want,
                 "vllm_ns": [ns.content[:80], [list(c) for c in ns.calls]],
@@ -157,7 +163,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "stricter_by_op": dict(Counter(r["op"] for r in stricter)),
         "simulator_compared": sum(1 for r in rows if r["sim_compared"]),
         "simulator_mismatch": [
-            r["key"] for r in rows if r["sim_compared"] and not r["sim_matches"]
+            r["key"]
+            for r in rows
+            if r["sim_compared"] and not r["sim_matches"] and not r["non_finite"]
+        ],
+        "simulator_mismatch_non_finite": [
+            r["key"] for r in rows if r["sim_compared"] and not r["sim_matches"] and r["non_finite"]
         ],
         "by_op": {k: dict(v) for k, v in sorted(by_op.items())},
     }
@@ -224,12 +235,44 @@ def run_cases(version: str) -> list[dict[str, Any]]:
     return rows
 
 
+_NON_FINITE = ("NaN", "Infinity", "-Infinity")
+# The simulated model's requests: the tools its answers call (exporter/sim/generation.py's
+# argument templates), typed as a client would declare them.
+SIM_TOOLS = [
+    tool("get_weather", ("city",), city="string", unit="string"),
+    tool("search_web", ("query",), query="string", max_results="integer"),
+    tool("run_shell", ("command",), command="string"),
+    tool("read_file", ("path",), path="string", limit="integer"),
+]
+
+
+def run_simulated_model(version: str, answers: int = 600) -> dict[str, Any]:
+    """The simulated model's own answers (clean and every corruption phenotype, with and
+    without thinking) through the release's parser and through the simulator posing as it:
+    the message the simulator sends must be the release's."""
+    tools = oracle.tools_of(SIM_TOOLS)
+    seen: Counter[str] = Counter()
+    mismatch: list[str] = []
+    for seed in range(answers):
+        rng = random.Random(seed)
+        thinking = seed % 2 == 0
+        ask = [{"role": "user", "content": "check it"}]
+        c = complete(rng, ask, SIM_TOOLS, 1.0 if seed % 3 else 0.0, thinking=thinking)
+        phenotype = c.phenotype or "clean"
+        seen[phenotype] += 1
+        want = oracle.non_streaming("v4", c.raw, tools, thinking)
+        if _simulated(c.raw, thinking, version, SIM_TOOLS) != want:
+            mismatch.append(f"{seed}/{phenotype}")
+    return {"phenotypes": dict(seen), "mismatch": mismatch}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     version = args[0] if args else oracle.RELEASES[-1]
     oracle.load(version)
     summary = run(build(20261201, 300))
     summary["cases"] = run_cases(version)
+    summary["simulated_model"] = run_simulated_model(version)
     json.dump(summary, sys.stdout, ensure_ascii=False)
     return 0
 

@@ -29,11 +29,30 @@ CANDIDATE_NAMES = {
 }
 
 
-def _invoke(g: str, body: bool = True, flag: bool = True) -> str:
+def _invoke(g: str, body: bool = True, flag: bool = True, path: str = "src") -> str:
     p = m.tag_prefix(g)
     attr = ' string="true"' if flag else ""
-    param = f'<{p}{m.PARAMETER} name="path"{attr}>src</{p}{m.PARAMETER}>\n' if body else ""
+    param = f'<{p}{m.PARAMETER} name="path"{attr}>{path}</{p}{m.PARAMETER}>\n' if body else ""
     return f'<{p}{m.INVOKE} name="read_file">\n{param}</{p}{m.INVOKE}>'
+
+
+def _path_of(invoke: str) -> object:
+    """``path`` of the first call read_file the release delivers for a block holding
+    ``invoke`` (non-streaming); None when there is none."""
+    view = oracle.non_streaming("v4", _block("v4", invoke), oracle.tools_of(TOOLS), False)
+    args = [json.loads(a) for n, a in view.calls if n == "read_file"]
+    return args[0].get("path") if args else None
+
+
+def _two_params_first_cut() -> str:
+    """An invoke whose first parameter (``depth``) lost its closer's ``<``, then ``path``."""
+    p = m.tag_prefix("v4")
+    return (
+        f'<{p}{m.INVOKE} name="read_file">\n'
+        f'<{p}{m.PARAMETER} name="depth" string="false">2/{p}{m.PARAMETER}>\n'
+        f'<{p}{m.PARAMETER} name="path" string="true">src</{p}{m.PARAMETER}>\n'
+        f"</{p}{m.INVOKE}>"
+    )
 
 
 def _block(g: str, inner: str, name: str | None = None) -> str:
@@ -90,6 +109,14 @@ def probe(version: str) -> dict[str, Any]:
         "after_block": ["Tail words" in v.content for v in tail],
         "opener_variants": variants,
         "invoke_outside_block": _delivered("v4", bare),
+        # a block with no call in it: is the whole text content (non-streaming)?
+        "unparsed_block_kept": "Hidden words"
+        in oracle.non_streaming(
+            "v4", _block("v4", "Hidden words."), oracle.tools_of(TOOLS), False
+        ).content,
+        "param_ends_at_next_param": _path_of(_two_params_first_cut()) == "src",
+        # </think> inside a value: dropped (read as a reasoning marker) or the value's text
+        "think_tags_anywhere": _path_of(_invoke("v4", path="a </think> b")) == "a  b",
         "missing_string_flag_kept": _delivered("v4", _block("v4", _invoke("v4", flag=False))),
     }
 

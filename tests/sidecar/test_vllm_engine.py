@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import create_app
 from exporter.config import SidecarSettings
 from exporter.config_loader import load_settings
+from exporter.dsml import markers as mk
+from exporter.dsml.vllm_releases import rules_for
 from exporter.oncall.triage.collect import CollectOptions
 from exporter.oncall.triage.report import write_report
 from exporter.sidecar import Sidecar
@@ -38,6 +40,8 @@ from tests.support import ServerThread, racy_sim, sample_value, scrape, wait_for
 FLASH = Path(__file__).parent.parent / "fixtures" / "deepseek-v4-flash.config.json"
 # A simulated vLLM serving the corrupting model (bf16 index-K, HiCache) at 60 in flight.
 RACY_VLLM = racy_sim(engine="vllm", seed=7)
+# dsv4_dsml_dialect_info's engine_rules beside the simulator's default release (the newest)
+SIM_RULES = f"vllm {rules_for(SIM_VLLM_VERSION)[0].name} (release)"
 
 # vLLM 0.24's exposition shape (two engine cores, data parallel 2), with hostile values mixed in.
 TWO_ENGINES = """\
@@ -162,7 +166,7 @@ def _polled(src: P) -> P:
 
 def test_simulated_vllm_serves_vllms_endpoints(sim_vllm: ServerThread) -> None:
     assert httpx.get(sim_vllm.url + "/server_info").status_code == 404
-    assert httpx.get(sim_vllm.url + "/version").json() == {"version": "0.24.0"}
+    assert httpx.get(sim_vllm.url + "/version").json() == {"version": SIM_VLLM_VERSION}
     models = httpx.get(sim_vllm.url + "/v1/models").json()
     assert models["data"][0]["owned_by"] == "vllm (simulator)"
     text = httpx.get(sim_vllm.url + "/metrics").text
@@ -172,7 +176,7 @@ def test_simulated_vllm_serves_vllms_endpoints(sim_vllm: ServerThread) -> None:
 
 def test_vllm_source_polls_the_simulator(sim_vllm: ServerThread) -> None:
     src = _polled(VllmSource(sim_vllm.url, timeout=2))
-    assert src.health.up and src.facts is not None and src.facts.version == "0.24.0"
+    assert src.health.up and src.facts is not None and src.facts.version == SIM_VLLM_VERSION
     assert src.facts.served_model_name and src.running() == 5
     names = {fam.name for fam in src.collect()}
     assert {"dsv4_vllm", "dsv4_vllm_running_requests", "dsv4_vllm_cache_config"} <= names
@@ -262,7 +266,7 @@ def test_configured_vllm_needs_no_discovery(sim_vllm: ServerThread) -> None:
         {
             "dialect": f"v4@vllm-{SIM_VLLM_VERSION}",
             "source": "model_config",
-            "engine_rules": "vllm 0.23-0.24 (release)",
+            "engine_rules": SIM_RULES,
         }
     ]
     assert sc.served_model() == sc.servers["vllm"].facts.served_model_name  # type: ignore[union-attr]
@@ -324,7 +328,7 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency(
         {
             "dialect": f"v4@vllm-{SIM_VLLM_VERSION}",
             "source": "model_config",
-            "engine_rules": "vllm 0.23-0.24 (release)",
+            "engine_rules": SIM_RULES,
         }
     ]
     bad = sum(
@@ -343,10 +347,10 @@ def test_sidecar_beside_simulated_vllm_discovers_it_and_grades_by_concurrency(
         "source": "discovered",
         "footprint": "not modelled: vllm",
     }
-    assert ev.engine_version == "0.24.0" and ev.corruption is not None
+    assert ev.engine_version == SIM_VLLM_VERSION and ev.corruption is not None
     assert ev.corruption.degenerate > 0
     report = triage.md_path.read_text()
-    assert "vllm 0.24.0 (discovered)" in report and "not modelled: vllm" in report
+    assert f"vllm {SIM_VLLM_VERSION} (discovered)" in report and "not modelled: vllm" in report
 
 
 def test_streamed_vllm_reasoning_deltas_count_as_output_tokens() -> None:
@@ -362,3 +366,96 @@ def test_streamed_vllm_reasoning_deltas_count_as_output_tokens() -> None:
     ]
     request = GradingRequest(source="tap", output=ResponseOutput(list(chunks)))
     assert output_tokens(request, grade_openai_response(chunks)) == (3, "stream")
+
+
+# An invoke quoted in a Markdown fence: content to vLLM 0.23-0.29, a call to 0.30+ (the table's
+# invoke_outside_block), so graded a quoted block only under 0.30+'s rules.
+FENCED_INVOKE = f"For example:\n```\n{mk.invoke_open('read_file')}\n{mk.INVOKE_CLOSE}\n```\nDone."
+READ_FILE = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
+
+
+def _summed(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s series whose labels include ``labels``."""
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
+
+
+def _first_phenotype(url: str, phenotype: str) -> dict:
+    """The message of the first answer of ``phenotype`` the simulated model gives, asked one
+    request at a time (the seeded model answers in the same order every run)."""
+    for _ in range(400):
+        before = httpx.get(url + "/_sim/stats").json()["phenotypes"].get(phenotype, 0)
+        body = {"model": "m", "messages": [{"role": "user", "content": "weather?"}]}
+        answer = httpx.post(url + "/v1/chat/completions", json={**body, "tools": READ_FILE})
+        if httpx.get(url + "/_sim/stats").json()["phenotypes"].get(phenotype, 0) > before:
+            return dict(answer.json()["choices"][0]["message"])
+    raise AssertionError(f"no {phenotype} answer in 400")
+
+
+@pytest.mark.parametrize(
+    ("release", "rules", "fenced_flagged", "wrapper_delivered"),
+    [("0.24.0", "0.23-0.24", False, False), ("0.34.0", "0.34", True, True)],
+)
+def test_sidecar_reads_and_grades_by_the_simulated_release(
+    release: str, rules: str, fenced_flagged: bool, wrapper_delivered: bool
+) -> None:
+    """The simulated vLLM of two releases: /version reports each, each delivers the same model
+    answer by its own rules (0.30+ take ``<｜DSML｜toolcalls>`` as a block opener, 0.24 hands
+    the block on as content), and the sidecar beside it shows the release's rules on
+    ``dsv4_dsml_dialect_info`` and grades by them (an invoke quoted in a fence is a call to
+    0.34, so a quoted block there; prose to 0.24)."""
+    sim_app = create_sim_app(racy_sim(engine="vllm", seed=11, vllm_version=release))
+    settings = {
+        "host": "127.0.0.1",  # as ServerThread binds: ingest answers without a token
+        "engine": "vllm",
+        "gpu_backend": "fake",
+        "canary": False,
+        "sglang_poll_interval": 0.1,
+        "model_config_path": str(FLASH),
+    }
+    with ServerThread(sim_app) as sim:
+        assert httpx.get(sim.url + "/version").json() == {"version": release}
+        wrapper = _first_phenotype(sim.url, "damaged_wrapper")
+        app = create_app(load_settings({"sglang_url": sim.url, **settings}))
+        with ServerThread(app) as sc:
+            dialect = f"v4@vllm-{release}"
+            wait_for(lambda: dialect in scrape(sc.url), timeout=30)
+            samples = [
+                {"text": FENCED_INVOKE, "finish_reason": "stop", "tools": READ_FILE},
+                {"response": {"choices": [{"message": wrapper, "finish_reason": "stop"}]}},
+            ]
+            posted = httpx.post(sc.url + "/api/v1/samples", json={"samples": samples})
+            assert posted.json()["accepted"] == 2, posted.text
+
+            def graded() -> str | None:
+                text = scrape(sc.url)
+                done = _summed(text, "dsv4_dsml_samples_total", source="ingest") >= 2
+                return text if done else None
+
+            text = wait_for(graded, timeout=30)
+    assert _labels(text, "dsv4_dsml_dialect_info") == [
+        {"dialect": dialect, "source": "model_config", "engine_rules": f"vllm {rules} (release)"}
+    ]
+    assert bool(wrapper.get("tool_calls")) == wrapper_delivered, wrapper
+    assert (mk.MARKER in (wrapper.get("content") or "")) != wrapper_delivered, wrapper
+    quoted = _summed(text, "dsv4_dsml_reasons_total", source="ingest", reason="quoted_block")
+    assert (quoted > 0) == fenced_flagged
+    # flagged: the 0.24 client got the block as content, the 0.34 one a fenced example it
+    # would have received as a call; well formed: 0.34 delivered the damaged wrapper's call
+    ok = sum(
+        _summed(text, "dsv4_dsml_samples_total", source="ingest", verdict=v)
+        for v in ("well_formed", "no_tool_call")
+    )
+    assert ok == 1
