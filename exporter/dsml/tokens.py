@@ -141,7 +141,11 @@ def scan(text: str, limit: int = MAX_EVENTS) -> list[Event]:
             d = find("DSML", max(d + 4, covered))
         if start < covered:
             continue
-        ev = _lt_event(text, mt)
+        if mt.lastgroup == "canon":  # most events: a whole canonical tag, its shape remembered
+            shape = _SHAPES.get(mt.group())
+            ev: Event | None = Tag(start, mt.end(), *(shape or _shape_of(mt)))
+        else:
+            ev = _lt_event(text, mt)
         if ev is not None:
             out.append(ev)
             if ev.end > covered:
@@ -165,9 +169,8 @@ def has_events(text: str, start: int, end: int) -> bool:
 
 
 def _lt_event(text: str, mt: re.Match[str]) -> Event | None:
+    """The event of a non-canonical ``<`` match (canonical tags are made in :func:`scan`)."""
     group = mt.lastgroup
-    if group == "canon":
-        return _canonical(mt)
     if group in ("special", "aspecial"):
         name = mt.group()[2:-2]
         if "DSML" in name:
@@ -182,36 +185,48 @@ def _lt_event(text: str, mt: re.Match[str]) -> Event | None:
     return Bare(mt.start(), mt.end(), mt.group())
 
 
-def _canonical(mt: re.Match[str]) -> Tag:
-    slash, sp, name, aname, aflag, selfc = mt.group(
-        "slash", "sp", "name", "aname", "aflag", "selfc"
-    )
-    start, end = mt.span()
+# What a canonical tag's text alone decides: every field of its Tag but start and end.
+Shape = tuple[
+    bool,
+    str,
+    Variant,
+    bool,
+    bool,
+    str | None,
+    str | None,
+    tuple[tuple[str, str], ...],
+    TagKind,
+    bool,
+]
+# The shapes of the canonical tags seen, by their text: a deployment's outputs repeat the same
+# few tags (a handful of tool and parameter names), so a tag costs one dict lookup instead of
+# reading six groups and comparing its attributes. Bounded: emptied when it fills.
+_SHAPES: dict[str, Shape] = {}
+MAX_SHAPES = 4096
+
+
+def _shape_of(mt: re.Match[str]) -> Shape:
+    """The shape of the canonical tag ``mt`` matched (remembered in ``_SHAPES``: its
+    attributes are compared with their canonical form once per distinct tag)."""
+    slash, sp, name, attrs, selfc = mt.group("slash", "sp", "name", "attrs", "selfc")
     closing = slash == "/"
-    spaced = sp == " "
-    # fast path: the one canonical spelling of each tag (most tags of a well-formed block)
-    if not closing and name == m.PARAMETER:
-        fast = aname is not None and aflag in ("true", "false") and not selfc
-    elif not closing and name == m.INVOKE:
-        fast = aname is not None and aflag is None
-    else:
-        fast = aname is None and aflag is None and not selfc
-    if fast:
-        rest = (bool(selfc), aname, aflag, (), _KINDS[name], spaced)
-        return Tag(start, end, closing, name, "canonical", True, *rest)
-    parsed = _check_attrs(name, closing, mt.group("attrs"), bool(selfc))
-    return Tag(
-        start,
-        end,
+    parsed = _check_attrs(name, closing, attrs, bool(selfc))
+    shape: Shape = (
         closing,
         name,
-        self_closing=bool(selfc),
-        attr_name=parsed.name,
-        string_flag=parsed.flag,
-        problems=tuple(parsed.problems),
-        kind=_KINDS[name],
-        spaced=spaced,
+        "canonical",
+        True,
+        bool(selfc),
+        parsed.name,
+        parsed.flag,
+        tuple(parsed.problems),
+        _KINDS[name],
+        sp == " ",
     )
+    if len(_SHAPES) >= MAX_SHAPES:
+        _SHAPES.clear()
+    _SHAPES[mt.group()] = shape
+    return shape
 
 
 def _classify(text: str, d: int) -> Tag | None:
