@@ -185,7 +185,7 @@ def _lt_event(text: str, mt: re.Match[str]) -> Event | None:
     return Bare(mt.start(), mt.end(), mt.group())
 
 
-# What a canonical tag's text alone decides: every field of its Tag but start and end.
+# Every field of a Tag but start and end: what the text of a tag decides.
 Shape = tuple[
     bool,
     str,
@@ -229,7 +229,62 @@ def _shape_of(mt: re.Match[str]) -> Shape:
     return shape
 
 
+# What _read_marker makes of a DSML by the text around it: (offset of the DSML in the window,
+# the window) -> the Tag's start and end relative to the DSML and its shape, or None (prose).
+# Damaged output repeats its damage on every tag (a look-alike bar, ASCII pipes), so a marker
+# costs one match and one lookup instead of the character walks. Bounded: emptied when it fills.
+_MARKERS: dict[tuple[int, str], tuple[int, int, Shape] | None] = {}
+MAX_MARKERS = 1024
+# _read_marker looks at most this far back from the DSML: three bars, "/" and "<"
+_MARKER_BACK = 5
+# the longest window remembered after the DSML (a tag's bars, spaces, name and attributes)
+_MARKER_AHEAD = 256
+_TO_STOP = re.compile(rf"[^<>\n]{{0,{_MARKER_AHEAD + 1}}}")
+
+
 def _classify(text: str, d: int) -> Tag | None:
+    """:func:`_read_marker`, remembered by the text it reads.
+
+    _read_marker reads the characters from ``d - 5`` (or the text's start) up to the first
+    ``<``, ``>`` or newline after the DSML, that character included (or the text's end): the
+    attributes it reads (at most ``MAX_TAG_CHARS``) stop there when the window is shorter than
+    that. So equal windows, with the DSML at the same offset in them, read alike."""
+    stop = _TO_STOP.match(text, d + 4).end()  # type: ignore[union-attr]  # matches "" at least
+    if stop - d - 4 > _MARKER_AHEAD:
+        return _read_marker(text, d)  # a long tag: not remembered
+    lo = d - _MARKER_BACK if d > _MARKER_BACK else 0
+    key = (d - lo, text[lo : stop + 1])
+    try:
+        rel = _MARKERS[key]
+    except KeyError:
+        tag = _read_marker(text, d)
+        rel = None if tag is None else (tag.start - d, tag.end - d, _fields(tag))
+        if len(_MARKERS) >= MAX_MARKERS:
+            _MARKERS.clear()
+        _MARKERS[key] = rel
+        return tag
+    if rel is None:
+        return None
+    return Tag(d + rel[0], d + rel[1], *rel[2])
+
+
+def _fields(tag: Tag) -> Shape:
+    """A Tag's shape: its fields after start and end, in order."""
+    return (
+        tag.closing,
+        tag.name,
+        tag.variant,
+        tag.complete,
+        tag.self_closing,
+        tag.attr_name,
+        tag.string_flag,
+        tag.problems,
+        tag.kind,
+        tag.spaced,
+    )
+
+
+def _read_marker(text: str, d: int) -> Tag | None:
     """Classify the ``DSML`` at ``d``: a damaged or dialect marker, or plain prose (None)."""
     i = d
     before = ""

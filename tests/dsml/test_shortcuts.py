@@ -657,3 +657,66 @@ def test_remembered_tag_shapes_equal_shapes_read() -> None:
     for text, events in zip(texts, warm, strict=True):
         tokens._SHAPES.clear()
         assert scan(text) == events, text[:200]
+
+
+_MARKER_PIECES = st.sampled_from(
+    [
+        "<",
+        "</",
+        "/",
+        "|",
+        m.BAR,
+        m.CONFUSABLE_BARS[0],
+        m.CONFUSABLE_BARS[-1],
+        "DSML",
+        "DSML",
+        " ",
+        "  ",
+        "invoke",
+        "parameter",
+        "function_calls",
+        ' name="x"',
+        ' string="true"',
+        ' string="no"',
+        ">",
+        "/>",
+        "\n",
+        "a",
+    ]
+)
+
+
+def _markers_read_alike(text: str) -> None:
+    at = text.find("DSML")
+    while at >= 0:
+        assert tokens._classify(text, at) == tokens._read_marker(text, at), (text, at)
+        at = text.find("DSML", at + 1)
+
+
+@given(st.lists(_MARKER_PIECES, max_size=20).map("".join))
+@example(f'<{m.CONFUSABLE_BARS[0]}DSML{m.CONFUSABLE_BARS[0]}invoke name="x">')
+@example("DSML|invoke>")
+@example("<|||DSML|invoke>\nx|||DSML|invoke>")  # the window reaches 5 characters back
+@example("</|||DSML|invoke>\nx/|||DSML|invoke>")
+@MANY
+def test_remembered_markers_equal_markers_read(text: str) -> None:
+    """tokens._classify remembers what _read_marker makes of a DSML by the characters it reads:
+    every DSML reads the same through the memory (warm from other texts) as read afresh, and
+    with the memory empty; the same window in a longer text reads alike too."""
+    _markers_read_alike(text)
+    tokens._MARKERS.clear()
+    _markers_read_alike(text)
+    _markers_read_alike("xy" + text + "z")
+
+
+def test_remembered_markers_on_corpus() -> None:
+    """The same on the corpus and the damaged differential items (markers of every kind), and
+    a long tag (past the remembered window) reads alike."""
+    long_tag = f'<|DSML|invoke name="{"x" * 400}">'
+    for text in [
+        *_corpus_texts(),
+        *(i.text for i in diff_corpus.build(clean_per_dialect=30)),
+        long_tag,
+    ]:
+        _markers_read_alike(text)
+    assert tokens._MARKERS
