@@ -83,7 +83,7 @@ def strict_json_decode(text: str) -> tuple[bool, Any]:
         return False, None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Invoke:
     name: str
     start: int
@@ -92,7 +92,7 @@ class _Invoke:
     partial: bool = False  # a value spans the oversize gap: arguments incomplete
 
 
-@dataclass
+@dataclass(slots=True)
 class _Param:
     name: str
     flag: str | None
