@@ -200,9 +200,10 @@ Shape = tuple[
 ]
 # The shapes of the canonical tags seen, by their text: a deployment's outputs repeat the same
 # few tags (a handful of tool and parameter names), so a tag costs one dict lookup instead of
-# reading six groups and comparing its attributes. Bounded: emptied when it fills.
+# reading six groups and comparing its attributes. Bounded (emptied when it fills): a tag's text
+# is at most about 300 characters, so the memory stays under a few MB whatever the input.
 _SHAPES: dict[str, Shape] = {}
-MAX_SHAPES = 4096
+MAX_SHAPES = 1024
 
 
 def _shape_of(mt: re.Match[str]) -> Shape:
@@ -232,7 +233,8 @@ def _shape_of(mt: re.Match[str]) -> Shape:
 # What _read_marker makes of a DSML by the text around it: (offset of the DSML in the window,
 # the window) -> the Tag's start and end relative to the DSML and its shape, or None (prose).
 # Damaged output repeats its damage on every tag (a look-alike bar, ASCII pipes), so a marker
-# costs one match and one lookup instead of the character walks. Bounded: emptied when it fills.
+# costs one match and one lookup instead of the character walks. Bounded like _SHAPES (a window
+# is at most _MARKER_BACK + 4 + _MARKER_AHEAD + 2 characters).
 _MARKERS: dict[tuple[int, str], tuple[int, int, Shape] | None] = {}
 MAX_MARKERS = 1024
 # _read_marker looks at most this far back from the DSML: three bars, "/" and "<"

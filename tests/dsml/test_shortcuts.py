@@ -720,3 +720,21 @@ def test_remembered_markers_on_corpus() -> None:
     ]:
         _markers_read_alike(text)
     assert tokens._MARKERS
+
+
+def test_tag_memories_stay_bounded() -> None:
+    """Output with more distinct tags than the memories hold (a hostile or very varied stream)
+    empties them as they fill: they never exceed their bounds, and the events are still the
+    tags read afresh."""
+    many = tokens.MAX_SHAPES + tokens.MAX_MARKERS + 10
+    canonical = "".join(f'<{m.MARKER}invoke name="t{k}">\n' for k in range(many))
+    damaged = "".join(f'<|DSML|invoke name="t{k}">\n' for k in range(many))
+    for text in (canonical, damaged):
+        events = scan(text)
+        assert len(events) == many
+        assert all(ev.attr_name == f"t{k}" for k, ev in enumerate(events))  # type: ignore[union-attr]
+        assert len(tokens._SHAPES) <= tokens.MAX_SHAPES
+        assert len(tokens._MARKERS) <= tokens.MAX_MARKERS
+        tokens._SHAPES.clear()
+        tokens._MARKERS.clear()
+        assert scan(text) == events
