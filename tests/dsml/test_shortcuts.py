@@ -16,6 +16,7 @@ it skips, on the corpus and on generated inputs built from the characters that m
 from __future__ import annotations
 
 import json
+import re
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -738,3 +739,16 @@ def test_tag_memories_stay_bounded() -> None:
         tokens._SHAPES.clear()
         tokens._MARKERS.clear()
         assert scan(text) == events
+
+
+@given(
+    st.lists(
+        st.one_of(_SENTENCES, st.sampled_from([".", "!?", "。", " ", "\n", "a.b"])), max_size=12
+    ).map("".join)
+)
+@MANY
+def test_terminator_lead_lookahead_splits_alike(text: str) -> None:
+    """The sentence splitter's lead lookahead (either branch's first character) changes
+    nothing: it splits as the alternation alone does."""
+    plain = re.compile(phenotypes._TERMINATOR_RUN)
+    assert phenotypes._TERMINATOR.split(text) == plain.split(text), text
