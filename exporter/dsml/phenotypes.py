@@ -22,6 +22,7 @@ import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from itertools import compress, count, islice, pairwise
 
 from exporter.dsml import accel, engines
 from exporter.dsml import markers as m
@@ -82,17 +83,63 @@ def _may_loop(text: str) -> bool:
 
 
 def _loop_in_words(text: str, words: list[str]) -> tuple[int, int, str] | None:
-    """:func:`find_prose_loop`'s pass over the words, without its screens."""
+    """:func:`find_prose_loop`'s pass over the words, without its screens.
+
+    Each shingle is numbered by the position of its first occurrence (equal shingles, equal
+    numbers: the pass compares ints, not tuples of words). Only stretches where every shingle
+    occurred before can hold a loop: a first occurrence sets both runs of :func:`_loop_pass`
+    back to zero (no shingle before it equals it), and a run needs ``PROSE_LOOP_MIN_WORDS -
+    PROSE_LOOP_NGRAM + 1`` shingles. So the pass runs only over the stretches between first
+    occurrences that are that long, each from a zero state, with the last occurrences before
+    it (most prose has none: its shingles are new, or its copies short); a test holds this
+    equal to the pass over everything."""
+    ids = shingle_ids(words)
+    total = len(ids)
+    firsts = list(compress(range(total), map(operator.eq, ids, range(total))))
+    firsts.append(total)  # where the last stretch ends
+    least = t.PROSE_LOOP_MIN_WORDS - t.PROSE_LOOP_NGRAM + 1
+    last: dict[int, int] = {}
+    done = 0  # shingles entered in `last` so far
+    for a, b in pairwise(firsts):
+        if b - a > least:  # shingles a+1 .. b-1 all occurred before
+            last.update(zip(ids[done : a + 1], range(done, a + 1), strict=True))
+            found = _loop_pass(text, words, ids, last, a + 1, b)
+            if found is not None:
+                return found
+            done = b
+    return None
+
+
+def shingle_ids(words: list[str]) -> list[int]:
+    """Each ``PROSE_LOOP_NGRAM``-word shingle of ``words`` as the position of its first
+    occurrence."""
+    first_at: dict[tuple[str, ...], int] = {}
+    n = t.PROSE_LOOP_NGRAM
+    shingles = zip(*(words[k:] for k in range(n)), strict=False)
+    return list(map(first_at.setdefault, shingles, count()))
+
+
+def _loop_pass(
+    text: str,
+    words: list[str],
+    shingles: list[int],
+    last: dict[int, int],
+    start: int,
+    stop: int,
+) -> tuple[int, int, str] | None:
+    """The shingle pass over ``shingles[start:stop]`` (numbered: :func:`shingle_ids`) from a
+    zero state; ``last`` holds each shingle's last position before ``start`` (it is updated).
+    Over everything (``0, len(shingles)`` and an empty ``last``) it is the whole of the
+    prose-loop check."""
     n = t.PROSE_LOOP_NGRAM
     need = t.PROSE_LOOP_MIN_WORDS
-    last: dict[tuple[str, ...], int] = {}
-    shingles = list(zip(*(words[k:] for k in range(n)), strict=False))
     # Two runs: the period that has held longest, and the nearest recurrence's once it is
     # shorter. A passage that also occurs earlier in the text starts its first copy on the far
     # period, which can hold into the second copy by chance (one word alike at the seam); the
     # loop's own period is the nearer one.
     run_p = run_len = near_p = near_len = 0
-    for i, shingle in enumerate(shingles):
+    for i in range(start, stop):
+        shingle = shingles[i]
         j = last.get(shingle)
         last[shingle] = i
         if run_p and shingles[i - run_p] == shingle:
@@ -123,8 +170,8 @@ def _loop_in_words(text: str, words: list[str]) -> tuple[int, int, str] | None:
                     run_p = run_len = 0
                 continue
             first = i + n - repeated - p  # first word of the first copy
-            start, end = _word_span(text, first, i + n)
-            return start, end, f"{p}-word passage x{1 + repeated // p}"
+            begin, end = _word_span(text, first, i + n)
+            return begin, end, f"{p}-word passage x{1 + repeated // p}"
     return None
 
 
@@ -153,7 +200,7 @@ def _may_repeat(joined: str, need: int) -> bool:
 _BACK = 64  # shingles looked back when a period starts: bounded, so the pass stays linear
 
 
-def _held_before(shingles: list[tuple[str, ...]], i: int, p: int) -> int:
+def _held_before(shingles: list[int], i: int, p: int) -> int:
     """How many shingles just before ``i`` also equal the ones ``p`` before them (up to
     ``_BACK``): a period found late, after a nearer repeat inside the passage broke the run,
     still counts the words it held from the start of its copy."""
@@ -175,14 +222,23 @@ _WORD = re.compile(r"\S+")
 
 
 def _word_span(text: str, first: int, stop: int) -> tuple[int, int]:
-    """Character offsets of words ``first`` .. ``stop - 1`` (only computed on a hit)."""
+    """Character offsets of words ``first`` .. ``stop - 1`` (only computed on a hit); the
+    words before them are skipped by ``islice``, in C."""
+    words = _WORD.finditer(text)
     start = end = 0
-    for k, mt in enumerate(_WORD.finditer(text)):
-        if k == first:
-            start = mt.start()
-        if k == stop - 1:
-            end = mt.end()
-            break
+    if first >= 0:
+        at = next(islice(words, first, None), None)
+        if at is None:
+            return 0, 0
+        start = at.start()
+        if stop - 1 == first:
+            return start, max(start, at.end())
+        skip = stop - 2 - first  # words between the first and the last
+    else:
+        skip = stop - 1
+    at = next(islice(words, skip, None), None) if skip >= 0 else None
+    if at is not None:
+        end = at.end()
     return start, max(start, end)
 
 
@@ -579,9 +635,11 @@ def find_think_in_value(value: str) -> tuple[int, int, str] | None:
 # --- phrase_loop ------------------------------------------------------------------------------
 
 # a sentence ends in ASCII terminators before whitespace or the end (not ``wintypes.ULONG``,
-# ``v1.2``), or in CJK ones before anything
-_TERMINATOR = re.compile(r"([.!?]+(?=\s|\Z)|[。！？]+[.!?]*)")
+# ``v1.2``), or in CJK ones before anything; the lead lookahead (either branch's first
+# character) spares trying both branches at every other character: 2.5x faster split
 _TERMINATOR_CHARS = ".!?。！？"  # every _TERMINATOR run holds one of them
+_TERMINATOR_RUN = r"([.!?]+(?=\s|\Z)|[。！？]+[.!?]*)"
+_TERMINATOR = re.compile(f"(?=[{_TERMINATOR_CHARS}])" + _TERMINATOR_RUN)
 
 
 def _width(text: str) -> int:

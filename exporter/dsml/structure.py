@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from exporter.dsml import markers as m
@@ -36,8 +37,10 @@ _BAD_NAME = re.compile(r"[\s\"'<>`\\|\x00-\x1f\x7f" + m.BAR + "]")
 MAX_NAME = 256
 
 
+@lru_cache(maxsize=1024)
 def name_problem(name: str | None) -> str:
-    """Why a tool or parameter name is impossible ("" when it is fine)."""
+    """Why a tool or parameter name is impossible ("" when it is fine). Remembered: a
+    deployment's outputs use the same few names over and over."""
     if not name:
         return "empty name"
     if len(name) > MAX_NAME:
@@ -80,7 +83,7 @@ def strict_json_decode(text: str) -> tuple[bool, Any]:
         return False, None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Invoke:
     name: str
     start: int
@@ -89,7 +92,7 @@ class _Invoke:
     partial: bool = False  # a value spans the oversize gap: arguments incomplete
 
 
-@dataclass
+@dataclass(slots=True)
 class _Param:
     name: str
     flag: str | None
@@ -146,6 +149,8 @@ class Machine:
         self.seen_params: set[str] = set()
         self.after_reported = False
         self.capped = False
+        # the tag handler of each state outside a value (OUT, BLOCK, INVOKE)
+        self._handlers = (self._in_out, self._in_block, self._in_invoke)
 
     # --- driving -----------------------------------------------------------------------------
     def report(self, code: str, start: int, end: int, detail: str) -> None:
@@ -155,11 +160,12 @@ class Machine:
         """Parse ``events``; ``capped``: the tokenizer stopped early, so the text does not end
         where the events do (nothing is reported about the unseen rest)."""
         self.capped = capped
+        on_tag = self._tag
         for ev in events:
             if ev.start >= body_end:
                 break
-            if isinstance(ev, Tag):
-                self._tag(ev)
+            if isinstance(ev, Tag):  # most events
+                on_tag(ev)
             elif isinstance(ev, Special):
                 self._special(ev)
             elif isinstance(ev, Think):
@@ -195,10 +201,11 @@ class Machine:
 
     # --- tags --------------------------------------------------------------------------------
     def _tag(self, tag: Tag) -> None:
-        if self._quoted(tag.start):
+        state = self.state
+        if state == OUT and self.quoting.covers(tag.start):
             return
         self.out.dsml_seen = True
-        if self.state == AFTER:
+        if state == AFTER:
             if tag.kind == "block" and not tag.closing and tag.complete:
                 self.report("multiple_blocks", tag.start, tag.end, "")
                 self._open_block(tag)
@@ -211,27 +218,32 @@ class Machine:
             if self.finish_reason != "length":
                 self.report("unbalanced", tag.start, tag.end, "text ends inside a tag")
             return
-        reason = _VARIANT_REASON.get(tag.variant)
-        if reason:
-            self.report(reason, tag.start, tag.end, "")
-        elif tag.spaced != self._expected_spacing(tag):
+        if tag.variant != "canonical":
+            self.report(_VARIANT_REASON[tag.variant], tag.start, tag.end, "")
+        elif tag.spaced != (
+            # inside a block every tag but a block's follows the block's opener (the common
+            # case, tested here), else _expected_spacing says
+            self.block_spaced
+            if state != OUT and self.block_spaced is not None and tag.kind != "block"
+            else self._expected_spacing(tag)
+        ):
             detail = "space after the marker" if tag.spaced else "V4.1 tag without its space"
             self.report("marker_spaced", tag.start, tag.end, detail)
-        if self.state == VALUE:
+        if state == VALUE:
             self._tag_in_value(tag)
             return
         if tag.kind == "unknown":
             self.report("tag_unknown", tag.start, tag.end, tag.name or "(no name)")
-            if self.state in (BLOCK, INVOKE):
+            if state != OUT:  # BLOCK or INVOKE (AFTER and VALUE returned above)
                 self._gap(tag.start)
                 self.last = tag.end
             return
-        self._attr_problems(tag)
-        if self.state in (BLOCK, INVOKE):
+        if tag.problems:
+            self._attr_problems(tag)
+        if state != OUT:
             self._gap(tag.start)
         self.last = tag.end
-        handler = (self._in_out, self._in_block, self._in_invoke)[self.state]
-        handler(tag)
+        self._handlers[state](tag)
 
     def _expected_spacing(self, tag: Tag) -> bool:
         """How this tag should be spelled: a block name carries its dialect (``calls`` is V4.1,
@@ -459,11 +471,12 @@ class Machine:
     # --- text between and after tags ---------------------------------------------------------
     def _gap(self, pos: int) -> None:
         """The text between two tags inside a block must be exactly one newline."""
-        if self.gap is not None and self.last <= self.gap <= pos:
+        last = self.last
+        if pos == last + 1 and self.text[last] == "\n":
+            return  # the canonical layout (most gaps), whatever the cut
+        if self.gap is not None and last <= self.gap <= pos:
             return  # the cut removed whatever was here
-        between = self.text[self.last : pos]
-        if between == "\n":
-            return
+        between = self.text[last:pos]
         stripped = between.strip()
         if not stripped:
             self.report("whitespace_layout", self.last, pos, repr(between[:16]))

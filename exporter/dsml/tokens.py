@@ -141,7 +141,11 @@ def scan(text: str, limit: int = MAX_EVENTS) -> list[Event]:
             d = find("DSML", max(d + 4, covered))
         if start < covered:
             continue
-        ev = _lt_event(text, mt)
+        if mt.lastgroup == "canon":  # most events: a whole canonical tag, its shape remembered
+            shape = _SHAPES.get(mt.group())
+            ev: Event | None = Tag(start, mt.end(), *(shape or _shape_of(mt)))
+        else:
+            ev = _lt_event(text, mt)
         if ev is not None:
             out.append(ev)
             if ev.end > covered:
@@ -165,9 +169,8 @@ def has_events(text: str, start: int, end: int) -> bool:
 
 
 def _lt_event(text: str, mt: re.Match[str]) -> Event | None:
+    """The event of a non-canonical ``<`` match (canonical tags are made in :func:`scan`)."""
     group = mt.lastgroup
-    if group == "canon":
-        return _canonical(mt)
     if group in ("special", "aspecial"):
         name = mt.group()[2:-2]
         if "DSML" in name:
@@ -182,39 +185,108 @@ def _lt_event(text: str, mt: re.Match[str]) -> Event | None:
     return Bare(mt.start(), mt.end(), mt.group())
 
 
-def _canonical(mt: re.Match[str]) -> Tag:
-    slash, sp, name, aname, aflag, selfc = mt.group(
-        "slash", "sp", "name", "aname", "aflag", "selfc"
-    )
-    start, end = mt.span()
+# Every field of a Tag but start and end: what the text of a tag decides.
+Shape = tuple[
+    bool,
+    str,
+    Variant,
+    bool,
+    bool,
+    str | None,
+    str | None,
+    tuple[tuple[str, str], ...],
+    TagKind,
+    bool,
+]
+# The shapes of the canonical tags seen, by their text: a deployment's outputs repeat the same
+# few tags (a handful of tool and parameter names), so a tag costs one dict lookup instead of
+# reading six groups and comparing its attributes. Bounded (emptied when it fills): a tag's text
+# is at most about 300 characters, so the memory stays under a few MB whatever the input.
+_SHAPES: dict[str, Shape] = {}
+MAX_SHAPES = 1024
+
+
+def _shape_of(mt: re.Match[str]) -> Shape:
+    """The shape of the canonical tag ``mt`` matched (remembered in ``_SHAPES``: its
+    attributes are compared with their canonical form once per distinct tag)."""
+    slash, sp, name, attrs, selfc = mt.group("slash", "sp", "name", "attrs", "selfc")
     closing = slash == "/"
-    spaced = sp == " "
-    # fast path: the one canonical spelling of each tag (most tags of a well-formed block)
-    if not closing and name == m.PARAMETER:
-        fast = aname is not None and aflag in ("true", "false") and not selfc
-    elif not closing and name == m.INVOKE:
-        fast = aname is not None and aflag is None
-    else:
-        fast = aname is None and aflag is None and not selfc
-    if fast:
-        rest = (bool(selfc), aname, aflag, (), _KINDS[name], spaced)
-        return Tag(start, end, closing, name, "canonical", True, *rest)
-    parsed = _check_attrs(name, closing, mt.group("attrs"), bool(selfc))
-    return Tag(
-        start,
-        end,
+    parsed = _check_attrs(name, closing, attrs, bool(selfc))
+    shape: Shape = (
         closing,
         name,
-        self_closing=bool(selfc),
-        attr_name=parsed.name,
-        string_flag=parsed.flag,
-        problems=tuple(parsed.problems),
-        kind=_KINDS[name],
-        spaced=spaced,
+        "canonical",
+        True,
+        bool(selfc),
+        parsed.name,
+        parsed.flag,
+        tuple(parsed.problems),
+        _KINDS[name],
+        sp == " ",
     )
+    if len(_SHAPES) >= MAX_SHAPES:
+        _SHAPES.clear()
+    _SHAPES[mt.group()] = shape
+    return shape
+
+
+# What _read_marker makes of a DSML by the text around it: (offset of the DSML in the window,
+# the window) -> the Tag's start and end relative to the DSML and its shape, or None (prose).
+# Damaged output repeats its damage on every tag (a look-alike bar, ASCII pipes), so a marker
+# costs one match and one lookup instead of the character walks. Bounded like _SHAPES (a window
+# is at most _MARKER_BACK + 4 + _MARKER_AHEAD + 2 characters).
+_MARKERS: dict[tuple[int, str], tuple[int, int, Shape] | None] = {}
+MAX_MARKERS = 1024
+# _read_marker looks at most this far back from the DSML: three bars, "/" and "<"
+_MARKER_BACK = 5
+# the longest window remembered after the DSML (a tag's bars, spaces, name and attributes)
+_MARKER_AHEAD = 256
+_TO_STOP = re.compile(rf"[^<>\n]{{0,{_MARKER_AHEAD + 1}}}")
 
 
 def _classify(text: str, d: int) -> Tag | None:
+    """:func:`_read_marker`, remembered by the text it reads.
+
+    _read_marker reads the characters from ``d - 5`` (or the text's start) up to the first
+    ``<``, ``>`` or newline after the DSML, that character included (or the text's end): the
+    attributes it reads (at most ``MAX_TAG_CHARS``) stop there when the window is shorter than
+    that. So equal windows, with the DSML at the same offset in them, read alike."""
+    stop = _TO_STOP.match(text, d + 4).end()  # type: ignore[union-attr]  # matches "" at least
+    if stop - d - 4 > _MARKER_AHEAD:
+        return _read_marker(text, d)  # a long tag: not remembered
+    lo = d - _MARKER_BACK if d > _MARKER_BACK else 0
+    key = (d - lo, text[lo : stop + 1])
+    try:
+        rel = _MARKERS[key]
+    except KeyError:
+        tag = _read_marker(text, d)
+        rel = None if tag is None else (tag.start - d, tag.end - d, _fields(tag))
+        if len(_MARKERS) >= MAX_MARKERS:
+            _MARKERS.clear()
+        _MARKERS[key] = rel
+        return tag
+    if rel is None:
+        return None
+    return Tag(d + rel[0], d + rel[1], *rel[2])
+
+
+def _fields(tag: Tag) -> Shape:
+    """A Tag's shape: its fields after start and end, in order."""
+    return (
+        tag.closing,
+        tag.name,
+        tag.variant,
+        tag.complete,
+        tag.self_closing,
+        tag.attr_name,
+        tag.string_flag,
+        tag.problems,
+        tag.kind,
+        tag.spaced,
+    )
+
+
+def _read_marker(text: str, d: int) -> Tag | None:
     """Classify the ``DSML`` at ``d``: a damaged or dialect marker, or plain prose (None)."""
     i = d
     before = ""

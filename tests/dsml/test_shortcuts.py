@@ -16,6 +16,7 @@ it skips, on the corpus and on generated inputs built from the characters that m
 from __future__ import annotations
 
 import json
+import re
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from exporter.dsml.schema import compile_schema, render_path
 from exporter.dsml.soup import PIECES, _soup_in, find_soup
 from exporter.dsml.structure import Machine, Parsed, strict_json, strict_json_decode
 from exporter.dsml.tokens import scan
+from tests.dsml import diff_corpus
 from tests.dsml.adversarial import SHAPES
 from tests.dsml.fp_corpus import corpus
 from tests.dsml.reason_cases import NEAR_MISSES, TRIGGERS
@@ -558,3 +560,197 @@ def test_phrase_loop_terminator_count_never_holds_back_a_loop(
         else None
     )
     assert phenotypes.find_phrase_loop(text) == full, text
+
+
+# --- issue 32 item 4: the damaged-item path -------------------------------------------------
+
+
+def _loop_everywhere(text: str) -> tuple[int, int, str] | None:
+    """The prose-loop pass over every shingle from a zero state: the path _loop_in_words skips."""
+    words = text.split()
+    ids = phenotypes.shingle_ids(words)
+    return phenotypes._loop_pass(text, words, ids, {}, 0, len(ids))
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(_WORDS, max_size=40),
+            st.lists(_WORDS, min_size=1, max_size=90),
+            st.integers(1, 4),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.lists(_WORDS, max_size=20),
+    st.sampled_from([" ", "\n"]),
+)
+@example([(["a"], ["the", "plan", "moves", "every", "tenant", "x", "42", "phase"] * 6, 3)], [], " ")
+@example([(["x"] * 30, ["the", "plan", "moves"] * 20, 2), (["a"], ["42", "x"] * 40, 3)], [], " ")
+@MANY
+def test_prose_loop_stretches_equal_the_pass_over_everything(
+    parts: list[tuple[list[str], list[str], int]], tail: list[str], sep: str
+) -> None:
+    """_loop_in_words runs the shingle pass only over the long stretches of repeated shingles,
+    each from a zero state: it finds what the pass over every shingle finds (issue 32)."""
+    words = [w for head, unit, copies in parts for w in head + unit * copies] + tail
+    text = sep.join(words)
+    assert phenotypes._loop_in_words(text, text.split()) == _loop_everywhere(text), text[:200]
+
+
+def test_prose_loop_stretches_at_their_least_length() -> None:
+    """Loops whose stretch of repeated shingles is about as short as a loop's can be: the
+    bound on a stretch's length is exact (one shingle less and the pass finds nothing)."""
+    found = 0
+    for period in range(30, 50):
+        unit = [f"w{k}" for k in range(period)]
+        for copies in (2, 3, 4):
+            for tail in ([], ["end"], ["end", "w0"]):
+                text = " ".join(["start", *unit * copies, *tail])
+                mine = phenotypes._loop_in_words(text, text.split())
+                assert mine == _loop_everywhere(text), (period, copies, tail)
+                found += mine is not None
+    assert found >= 10
+
+
+def test_prose_loop_stretches_on_corpus() -> None:
+    """The same on the false-positive corpus, the adversarial shapes and the differential
+    corpus's prose (its loops among them), and some of them do loop."""
+    texts = _corpus_texts() + [i.text for i in diff_corpus.build(clean_per_dialect=30)]
+    found = 0
+    for text in texts:
+        mine = phenotypes._loop_in_words(text, text.split())
+        assert mine == _loop_everywhere(text), text[:200]
+        found += mine is not None
+    assert found >= 5
+
+
+def test_shingle_ids_number_equal_shingles_alike() -> None:
+    words = [*"abababcababab"]
+    ids = phenotypes.shingle_ids(words)
+    shingles = list(zip(*(words[k:] for k in range(t.PROSE_LOOP_NGRAM)), strict=False))
+    assert len(ids) == len(shingles)
+    for i, a in enumerate(shingles):
+        for j, b in enumerate(shingles):
+            assert (ids[i] == ids[j]) == (a == b)
+
+
+@given(
+    st.lists(st.sampled_from(["a", "bb", "ccc", " ", "\n", "  "]), max_size=14).map("".join),
+    st.integers(1, 16),
+    st.data(),
+)
+@MANY
+def test_word_span_skips_to_its_words(text: str, stop: int, data: st.DataObject) -> None:
+    """_word_span skips words with islice: the offsets of words first .. stop - 1 as a walk over
+    every word gives them (nothing, where a word is missing)."""
+    first = data.draw(st.integers(-3, stop - 1))
+    spans = [mt.span() for mt in phenotypes._WORD.finditer(text)]
+    start = spans[first][0] if 0 <= first < len(spans) else 0
+    end = spans[stop - 1][1] if stop - 1 < len(spans) else 0
+    assert phenotypes._word_span(text, first, stop) == (start, max(start, end))
+
+
+def test_remembered_tag_shapes_equal_shapes_read() -> None:
+    """tokens.scan remembers each canonical tag's shape by its text: every text scans to the
+    same events with the memory empty and with it full of other texts' tags."""
+    texts = _corpus_texts() + [i.text for i in diff_corpus.build(clean_per_dialect=30)]
+    warm = [scan(text) for text in texts]
+    assert tokens._SHAPES  # the canonical tags were remembered
+    for text, events in zip(texts, warm, strict=True):
+        tokens._SHAPES.clear()
+        assert scan(text) == events, text[:200]
+
+
+_MARKER_PIECES = st.sampled_from(
+    [
+        "<",
+        "</",
+        "/",
+        "|",
+        m.BAR,
+        m.CONFUSABLE_BARS[0],
+        m.CONFUSABLE_BARS[-1],
+        "DSML",
+        "DSML",
+        " ",
+        "  ",
+        "invoke",
+        "parameter",
+        "function_calls",
+        ' name="x"',
+        ' string="true"',
+        ' string="no"',
+        ">",
+        "/>",
+        "\n",
+        "a",
+    ]
+)
+
+
+def _markers_read_alike(text: str) -> None:
+    at = text.find("DSML")
+    while at >= 0:
+        assert tokens._classify(text, at) == tokens._read_marker(text, at), (text, at)
+        at = text.find("DSML", at + 1)
+
+
+@given(st.lists(_MARKER_PIECES, max_size=20).map("".join))
+@example(f'<{m.CONFUSABLE_BARS[0]}DSML{m.CONFUSABLE_BARS[0]}invoke name="x">')
+@example("DSML|invoke>")
+@example("<|||DSML|invoke>\nx|||DSML|invoke>")  # the window reaches 5 characters back
+@example("</|||DSML|invoke>\nx/|||DSML|invoke>")
+@MANY
+def test_remembered_markers_equal_markers_read(text: str) -> None:
+    """tokens._classify remembers what _read_marker makes of a DSML by the characters it reads:
+    every DSML reads the same through the memory (warm from other texts) as read afresh, and
+    with the memory empty; the same window in a longer text reads alike too."""
+    _markers_read_alike(text)
+    tokens._MARKERS.clear()
+    _markers_read_alike(text)
+    _markers_read_alike("xy" + text + "z")
+
+
+def test_remembered_markers_on_corpus() -> None:
+    """The same on the corpus and the damaged differential items (markers of every kind), and
+    a long tag (past the remembered window) reads alike."""
+    long_tag = f'<|DSML|invoke name="{"x" * 400}">'
+    for text in [
+        *_corpus_texts(),
+        *(i.text for i in diff_corpus.build(clean_per_dialect=30)),
+        long_tag,
+    ]:
+        _markers_read_alike(text)
+    assert tokens._MARKERS
+
+
+def test_tag_memories_stay_bounded() -> None:
+    """Output with more distinct tags than the memories hold (a hostile or very varied stream)
+    empties them as they fill: they never exceed their bounds, and the events are still the
+    tags read afresh."""
+    many = tokens.MAX_SHAPES + tokens.MAX_MARKERS + 10
+    canonical = "".join(f'<{m.MARKER}invoke name="t{k}">\n' for k in range(many))
+    damaged = "".join(f'<|DSML|invoke name="t{k}">\n' for k in range(many))
+    for text in (canonical, damaged):
+        events = scan(text)
+        assert len(events) == many
+        assert all(ev.attr_name == f"t{k}" for k, ev in enumerate(events))  # type: ignore[union-attr]
+        assert len(tokens._SHAPES) <= tokens.MAX_SHAPES
+        assert len(tokens._MARKERS) <= tokens.MAX_MARKERS
+        tokens._SHAPES.clear()
+        tokens._MARKERS.clear()
+        assert scan(text) == events
+
+
+@given(
+    st.lists(
+        st.one_of(_SENTENCES, st.sampled_from([".", "!?", "。", " ", "\n", "a.b"])), max_size=12
+    ).map("".join)
+)
+@MANY
+def test_terminator_lead_lookahead_splits_alike(text: str) -> None:
+    """The sentence splitter's lead lookahead (either branch's first character) changes
+    nothing: it splits as the alternation alone does."""
+    plain = re.compile(phenotypes._TERMINATOR_RUN)
+    assert phenotypes._TERMINATOR.split(text) == plain.split(text), text
