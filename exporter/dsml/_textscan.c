@@ -90,11 +90,13 @@ static int starts_at(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize_t po
  * The loop finder calls this some 30 times per 4 KiB with windows of 270-1040 characters, so
  * it decides the finder's cost: candidates for the probe's first character are found a word
  * at a time (memchr for 1-byte text; for 2- and 4-byte text a SWAR test for a lane equal to
- * it, which may flag extra lanes but never misses one: each flagged lane is checked exactly). */
+ * it, which may flag extra lanes but never misses one: each flagged lane is checked exactly);
+ * a candidate whose last character differs is dropped before the full comparison (a probe
+ * often starts with a space or a common letter: most candidates end otherwise). */
 #define SWAR_FIND(TYPE, LANES, ONES, HIGHS)                                       \
     do {                                                                          \
         const TYPE *s = (const TYPE *)t->data;                                    \
-        const TYPE c0 = s[a];                                                     \
+        const TYPE c0 = s[a], cn = s[a + plen - 1];                               \
         const uint64_t pat = (uint64_t)(ONES) * (uint64_t)c0;                     \
         Py_ssize_t k = start;                                                     \
         for (; k + (LANES) - 1 <= last; k += (LANES)) {                           \
@@ -105,13 +107,13 @@ static int starts_at(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize_t po
                 continue;                                                         \
             }                                                                     \
             for (Py_ssize_t l = k; l < k + (LANES); l++) {                        \
-                if (s[l] == c0 && same(t, a, l, plen)) {                          \
+                if (s[l] == c0 && s[l + plen - 1] == cn && same(t, a, l, plen)) { \
                     return l;                                                     \
                 }                                                                 \
             }                                                                     \
         }                                                                         \
         for (; k <= last; k++) {                                                  \
-            if (s[k] == c0 && same(t, a, k, plen)) {                              \
+            if (s[k] == c0 && s[k + plen - 1] == cn && same(t, a, k, plen)) {     \
                 return k;                                                         \
             }                                                                     \
         }                                                                         \
@@ -137,7 +139,7 @@ static Py_ssize_t find_in(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize
                 return -1;
             }
             k = hit - s;
-            if (same(t, a, k, plen)) {
+            if (s[k + plen - 1] == s[a + plen - 1] && same(t, a, k, plen)) {
                 return k;
             }
             k++;
@@ -389,7 +391,6 @@ static void build_tables(void)
     }
 }
 
-static inline unsigned flags_of(Py_UCS4 c) { return c < 0x10000 ? FLAGS[c] : 0; }
 static inline char group_at(const Text *t, Py_ssize_t i)
 {
     Py_UCS4 c = CH(t, i);
@@ -484,48 +485,6 @@ static void on_switch(const Text *t, Mix *m, Py_ssize_t p, char b, Py_ssize_t q,
     }
 }
 
-/* The switch points in one pass: the last group letter with only spaces since is the one a
- * letter of another group switches from. */
-#define MIX_LOOP(TYPE)                                                            \
-    do {                                                                          \
-        const TYPE *s = (const TYPE *)t->data;                                    \
-        for (Py_ssize_t q = 0; q < n && !m->done; q++) {                          \
-            Py_UCS4 c = s[q];                                                     \
-            char g = c < 0x10000 ? GROUP[c] : '.';                                \
-            if (g == ' ') {                                                       \
-                continue;                                                         \
-            }                                                                     \
-            if (g == '.') {                                                       \
-                prev = -1;                                                        \
-                continue;                                                         \
-            }                                                                     \
-            if (prev >= 0 && prev_group != g) {                                   \
-                on_switch(t, m, prev, prev_group, q, g);                          \
-            }                                                                     \
-            prev = q;                                                             \
-            prev_group = g;                                                       \
-        }                                                                         \
-    } while (0)
-
-static int script_mix(const Text *t, Mix *m)
-{
-    Py_ssize_t n = t->n, prev = -1;
-    char prev_group = 0;
-    memset(m, 0, sizeof *m);
-    switch (t->kind) {
-    case PyUnicode_1BYTE_KIND:
-        MIX_LOOP(Py_UCS1);
-        break;
-    case PyUnicode_2BYTE_KIND:
-        MIX_LOOP(Py_UCS2);
-        break;
-    default:
-        MIX_LOOP(Py_UCS4);
-        break;
-    }
-    return m->done && m->ngroups > 0;
-}
-
 /* ---- character-level leaks (textcheck.py: _CTRL, _MOJIBAKE, U+FFFD, the salad screen) ---- */
 
 /* a UTF-8 continuation byte as it looks after a wrong decode (textcheck._CONT) */
@@ -612,45 +571,6 @@ static void on_rare(const Text *t, Leaks *r, Py_ssize_t i, Py_UCS4 c, unsigned f
     } else if (c == 0xF0 && i + 3 < n && is_cont(CH(t, i + 1)) && is_cont(CH(t, i + 2)) &&
                is_cont(CH(t, i + 3))) {
         add_moji(r, i, i + 4);
-    }
-}
-
-/* Every character once: one table lookup, the rare ones looked at closely, and the salad
- * screen's run of punctuation classes (whitespace does not break a run: it is deleted). */
-#define LEAKS_LOOP(TYPE)                                                          \
-    do {                                                                          \
-        const TYPE *s = (const TYPE *)t->data;                                    \
-        for (Py_ssize_t i = 0; i < n; i++) {                                      \
-            Py_UCS4 c = s[i];                                                     \
-            unsigned f = flags_of(c);                                             \
-            if (f & F_RARE) {                                                     \
-                on_rare(t, r, i, c, f);                                           \
-            }                                                                     \
-            if (f & F_SPACE) {                                                    \
-                continue;                                                         \
-            }                                                                     \
-            run = (f & F_PUNCT) ? run + 1 : 0;                                    \
-            if (run >= salad_min) {                                               \
-                r->salad = 1;                                                     \
-            }                                                                     \
-        }                                                                         \
-    } while (0)
-
-static void scan_leaks(const Text *t, Leaks *r)
-{
-    Py_ssize_t n = t->n, run = 0;
-    const Py_ssize_t salad_min = L.salad_min_run;
-    memset(r, 0, sizeof *r);
-    switch (t->kind) {
-    case PyUnicode_1BYTE_KIND:
-        LEAKS_LOOP(Py_UCS1);
-        break;
-    case PyUnicode_2BYTE_KIND:
-        LEAKS_LOOP(Py_UCS2);
-        break;
-    default:
-        LEAKS_LOOP(Py_UCS4);
-        break;
     }
 }
 
@@ -1153,6 +1073,216 @@ PyDoc_STRVAR(prose_screens_doc,
 "a joined text longer than screen_max); template, whether one of the ASCII ``needles``\n"
 "occurs; glue, phenotypes._may_glue.");
 
+/* The state of prose_screens' one pass, so the fused scan_prose runs the same steps. */
+typedef struct {
+    Py_ssize_t need, ngram, probe, stride, screen_max;
+    Text lit[MAX_NEEDLES];
+    Py_ssize_t nneedles;
+    uint64_t first[2]; /* the needles' first characters (ASCII) */
+    Py_UCS4 *buf;      /* the words (str.split's whitespace) joined by single spaces */
+    Py_ssize_t words, joined;
+    int in_word, template, glue;
+    unsigned prev; /* the glue code of the character before */
+} Prose;
+
+/* Check the numbers and needles, and allocate the joined buffer for text t: 1, or 0 with an
+ * exception set (nothing to free then). */
+static int prose_init(Prose *p, const Text *t, int ascii, Py_ssize_t need, Py_ssize_t ngram,
+                      Py_ssize_t probe, Py_ssize_t screen_max, PyObject *needles)
+{
+    memset(p, 0, sizeof *p);
+    p->need = need;
+    p->ngram = ngram;
+    p->probe = probe;
+    p->stride = 2 * need - probe;
+    p->screen_max = screen_max;
+    p->nneedles = PyTuple_GET_SIZE(needles);
+    if (probe < 1 || p->stride < 1 || p->nneedles > MAX_NEEDLES) {
+        PyErr_SetString(PyExc_ValueError, "prose_screens: probe and 2 * need - probe must be "
+                                          ">= 1, and at most 16 needles");
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < p->nneedles; k++) {
+        PyObject *nd = PyTuple_GET_ITEM(needles, k);
+        if (!PyUnicode_Check(nd) || !PyUnicode_IS_ASCII(nd) || PyUnicode_GET_LENGTH(nd) < 1) {
+            PyErr_SetString(PyExc_TypeError, "prose_screens: needles are non-empty ASCII str");
+            return 0;
+        }
+        text_of(nd, &p->lit[k]);
+        Py_UCS4 c = CH(&p->lit[k], 0);
+        p->first[c >> 6] |= (uint64_t)1 << (c & 63);
+    }
+    p->glue = ascii; /* ASCII: Latin only, nothing to glue */
+    p->buf = PyMem_Malloc((t->n + 1) * sizeof *p->buf);
+    if (p->buf == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    return 1;
+}
+
+static uint32_t FUSED[0x10000]; /* FLAGS | GROUP << 8 | PROSE << 16, built at import */
+/* Per block of 256 characters, the entry all of them share, or MIXED: most scripts' letters
+ * (CJK, Hangul, Cyrillic, ...) fill whole blocks, and a 1 KiB table stays in the L1 cache where
+ * reading FUSED (256 KiB) for text spread over thousands of CJK characters missed it. */
+#define MIXED 0xFFFFFFFFu
+static uint32_t UNIFORM[0x100];
+
+static void build_fused_table(void)
+{
+    for (Py_UCS4 c = 0; c < 0x10000; c++) {
+        FUSED[c] = (uint32_t)FLAGS[c] | (uint32_t)(unsigned char)GROUP[c] << 8 |
+                   (uint32_t)PROSE[c] << 16;
+    }
+    for (Py_UCS4 b = 0; b < 0x100; b++) {
+        UNIFORM[b] = FUSED[b << 8];
+        for (Py_UCS4 c = b << 8; c < (b + 1) << 8; c++) {
+            if (FUSED[c] != UNIFORM[b]) {
+                UNIFORM[b] = MIXED;
+                break;
+            }
+        }
+    }
+}
+
+static inline uint32_t fused_of(Py_UCS4 c)
+{
+    if (c >= 0x10000) { /* beyond the BMP: no flags, group_at's '.', prose_bits' answer */
+        return (uint32_t)'.' << 8 | (uint32_t)prose_bits(c) << 16;
+    }
+    uint32_t u = UNIFORM[c >> 8];
+    return u != MIXED ? u : FUSED[c];
+}
+
+/* The character passes of scan() and prose_screens(), those `want` names, in one loop:
+ *   PASS_LEAKS  control characters, U+FFFD, mojibake (on_rare) and the salad screen's run of
+ *               punctuation classes (whitespace does not break a run: it is deleted);
+ *   PASS_MIX    the switch points of scripts._SWITCH: the last group letter with only spaces
+ *               since is the one a letter of another group switches from (on_switch), until
+ *               found or the cap on switches examined is reached;
+ *   PASS_PROSE  prose_screens' template needles, glue seams, and the words joined by single
+ *               spaces into p->buf.
+ * The state every character updates lives in locals, so it stays in registers (through
+ * p->buf or a struct, a store to the joined text may alias it and forces reloads); the rare
+ * events go through on_rare/on_switch. One table lookup per character (fused_of). */
+enum { PASS_LEAKS = 1, PASS_MIX = 2, PASS_PROSE = 4 };
+
+/* inlined where called, so each caller's constant `want` leaves only its own passes */
+#if defined(__GNUC__) || defined(__clang__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m, Prose *p)
+{
+    const Py_ssize_t n = t->n, salad_min = L.salad_min_run;
+    Py_ssize_t run = 0, prev = -1, words = 0, joined = 0;
+    char prev_group = 0;
+    int salad = 0, in_word = 0, template = 0, glue = 1, mix_done = !(want & PASS_MIX);
+    unsigned prev_code = 0;
+    Py_UCS4 *buf = NULL;
+    if (want & PASS_LEAKS) {
+        memset(r, 0, sizeof *r);
+    }
+    if (want & PASS_MIX) {
+        memset(m, 0, sizeof *m);
+    }
+    if (want & PASS_PROSE) {
+        buf = p->buf;
+        glue = p->glue;
+    }
+#define CHAR_PASSES(TYPE)                                                                    \
+    do {                                                                                     \
+        const TYPE *d = (const TYPE *)t->data;                                               \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                 \
+            const Py_UCS4 c = d[i];                                                          \
+            const uint32_t e = fused_of(c);                                                  \
+            if (want & PASS_LEAKS) {                                                         \
+                const unsigned f = e & 0xFF;                                                 \
+                if (f & F_RARE) {                                                            \
+                    on_rare(t, r, i, c, f);                                                  \
+                }                                                                            \
+                /* whitespace keeps the run; punctuation extends it; anything else ends it */ \
+                const Py_ssize_t more = (f & F_PUNCT) ? run + 1 : 0;                         \
+                run = (f & F_SPACE) ? run : more;                                            \
+                salad |= run >= salad_min;                                                   \
+            }                                                                                \
+            if (!mix_done) {                                                                 \
+                const char g = (char)(e >> 8);                                               \
+                const int letter = g != '.' && g != ' ';                                     \
+                if (letter && prev >= 0 && prev_group != g) { /* rare: a switch */           \
+                    on_switch(t, m, prev, prev_group, i, g);                                 \
+                    mix_done = m->done;                                                      \
+                }                                                                            \
+                /* a letter is the new last one, "." forgets it, a space keeps it */         \
+                prev = letter ? i : g == '.' ? -1 : prev;                                    \
+                prev_group = letter ? g : prev_group;                                        \
+            }                                                                                \
+            if (want & PASS_PROSE) {                                                         \
+                const unsigned bits = e >> 16;                                               \
+                if (c < 128 && !template && ((p->first[c >> 6] >> (c & 63)) & 1)) {          \
+                    for (Py_ssize_t k = 0; k < p->nneedles && !template; k++) {              \
+                        template = lit_at(t, i, &p->lit[k], n);                              \
+                    }                                                                        \
+                }                                                                            \
+                if (!glue) {                                                                 \
+                    glue = code_seam(prev_code, bits & P_CODE);                              \
+                    prev_code = bits & P_CODE;                                               \
+                }                                                                            \
+                /* without branches (a word boundary every few characters): both stores   \
+                 * land inside buf, as joined never passes i; only the counts say which stay */ \
+                const int part = !(bits & P_SPACE), first = part & !in_word;                 \
+                buf[joined] = ' ';                                                           \
+                joined += first & (words > 0);                                               \
+                words += first;                                                              \
+                buf[joined] = c;                                                             \
+                joined += part;                                                              \
+                in_word = part;                                                              \
+            }                                                                                \
+        }                                                                                    \
+    } while (0)
+    switch (t->kind) {
+    case PyUnicode_1BYTE_KIND:
+        CHAR_PASSES(Py_UCS1);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        CHAR_PASSES(Py_UCS2);
+        break;
+    default:
+        CHAR_PASSES(Py_UCS4);
+        break;
+    }
+#undef CHAR_PASSES
+    if (want & PASS_LEAKS) {
+        r->salad = salad;
+    }
+    if (want & PASS_PROSE) {
+        p->words = words;
+        p->joined = joined;
+        p->template = template;
+        p->glue = glue;
+    }
+}
+
+/* The answers once every character has passed, as (loop, template, glue); frees the buffer. */
+static PyObject *prose_finish(Prose *p, const Text *t, int ascii)
+{
+    int loop;
+    if (t->n < p->need * 2 || p->words < p->need + p->ngram) {
+        loop = 0;
+    } else if (p->joined > p->screen_max) {
+        loop = 1; /* the twin's probes would be quadratic: it runs the exact pass */
+    } else {
+        loop = probe_seen_before(p->buf, p->joined, p->probe, p->stride);
+    }
+    PyMem_Free(p->buf);
+    p->buf = NULL;
+    int glue = ascii ? 0 : p->glue;
+    return Py_BuildValue("(OOO)", loop ? Py_True : Py_False, p->template ? Py_True : Py_False,
+                         glue ? Py_True : Py_False);
+}
+
 static PyObject *prose_screens(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *text, *needles;
@@ -1161,90 +1291,14 @@ static PyObject *prose_screens(PyObject *Py_UNUSED(self), PyObject *args)
                           &screen_max, &PyTuple_Type, &needles)) {
         return NULL;
     }
-    Py_ssize_t stride = 2 * need - probe;
-    Py_ssize_t nneedles = PyTuple_GET_SIZE(needles);
-    if (probe < 1 || stride < 1 || nneedles > MAX_NEEDLES) {
-        PyErr_SetString(PyExc_ValueError, "prose_screens: probe and 2 * need - probe must be "
-                                          ">= 1, and at most 16 needles");
-        return NULL;
-    }
-    Text lit[MAX_NEEDLES];
-    uint64_t first[2] = {0, 0}; /* the needles' first characters (ASCII) */
-    for (Py_ssize_t k = 0; k < nneedles; k++) {
-        PyObject *nd = PyTuple_GET_ITEM(needles, k);
-        if (!PyUnicode_Check(nd) || !PyUnicode_IS_ASCII(nd) || PyUnicode_GET_LENGTH(nd) < 1) {
-            PyErr_SetString(PyExc_TypeError, "prose_screens: needles are non-empty ASCII str");
-            return NULL;
-        }
-        text_of(nd, &lit[k]);
-        Py_UCS4 c = CH(&lit[k], 0);
-        first[c >> 6] |= (uint64_t)1 << (c & 63);
-    }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
     int ascii = PyUnicode_IS_ASCII(text);
-    /* the words (str.split's whitespace) joined by single spaces, and how many there are */
-    Py_UCS4 *buf = PyMem_Malloc((t.n + 1) * sizeof *buf);
-    if (buf == NULL) {
-        return PyErr_NoMemory();
+    Prose p;
+    if (!prose_init(&p, &t, ascii, need, ngram, probe, screen_max, needles)) {
+        return NULL;
     }
-    Py_ssize_t words = 0, joined = 0;
-    int in_word = 0, template = 0, glue = ascii; /* ASCII: Latin only, nothing to glue */
-    unsigned prev = 0;
-    /* one loop per string kind, so the compiler reads the buffer directly */
-#define PROSE_PASS(T)                                                                        \
-    do {                                                                                     \
-        const T *d = (const T *)t.data;                                                      \
-        for (Py_ssize_t i = 0; i < t.n; i++) {                                               \
-            Py_UCS4 c = d[i];                                                                \
-            if (c < 128 && !template && ((first[c >> 6] >> (c & 63)) & 1)) {                 \
-                for (Py_ssize_t k = 0; k < nneedles && !template; k++) {                     \
-                    template = lit_at(&t, i, &lit[k], t.n);                                  \
-                }                                                                            \
-            }                                                                                \
-            unsigned bits = prose_bits(c);                                                   \
-            if (!glue) {                                                                     \
-                glue = code_seam(prev, bits & P_CODE);                                       \
-                prev = bits & P_CODE;                                                        \
-            }                                                                                \
-            if (bits & P_SPACE) {                                                            \
-                in_word = 0;                                                                 \
-                continue;                                                                    \
-            }                                                                                \
-            if (!in_word) {                                                                  \
-                if (words++) {                                                               \
-                    buf[joined++] = ' ';                                                     \
-                }                                                                            \
-                in_word = 1;                                                                 \
-            }                                                                                \
-            buf[joined++] = c;                                                               \
-        }                                                                                    \
-    } while (0)
-    switch (t.kind) {
-    case PyUnicode_1BYTE_KIND:
-        PROSE_PASS(Py_UCS1);
-        break;
-    case PyUnicode_2BYTE_KIND:
-        PROSE_PASS(Py_UCS2);
-        break;
-    default:
-        PROSE_PASS(Py_UCS4);
-        break;
-    }
-#undef PROSE_PASS
-    if (ascii) {
-        glue = 0;
-    }
-    int loop;
-    if (t.n < need * 2 || words < need + ngram) {
-        loop = 0;
-    } else if (joined > screen_max) {
-        loop = 1; /* the twin's probes would be quadratic: it runs the exact pass */
-    } else {
-        loop = probe_seen_before(buf, joined, probe, stride);
-    }
-    PyMem_Free(buf);
-    return Py_BuildValue("(OOO)", loop ? Py_True : Py_False, template ? Py_True : Py_False,
-                         glue ? Py_True : Py_False);
+    char_passes(&t, PASS_PROSE, NULL, NULL, &p);
+    return prose_finish(&p, &t, ascii);
 }
 
 /* re's \w for str patterns: str.isalnum() or "_" */
@@ -1448,6 +1502,49 @@ static PyObject *positions(const Py_ssize_t *v, Py_ssize_t count)
     return out;
 }
 
+/* scan()'s answer once the character passes have run (mix: NULL when no mix was found): the
+ * loops found, and every result as a tuple. */
+static PyObject *scan_finish(const Text *t, const Leaks *leaks, const Mix *mix, Py_ssize_t limit)
+{
+    Loop loops[MAX_LOOPS];
+    Py_ssize_t nloops = find_loops(t, limit, loops);
+
+    PyObject *control = positions(leaks->control, leaks->ncontrol);
+    PyObject *replacement = positions(leaks->replacement, leaks->nreplacement);
+    PyObject *moji = PyTuple_New(leaks->nmoji);
+    PyObject *loop_list = PyTuple_New(nloops);
+    PyObject *mix_obj = mix ? Py_BuildValue("(nny#)", mix->start, mix->end, mix->groups,
+                                            mix->ngroups)
+                            : Py_NewRef(Py_None);
+    if (!control || !replacement || !moji || !loop_list || !mix_obj) {
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < leaks->nmoji; k++) {
+        PyObject *span = Py_BuildValue("(nn)", leaks->moji_start[k], leaks->moji_end[k]);
+        if (span == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(moji, k, span);
+    }
+    for (Py_ssize_t k = 0; k < nloops; k++) {
+        PyObject *lp = Py_BuildValue("(nnnn)", loops[k].start, loops[k].end, loops[k].period,
+                                     loops[k].repeats);
+        if (lp == NULL) {
+            goto fail;
+        }
+        PyTuple_SET_ITEM(loop_list, k, lp);
+    }
+    return Py_BuildValue("(NNNNON)", control, replacement, moji, mix_obj,
+                         leaks->salad ? Py_True : Py_False, loop_list);
+fail:
+    Py_XDECREF(control);
+    Py_XDECREF(replacement);
+    Py_XDECREF(moji);
+    Py_XDECREF(loop_list);
+    Py_XDECREF(mix_obj);
+    return NULL;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(text, loops=3) -> (control, replacement, mojibake, script_mix, salad, loops)\n\n"
 "control, replacement: up to 8 offsets each; mojibake: up to 8 (start, end) spans;\n"
@@ -1472,46 +1569,56 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
     Leaks leaks;
     Mix mix_state;
-    Loop loops[MAX_LOOPS];
-    scan_leaks(&t, &leaks);
     /* ASCII text has one script group: no switch between groups is possible */
-    int mix = !PyUnicode_IS_ASCII(text) && script_mix(&t, &mix_state);
-    Py_ssize_t nloops = find_loops(&t, limit, loops);
+    int ascii = PyUnicode_IS_ASCII(text);
+    char_passes(&t, ascii ? PASS_LEAKS : PASS_LEAKS | PASS_MIX, &leaks, &mix_state, NULL);
+    int mix = !ascii && mix_state.done && mix_state.ngroups > 0;
+    return scan_finish(&t, &leaks, mix ? &mix_state : NULL, limit);
+}
 
-    PyObject *control = positions(leaks.control, leaks.ncontrol);
-    PyObject *replacement = positions(leaks.replacement, leaks.nreplacement);
-    PyObject *moji = PyTuple_New(leaks.nmoji);
-    PyObject *loop_list = PyTuple_New(nloops);
-    PyObject *mix_obj = mix ? Py_BuildValue("(nny#)", mix_state.start, mix_state.end,
-                                            mix_state.groups, mix_state.ngroups)
-                            : Py_NewRef(Py_None);
-    if (!control || !replacement || !moji || !loop_list || !mix_obj) {
-        goto fail;
+/* ---- scan() and prose_screens() fused (reasoning: both read it whole) ----------------------
+ *
+ * A grade runs scan() and prose_screens() over the same reasoning, which is most of a clean
+ * sample's text; scan_prose() runs the character steps of both (leaks_step, mix_step,
+ * prose_step) in one loop, with one table lookup per character (FUSED: the FLAGS, GROUP and
+ * PROSE entries side by side), and answers exactly (scan(text), prose_screens(text, ...)).
+ * No rule is written here: the steps and the finishing passes are those of the two. */
+
+PyDoc_STRVAR(scan_prose_doc,
+"scan_prose(text, need, ngram, probe, screen_max, needles) -> (scan, screens)\n\n"
+"(scan(text), prose_screens(text, need, ngram, probe, screen_max, needles)) in one pass over\n"
+"the text: the reasoning's text checks and prose screens (phenotypes.text_and_prose_screens).");
+
+static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *needles;
+    Py_ssize_t need, ngram, probe, screen_max;
+    if (!PyArg_ParseTuple(args, "UnnnnO!:scan_prose", &text, &need, &ngram, &probe, &screen_max,
+                          &PyTuple_Type, &needles)) {
+        return NULL;
     }
-    for (Py_ssize_t k = 0; k < leaks.nmoji; k++) {
-        PyObject *span = Py_BuildValue("(nn)", leaks.moji_start[k], leaks.moji_end[k]);
-        if (span == NULL) {
-            goto fail;
-        }
-        PyTuple_SET_ITEM(moji, k, span);
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_textscan.configure() has not been called");
+        return NULL;
     }
-    for (Py_ssize_t k = 0; k < nloops; k++) {
-        PyObject *lp = Py_BuildValue("(nnnn)", loops[k].start, loops[k].end, loops[k].period,
-                                     loops[k].repeats);
-        if (lp == NULL) {
-            goto fail;
-        }
-        PyTuple_SET_ITEM(loop_list, k, lp);
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    int ascii = PyUnicode_IS_ASCII(text);
+    Prose p;
+    if (!prose_init(&p, &t, ascii, need, ngram, probe, screen_max, needles)) {
+        return NULL;
     }
-    return Py_BuildValue("(NNNNON)", control, replacement, moji, mix_obj,
-                         leaks.salad ? Py_True : Py_False, loop_list);
-fail:
-    Py_XDECREF(control);
-    Py_XDECREF(replacement);
-    Py_XDECREF(moji);
-    Py_XDECREF(loop_list);
-    Py_XDECREF(mix_obj);
-    return NULL;
+    Leaks leaks;
+    Mix mix;
+    char_passes(&t, PASS_LEAKS | PASS_MIX | PASS_PROSE, &leaks, &mix, &p);
+    PyObject *screens = prose_finish(&p, &t, ascii); /* frees the joined buffer */
+    /* ASCII text has one script group: scan() runs no switch pass there */
+    int mixed = !ascii && mix.done && mix.ngroups > 0;
+    PyObject *found = screens ? scan_finish(&t, &leaks, mixed ? &mix : NULL, 3) : NULL;
+    if (found == NULL) {
+        Py_XDECREF(screens);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", found, screens);
 }
 
 PyDoc_STRVAR(configure_doc,
@@ -1569,6 +1676,7 @@ static PyMethodDef methods[] = {
     {"may_glue", may_glue, METH_O, may_glue_doc},
     {"prose_screens", prose_screens, METH_VARARGS, prose_screens_doc},
     {"value_screens", value_screens, METH_VARARGS, value_screens_doc},
+    {"scan_prose", scan_prose, METH_VARARGS, scan_prose_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1582,5 +1690,6 @@ PyMODINIT_FUNC PyInit__textscan(void)
 {
     build_tables();
     build_prose_table();
+    build_fused_table();
     return PyModule_Create(&module);
 }

@@ -169,7 +169,7 @@ def grade_kept(
     reasoning = kept[:r_end] if r_end is not None else ""  # sliced once, read by two passes
     if r_end is not None:
         channels.append(ChannelSpan("reasoning", 0, r_end))
-        analyze_reasoning(sink, reasoning, 0)
+        screens = analyze_reasoning(sink, reasoning, 0)
     content = kept[c_start:]
     channels.append(ChannelSpan("content", c_start, len(kept)))
     part = analyze_content(
@@ -197,7 +197,7 @@ def grade_kept(
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
     calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
     if r_end is not None:
-        phenotypes.check_prose(sink, reasoning, 0, "reasoning")
+        phenotypes.check_prose(sink, reasoning, 0, "reasoning", screens)
     prose = sample_checks(sink, content, c_start, part, calls)
     phenotypes.check_end(
         sink,
@@ -324,13 +324,18 @@ class ContentPart:
     visible_empty: bool
 
 
-def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
-    """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call."""
+def analyze_reasoning(sink: FindingSink, text: str, base: int) -> tuple[bool, bool, bool]:
+    """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call.
+
+    Returns the prose screens of ``text`` for :func:`phenotypes.check_prose`, found in the
+    same pass as the text checks."""
     events = scan(text)
     if events:  # most reasoning has none, and needs no quoting lookups
         _reasoning_events(sink, text, events, base)
-    for code, a, b, detail in check_text(text):
+    hits, screens = phenotypes.text_and_prose_screens(text)
+    for code, a, b, detail in hits:
         sink.add(code, a + base, b + base, "reasoning", detail)
+    return screens
 
 
 def _reasoning_events(sink: FindingSink, text: str, events: list[Event], base: int) -> None:

@@ -30,6 +30,7 @@ from exporter.dsml.catalog import STOPS
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import FindingSink, ToolCall
 from exporter.dsml.schema import ToolSet
+from exporter.dsml.textcheck import Hit, check_text, hits_of
 
 # --- prose_loop --------------------------------------------------------------------------------
 
@@ -55,6 +56,19 @@ def prose_screens(text: str) -> tuple[bool, bool, bool]:
     return native(
         text, t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, _PROBE, _SCREEN_MAX, _TEMPLATE_NEEDLES
     )
+
+
+def text_and_prose_screens(text: str) -> tuple[list[Hit], tuple[bool, bool, bool]]:
+    """``check_text(text)`` and :func:`prose_screens` of it: reasoning is read whole by both
+    (the text checks, then :func:`check_prose`), so the accelerator runs their character passes
+    in one loop (``scan_prose``); without it, the two twins."""
+    native = accel.scan_prose
+    if native is None or not text:  # check_text has nothing to say about ""
+        return check_text(text), prose_screens(text)
+    found, screens = native(
+        text, t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, _PROBE, _SCREEN_MAX, _TEMPLATE_NEEDLES
+    )
+    return hits_of(text, found), screens
 
 
 def prose_screens_python(text: str) -> tuple[bool, bool, bool]:
@@ -657,11 +671,19 @@ def find_quoted_block(text: str, grammar: str | None) -> tuple[int, int, str] | 
 # --- the per-sample entry points -----------------------------------------------------------------
 
 
-def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
-    """Reasoning, or content outside any block."""
+def check_prose(
+    sink: FindingSink,
+    text: str,
+    base: int,
+    channel: str,
+    screens: tuple[bool, bool, bool] | None = None,
+) -> None:
+    """Reasoning, or content outside any block. ``screens``: :func:`prose_screens` of
+    ``text`` when the caller has it already (:func:`text_and_prose_screens`)."""
     if not text:
         return  # a content channel that opens with its block: no prose
-    may_loop, may_template, may_glue = prose_screens(text)  # one pass: most prose stops here
+    # one pass: most prose stops here
+    may_loop, may_template, may_glue = prose_screens(text) if screens is None else screens
     loop = _loop_in_words(text, text.split()) if may_loop else None
     if loop is not None:
         sink.add("prose_loop", loop[0] + base, loop[1] + base, channel, loop[2])

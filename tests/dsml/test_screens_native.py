@@ -28,7 +28,10 @@ MANY = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCh
 
 def _prose_same(text: str) -> None:
     assert accel.kernel() == "c"  # so the dispatchers below run the accelerator
-    assert ph.prose_screens(text) == ph.prose_screens_python(text), text[:120]
+    expected = ph.prose_screens_python(text)
+    assert ph.prose_screens(text) == expected, text[:120]
+    # and the fused pass over reasoning (scan_prose: the screens with the text checks)
+    assert ph.text_and_prose_screens(text)[1] == expected, text[:120]
 
 
 def _glue_same(text: str) -> None:
@@ -226,3 +229,14 @@ def test_screens_reject_what_they_cannot_read() -> None:
         native.prose_screens("text", 10, 6, 32, 8192, ())  # no stride between probes
     with pytest.raises(ValueError):
         native.value_screens("text", 0, 8, 3, 4, 7, 16)
+
+
+def test_scan_prose_answers_what_scan_and_prose_screens_answer() -> None:
+    """The fused pass the grader runs over reasoning returns the two answers themselves, on
+    every text of the corpora (each half is compared with its Python twin above)."""
+    args = (t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE, ph._SCREEN_MAX)
+    for text in [*_texts(), ""]:
+        expected = (native.scan(text), native.prose_screens(text, *args, ph._TEMPLATE_NEEDLES))
+        assert native.scan_prose(text, *args, ph._TEMPLATE_NEEDLES) == expected, text[:120]
+    with pytest.raises(ValueError):
+        native.scan_prose("text", 1, 1, 40, 10, ())  # a stride below 1, as prose_screens says
