@@ -1001,10 +1001,15 @@ static PyObject *may_glue(PyObject *Py_UNUSED(self), PyObject *arg)
 }
 
 /* Whether some window of ``probe`` characters starting at a multiple of ``stride`` (from
- * ``stride`` on: the probes) also starts earlier in ``s``. The probes go into a small table by
- * the sum of their characters first; then every window of the text is summed once (rolling)
- * and looked up there, and compared in full on a matching sum with a probe that starts later:
- * exact, and linear. */
+ * ``stride`` on: the probes) also starts earlier in ``s``: 1, 0, or -1 with MemoryError set.
+ *
+ * A window at j holds, whole, the block of B characters (2B - 1 <= probe) that starts at the
+ * first multiple of B at or after j (o = that start - j is below B, and o + B <= probe). So a
+ * probe at pos seen at j < pos means the block at j + o equals the probe's characters from o.
+ * Every such piece of every probe (B per probe) goes into a hash table first; then only the
+ * blocks at multiples of B are hashed and looked up, and a piece found there is compared in
+ * full, as the window it implies, with its probe: exact, linear, and one lookup per B
+ * characters (a rolling hash of every window cost one per character). */
 #define MAX_PROBES 1024
 static int probe_seen_before(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t probe, Py_ssize_t stride)
 {
@@ -1015,51 +1020,75 @@ static int probe_seen_before(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t probe, P
     if (last / stride > MAX_PROBES) {
         return 1; /* not with the thresholds (screen_max / stride probes): "may", as a screen */
     }
-    enum { BITS = 11, CAP = 1 << BITS };
-    Py_ssize_t slot[CAP];
-    uint64_t key[CAP];
-    for (Py_ssize_t k = 0; k < CAP; k++) {
-        slot[k] = -1;
+    /* B: the largest power of two with 2B - 1 <= probe (so the pieces index by shifts) */
+    int lb = 0;
+    while (((Py_ssize_t)2 << lb) * 2 - 1 <= probe) {
+        lb++;
     }
-    /* Fibonacci hashing: the high bits of the product depend on every bit of the sum */
-#define SLOT_OF(x) ((Py_ssize_t)(((x) * 0x9E3779B97F4A7C15u) >> (64 - BITS)))
-    /* one bit per probe sum's low 12 bits: most windows' sums miss it, and skip the table */
-    uint64_t filter[64] = {0};
-    uint64_t sum = 0; /* of s[j:j+probe] */
-    for (Py_ssize_t k = 0; k < probe; k++) {
-        sum += s[k];
+    const Py_ssize_t B = (Py_ssize_t)1 << lb, nprobes = last / stride;
+    /* hash of s[x:x+B]: sum of s[x+k] * R^(B-1-k) mod 2^64, high bits used */
+    const uint64_t R = 0x9E3779B97F4A7C15u;
+    uint64_t top = 1; /* R^(B-1) */
+    for (Py_ssize_t k = 1; k < B; k++) {
+        top *= R;
     }
-    for (Py_ssize_t pos = stride; pos <= last; pos += stride) {
-        uint64_t at_pos = 0;
-        for (Py_ssize_t k = pos; k < pos + probe; k++) {
-            at_pos += s[k];
+    const Py_ssize_t pieces = nprobes * B; /* piece x: probe x >> lb, at offset o = x & (B-1) */
+    int bits = 4;
+    while (((Py_ssize_t)1 << bits) < pieces) {
+        bits++;
+    }
+    const Py_ssize_t cap = (Py_ssize_t)1 << bits;
+    /* chained hash table: head[slot] the last piece in the slot (-1: none), next[x] the one
+     * before it; then the keys, then the block weights R^(B-1-k), in one allocation */
+    int32_t *head = PyMem_Malloc(sizeof(int32_t) * (size_t)(cap + pieces) +
+                                 sizeof(uint64_t) * (size_t)(pieces + B));
+    if (head == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t *next = head + cap;
+    uint64_t *key = (uint64_t *)(next + pieces + (pieces & 1)); /* 8-byte aligned */
+    uint64_t *weight = key + pieces;
+    memset(head, 0xFF, sizeof(int32_t) * (size_t)cap);
+    weight[B - 1] = 1;
+    for (Py_ssize_t k = B - 1; k > 0; k--) {
+        weight[k - 1] = weight[k] * R;
+    }
+#define SLOT_OF(h) ((Py_ssize_t)((h) >> (64 - bits)))
+    for (Py_ssize_t x = 0; x < pieces; x++) {
+        const Py_ssize_t pos = stride * ((x >> lb) + 1), o = x & (B - 1);
+        uint64_t h = 0;
+        if (o == 0) {
+            for (Py_ssize_t k = 0; k < B; k++) {
+                h = h * R + s[pos + k];
+            }
+        } else { /* drop s[pos+o-1], take s[pos+o+B-1] */
+            h = (key[x - 1] - s[pos + o - 1] * top) * R + s[pos + o + B - 1];
         }
-        filter[(at_pos >> 6) & 63] |= (uint64_t)1 << (at_pos & 63);
-        Py_ssize_t at = SLOT_OF(at_pos);
-        while (slot[at] >= 0) {
-            at = (at + 1) & (CAP - 1);
-        }
-        slot[at] = pos;
-        key[at] = at_pos;
+        key[x] = h;
+        next[x] = head[SLOT_OF(h)];
+        head[SLOT_OF(h)] = (int32_t)x;
     }
     int found = 0;
-    /* a window at j matches a probe at pos > j: j runs below the last probe only */
-    for (Py_ssize_t j = 0; j < last && !found; j++) {
-        if (j) {
-            sum += (uint64_t)s[j + probe - 1] - s[j - 1];
+    /* a window at j < last covers the block at j + o < last + B */
+    for (Py_ssize_t b = 0; !found && b < last + B && b + B <= n; b += B) {
+        uint64_t h0 = 0, h1 = 0; /* two sums: the multiplies do not wait on one chain */
+        for (Py_ssize_t k = 0; k + 1 < B; k += 2) {
+            h0 += s[b + k] * weight[k];
+            h1 += s[b + k + 1] * weight[k + 1];
         }
-        if (!((filter[(sum >> 6) & 63] >> (sum & 63)) & 1)) {
-            continue;
-        }
-        for (Py_ssize_t at = SLOT_OF(sum); slot[at] >= 0; at = (at + 1) & (CAP - 1)) {
-            if (key[at] == sum && slot[at] > j &&
-                memcmp(s + slot[at], s + j, probe * sizeof *s) == 0) {
+        const uint64_t h = h0 + h1 + (B == 1 ? s[b] * weight[0] : 0);
+        for (int32_t x = head[SLOT_OF(h)]; x >= 0; x = next[x]) {
+            const Py_ssize_t pos = stride * ((x >> lb) + 1), j = b - (x & (B - 1));
+            if (key[x] == h && j >= 0 && j < pos &&
+                memcmp(s + pos, s + j, probe * sizeof *s) == 0) {
                 found = 1;
                 break;
             }
         }
     }
 #undef SLOT_OF
+    PyMem_Free(head);
     return found;
 }
 
@@ -1161,11 +1190,13 @@ static inline uint32_t fused_of(Py_UCS4 c)
  *               since is the one a letter of another group switches from (on_switch), until
  *               found or the cap on switches examined is reached;
  *   PASS_PROSE  prose_screens' template needles, glue seams, and the words joined by single
- *               spaces into p->buf.
+ *               spaces into p->buf;
+ *   PASS_TAGS   whether the text holds "<" or "DSML" (*tags): where it holds neither,
+ *               tokens.scan has no event to find.
  * The state every character updates lives in locals, so it stays in registers (through
  * p->buf or a struct, a store to the joined text may alias it and forces reloads); the rare
  * events go through on_rare/on_switch. One table lookup per character (fused_of). */
-enum { PASS_LEAKS = 1, PASS_MIX = 2, PASS_PROSE = 4 };
+enum { PASS_LEAKS = 1, PASS_MIX = 2, PASS_PROSE = 4, PASS_TAGS = 8 };
 
 /* inlined where called, so each caller's constant `want` leaves only its own passes */
 #if defined(__GNUC__) || defined(__clang__)
@@ -1174,12 +1205,14 @@ enum { PASS_LEAKS = 1, PASS_MIX = 2, PASS_PROSE = 4 };
 #define ALWAYS_INLINE inline
 #endif
 
-static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m, Prose *p)
+static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m, Prose *p,
+                                      int *tags)
 {
     const Py_ssize_t n = t->n, salad_min = L.salad_min_run;
     Py_ssize_t run = 0, prev = -1, words = 0, joined = 0;
     char prev_group = 0;
     int salad = 0, in_word = 0, template = 0, glue = 1, mix_done = !(want & PASS_MIX);
+    int tagged = 0;
     unsigned prev_code = 0;
     Py_UCS4 *buf = NULL;
     if (want & PASS_LEAKS) {
@@ -1198,6 +1231,10 @@ static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m,
         for (Py_ssize_t i = 0; i < n; i++) {                                                 \
             const Py_UCS4 c = d[i];                                                          \
             const uint32_t e = fused_of(c);                                                  \
+            if ((want & PASS_TAGS) && (c == '<' || c == 'D') && !tagged) {                   \
+                tagged = c == '<' || (i + 3 < n && d[i + 1] == 'S' && d[i + 2] == 'M' &&     \
+                                      d[i + 3] == 'L');                                      \
+            }                                                                                \
             if (want & PASS_LEAKS) {                                                         \
                 const unsigned f = e & 0xFF;                                                 \
                 if (f & F_RARE) {                                                            \
@@ -1257,6 +1294,9 @@ static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m,
     if (want & PASS_LEAKS) {
         r->salad = salad;
     }
+    if (want & PASS_TAGS) {
+        *tags = tagged;
+    }
     if (want & PASS_PROSE) {
         p->words = words;
         p->joined = joined;
@@ -1278,6 +1318,9 @@ static PyObject *prose_finish(Prose *p, const Text *t, int ascii)
     }
     PyMem_Free(p->buf);
     p->buf = NULL;
+    if (loop < 0) {
+        return NULL; /* MemoryError */
+    }
     int glue = ascii ? 0 : p->glue;
     return Py_BuildValue("(OOO)", loop ? Py_True : Py_False, p->template ? Py_True : Py_False,
                          glue ? Py_True : Py_False);
@@ -1297,7 +1340,7 @@ static PyObject *prose_screens(PyObject *Py_UNUSED(self), PyObject *args)
     if (!prose_init(&p, &t, ascii, need, ngram, probe, screen_max, needles)) {
         return NULL;
     }
-    char_passes(&t, PASS_PROSE, NULL, NULL, &p);
+    char_passes(&t, PASS_PROSE, NULL, NULL, &p, NULL);
     return prose_finish(&p, &t, ascii);
 }
 
@@ -1571,7 +1614,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     Mix mix_state;
     /* ASCII text has one script group: no switch between groups is possible */
     int ascii = PyUnicode_IS_ASCII(text);
-    char_passes(&t, ascii ? PASS_LEAKS : PASS_LEAKS | PASS_MIX, &leaks, &mix_state, NULL);
+    char_passes(&t, ascii ? PASS_LEAKS : PASS_LEAKS | PASS_MIX, &leaks, &mix_state, NULL, NULL);
     int mix = !ascii && mix_state.done && mix_state.ngroups > 0;
     return scan_finish(&t, &leaks, mix ? &mix_state : NULL, limit);
 }
@@ -1579,15 +1622,16 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
 /* ---- scan() and prose_screens() fused (reasoning: both read it whole) ----------------------
  *
  * A grade runs scan() and prose_screens() over the same reasoning, which is most of a clean
- * sample's text; scan_prose() runs the character steps of both (leaks_step, mix_step,
- * prose_step) in one loop, with one table lookup per character (FUSED: the FLAGS, GROUP and
- * PROSE entries side by side), and answers exactly (scan(text), prose_screens(text, ...)).
- * No rule is written here: the steps and the finishing passes are those of the two. */
+ * sample's text, and tokens.scan looks there for "<" and "DSML"; scan_prose() runs all of
+ * their character passes in one char_passes loop and answers exactly (scan(text),
+ * prose_screens(text, ...), "<" in text or "DSML" in text). No rule is written here: the
+ * passes and the finishing steps are those of the two functions. */
 
 PyDoc_STRVAR(scan_prose_doc,
-"scan_prose(text, need, ngram, probe, screen_max, needles) -> (scan, screens)\n\n"
-"(scan(text), prose_screens(text, need, ngram, probe, screen_max, needles)) in one pass over\n"
-"the text: the reasoning's text checks and prose screens (phenotypes.text_and_prose_screens).");
+"scan_prose(text, need, ngram, probe, screen_max, needles) -> (scan, screens, tagged)\n\n"
+"(scan(text), prose_screens(text, need, ngram, probe, screen_max, needles), '<' in text or\n"
+"'DSML' in text) in one pass over the text: the reasoning's text checks, prose screens and\n"
+"tag screen (phenotypes.reasoning_passes).");
 
 static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -1609,7 +1653,8 @@ static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
     }
     Leaks leaks;
     Mix mix;
-    char_passes(&t, PASS_LEAKS | PASS_MIX | PASS_PROSE, &leaks, &mix, &p);
+    int tagged;
+    char_passes(&t, PASS_LEAKS | PASS_MIX | PASS_PROSE | PASS_TAGS, &leaks, &mix, &p, &tagged);
     PyObject *screens = prose_finish(&p, &t, ascii); /* frees the joined buffer */
     /* ASCII text has one script group: scan() runs no switch pass there */
     int mixed = !ascii && mix.done && mix.ngroups > 0;
@@ -1618,7 +1663,7 @@ static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
         Py_XDECREF(screens);
         return NULL;
     }
-    return Py_BuildValue("(NN)", found, screens);
+    return Py_BuildValue("(NNO)", found, screens, tagged ? Py_True : Py_False);
 }
 
 PyDoc_STRVAR(configure_doc,

@@ -43,5 +43,6 @@ def value_screens(
 
 def scan_prose(
     text: str, need: int, ngram: int, probe: int, screen_max: int, needles: tuple[str, ...], /
-) -> tuple[ScanResult, tuple[bool, bool, bool]]:
-    """(scan(text), prose_screens(text, ...)) in one pass: phenotypes.text_and_prose_screens."""
+) -> tuple[ScanResult, tuple[bool, bool, bool], bool]:
+    """(scan(text), prose_screens(text, ...), "<" in text or "DSML" in text) in one pass:
+    phenotypes.reasoning_passes."""

@@ -4,8 +4,9 @@ The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot pass
 screens, each with a pure-Python reference that is its specification
 (``textcheck.check_text_python``, ``fastpath.canonical_calls_python``, and
 ``phenotypes._may_glue``, ``prose_screens_python``, ``value_screens_python``), as CPython's
-``_json`` accelerates ``json``; ``scan_prose`` runs the text checks and the prose screens
-over one text in one pass (``phenotypes.text_and_prose_screens``: their twins together). The grammar
+``_json`` accelerates ``json``; ``scan_prose`` runs the text checks, the prose screens and a
+tag screen over one reasoning in one pass (``phenotypes.reasoning_passes``: the twins one after
+the other). The grammar
 (``tokens.py`` + ``structure.py``) is written once, in Python.
 
 At import the accelerator runs when it was built, unless ``DSV4_DSML_KERNEL`` says otherwise:
@@ -51,10 +52,11 @@ CanonicalCalls = Callable[[str, int, int, NativeSpelling], tuple[tuple[RawCall, 
 MayGlue = Callable[[str], bool]
 ProseScreens = Callable[[str, int, int, int, int, tuple[str, ...]], tuple[bool, bool, bool]]
 ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, bool]]
-# scan and prose_screens over one text in one pass (reasoning is read whole by both):
-# scan_prose(text, *prose_screens' numbers and needles) -> (scan(text), prose_screens(...)).
+# scan, prose_screens and a tag screen over one text in one pass (reasoning is read whole by
+# all three): scan_prose(text, *prose_screens' numbers and needles) -> (scan(text),
+# prose_screens(...), "<" in text or "DSML" in text).
 ScanProse = Callable[
-    [str, int, int, int, int, tuple[str, ...]], tuple[ScanResult, tuple[bool, bool, bool]]
+    [str, int, int, int, int, tuple[str, ...]], tuple[ScanResult, tuple[bool, bool, bool], bool]
 ]
 
 # Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from exporter.dsml import engines, phenotypes
+from exporter.dsml import engines, phenotypes, search
 from exporter.dsml import markers as m
 from exporter.dsml.catalog import ERROR, STOPS, SUSPECT, WELL_FORMED
 from exporter.dsml.fastpath import parse_canonical
@@ -78,8 +78,8 @@ def reasoning_end(text: str, thinking: bool | None) -> int:
     a DSML parameter value (after a parameter opener with no closer since) is a literal in a
     tool call (code that strips think tags), not the end of reasoning. :class:`ThinkTracker`
     computes the same on a stream."""
-    at = text.find(m.THINK_CLOSE)
-    if at < 0 or thinking is not None or text.find("DSML", 0, at) < 0:
+    at = search.find(text, m.THINK_CLOSE)  # both searches cross the whole reasoning
+    if at < 0 or thinking is not None or search.find(text, "DSML", 0, at) < 0:
         return at  # every parameter opener holds "DSML": with none before it, none is open
     opened = max(text.rfind(p, 0, at) for p in PARAM_OPENS)
     inside = opened > max(text.rfind(c, 0, at) for c in m.PARAMETER_CLOSES)
@@ -328,14 +328,14 @@ def analyze_reasoning(sink: FindingSink, text: str, base: int) -> tuple[bool, bo
     """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call.
 
     Returns the prose screens of ``text`` for :func:`phenotypes.check_prose`, found in the
-    same pass as the text checks."""
-    events = scan(text)
+    same pass as the text checks and the tag screen."""
+    passes = phenotypes.reasoning_passes(text)
+    events = scan(text) if passes.tagged else []  # neither "<" nor "DSML": no event
     if events:  # most reasoning has none, and needs no quoting lookups
         _reasoning_events(sink, text, events, base)
-    hits, screens = phenotypes.text_and_prose_screens(text)
-    for code, a, b, detail in hits:
+    for code, a, b, detail in passes.hits:
         sink.add(code, a + base, b + base, "reasoning", detail)
-    return screens
+    return passes.screens
 
 
 def _reasoning_events(sink: FindingSink, text: str, events: list[Event], base: int) -> None:

@@ -22,6 +22,7 @@ import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from exporter.dsml import accel, engines
 from exporter.dsml import markers as m
@@ -58,17 +59,26 @@ def prose_screens(text: str) -> tuple[bool, bool, bool]:
     )
 
 
-def text_and_prose_screens(text: str) -> tuple[list[Hit], tuple[bool, bool, bool]]:
-    """``check_text(text)`` and :func:`prose_screens` of it: reasoning is read whole by both
-    (the text checks, then :func:`check_prose`), so the accelerator runs their character passes
-    in one loop (``scan_prose``); without it, the two twins."""
+class ReasoningPasses(NamedTuple):
+    """What the passes over a whole reasoning channel say (:func:`reasoning_passes`)."""
+
+    hits: list[Hit]  # check_text(text)
+    screens: tuple[bool, bool, bool]  # prose_screens(text), for check_prose
+    tagged: bool  # "<" or "DSML" in the text: else tokens.scan finds no event there
+
+
+def reasoning_passes(text: str) -> ReasoningPasses:
+    """The text checks, :func:`prose_screens` and the tag screen of ``text``: reasoning is read
+    whole by all three (the text checks, :func:`check_prose`, and the grammar's event scan), so
+    the accelerator runs their character passes in one loop (``scan_prose``); without it, the
+    twins one after the other."""
     native = accel.scan_prose
     if native is None or not text:  # check_text has nothing to say about ""
-        return check_text(text), prose_screens(text)
-    found, screens = native(
+        return ReasoningPasses(check_text(text), prose_screens(text), "<" in text or "DSML" in text)
+    found, screens, tagged = native(
         text, t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, _PROBE, _SCREEN_MAX, _TEMPLATE_NEEDLES
     )
-    return hits_of(text, found), screens
+    return ReasoningPasses(hits_of(text, found), screens, tagged)
 
 
 def prose_screens_python(text: str) -> tuple[bool, bool, bool]:
@@ -679,7 +689,7 @@ def check_prose(
     screens: tuple[bool, bool, bool] | None = None,
 ) -> None:
     """Reasoning, or content outside any block. ``screens``: :func:`prose_screens` of
-    ``text`` when the caller has it already (:func:`text_and_prose_screens`)."""
+    ``text`` when the caller has it already (:func:`reasoning_passes`)."""
     if not text:
         return  # a content channel that opens with its block: no prose
     # one pass: most prose stops here

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from exporter.dsml import accel
-from exporter.dsml.accel import ScanResult
 from exporter.dsml import thresholds as t
+from exporter.dsml.accel import ScanResult
 from exporter.dsml.loops import MIN_LOOP_CHARS, Loop, find_loops
 from exporter.dsml.screen import CONTROL, PUNCT, classify
 from exporter.dsml.scripts import GROUP_NAMES, find_script_mix

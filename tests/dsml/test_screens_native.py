@@ -31,7 +31,7 @@ def _prose_same(text: str) -> None:
     expected = ph.prose_screens_python(text)
     assert ph.prose_screens(text) == expected, text[:120]
     # and the fused pass over reasoning (scan_prose: the screens with the text checks)
-    assert ph.text_and_prose_screens(text)[1] == expected, text[:120]
+    assert ph.reasoning_passes(text).screens == expected, text[:120]
 
 
 def _glue_same(text: str) -> None:
@@ -232,11 +232,37 @@ def test_screens_reject_what_they_cannot_read() -> None:
 
 
 def test_scan_prose_answers_what_scan_and_prose_screens_answer() -> None:
-    """The fused pass the grader runs over reasoning returns the two answers themselves, on
-    every text of the corpora (each half is compared with its Python twin above)."""
+    """The fused pass the grader runs over reasoning returns the answers of the two passes
+    and of the tag screen, on every text of the corpora and at the tag screen's edges (each
+    pass is compared with its Python twin above)."""
     args = (t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE, ph._SCREEN_MAX)
-    for text in [*_texts(), ""]:
+    edges = ["<", "D", "DSM", "DSML", "xDSML", "DSMl", "DSM<", "中DSML", "\U0001f389DSM", "a<b"]
+    tags: set[bool] = set()
+    for text in [*_texts(), "", *edges]:
+        tagged = "<" in text or "DSML" in text
         expected = (native.scan(text), native.prose_screens(text, *args, ph._TEMPLATE_NEEDLES))
-        assert native.scan_prose(text, *args, ph._TEMPLATE_NEEDLES) == expected, text[:120]
+        got = native.scan_prose(text, *args, ph._TEMPLATE_NEEDLES)
+        assert got == (*expected, tagged), text[:120]
+        tags.add(tagged)
+    assert tags == {False, True}
     with pytest.raises(ValueError):
         native.scan_prose("text", 1, 1, 40, 10, ())  # a stride below 1, as prose_screens says
+
+
+@pytest.mark.parametrize("shift", range(0, 2 * ph._PROBE + 1))
+def test_prose_loop_screen_finds_a_probe_seen_before_at_every_offset(shift: int) -> None:
+    """The accelerator finds a probe's earlier copy by blocks of its characters at fixed
+    offsets: a copy at every offset from a block boundary is found, and a copy that differs in
+    its last or first character is not (the twin decides both)."""
+    stride = 2 * t.PROSE_LOOP_MIN_WORDS - ph._PROBE
+    words = " ".join(f"w{k:03d}" for k in range(3 * t.PROSE_LOOP_MIN_WORDS))  # all distinct
+    probe = words[2 * stride : 2 * stride + ph._PROBE]  # the second probe's characters
+    assert " " not in (probe[0], probe[-1])  # so a copy leaves the words single-spaced
+    at = stride // 2 + shift
+    answers = set()
+    for copy in (probe, probe[:-1] + "#", "#" + probe[1:]):
+        text = words[:at] + copy + words[at + len(copy) :]  # the probes stay where they were
+        assert " ".join(text.split()) == text
+        _prose_same(text)
+        answers.add(ph.prose_screens_python(text)[0])
+    assert answers == {True, False}
