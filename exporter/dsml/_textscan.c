@@ -88,36 +88,58 @@ static int starts_at(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize_t po
 /* text.find(text[a:a+plen], start, end): lowest index in [start, end - plen], or -1.
  *
  * The loop finder calls this some 30 times per 4 KiB with windows of 270-1040 characters, so
- * it decides the finder's cost: candidates for the probe's first character are found a word
+ * it decides the finder's cost: candidates for one character of the probe are found a word
  * at a time (memchr for 1-byte text; for 2- and 4-byte text a SWAR test for a lane equal to
  * it, which may flag extra lanes but never misses one: each flagged lane is checked exactly);
- * a candidate whose last character differs is dropped before the full comparison (a probe
- * often starts with a space or a common letter: most candidates end otherwise). */
+ * a candidate whose last character differs is dropped before the full comparison. The
+ * character looked for is not always the first: a probe often starts with a space or a common
+ * letter, which would make nearly every word a candidate (anchor_of). */
 #define SWAR_FIND(TYPE, LANES, ONES, HIGHS)                                       \
     do {                                                                          \
         const TYPE *s = (const TYPE *)t->data;                                    \
-        const TYPE c0 = s[a], cn = s[a + plen - 1];                               \
-        const uint64_t pat = (uint64_t)(ONES) * (uint64_t)c0;                     \
+        const TYPE cd = s[a + d], cn = s[a + plen - 1];                           \
+        const uint64_t pat = (uint64_t)(ONES) * (uint64_t)cd;                     \
         Py_ssize_t k = start;                                                     \
         for (; k + (LANES) - 1 <= last; k += (LANES)) {                           \
             uint64_t v;                                                           \
-            memcpy(&v, s + k, sizeof v);                                          \
+            memcpy(&v, s + k + d, sizeof v);                                      \
             uint64_t x = v ^ pat;                                                 \
             if (((x - (ONES)) & ~x & (HIGHS)) == 0) {                             \
                 continue;                                                         \
             }                                                                     \
             for (Py_ssize_t l = k; l < k + (LANES); l++) {                        \
-                if (s[l] == c0 && s[l + plen - 1] == cn && same(t, a, l, plen)) { \
+                if (s[l + d] == cd && s[l + plen - 1] == cn && same(t, a, l, plen)) { \
                     return l;                                                     \
                 }                                                                 \
             }                                                                     \
         }                                                                         \
         for (; k <= last; k++) {                                                  \
-            if (s[k] == c0 && s[k + plen - 1] == cn && same(t, a, k, plen)) {     \
+            if (s[k + d] == cd && s[k + plen - 1] == cn && same(t, a, k, plen)) { \
                 return k;                                                         \
             }                                                                     \
         }                                                                         \
     } while (0)
+
+/* The offset in text[a:a+plen] of the character to look for first: the first that is neither
+ * whitespace nor one of English's commonest letters, else the first that is not whitespace
+ * (a probe that starts at a space would stop the search at every word otherwise). */
+static Py_ssize_t anchor_of(const Text *t, Py_ssize_t a, Py_ssize_t plen)
+{
+    Py_ssize_t fallback = -1;
+    for (Py_ssize_t k = 0; k < plen; k++) {
+        Py_UCS4 c = CH(t, a + k);
+        if (Py_UNICODE_ISSPACE(c)) {
+            continue;
+        }
+        if (c >= 0x80 || strchr("etaoinsrhl", (int)(c | 0x20)) == NULL) {
+            return k;
+        }
+        if (fallback < 0) {
+            fallback = k;
+        }
+    }
+    return fallback < 0 ? 0 : fallback;
+}
 
 static Py_ssize_t find_in(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize_t start,
                           Py_ssize_t end)
@@ -129,16 +151,17 @@ static Py_ssize_t find_in(const Text *t, Py_ssize_t a, Py_ssize_t plen, Py_ssize
     if (last < start) {
         return -1;
     }
+    const Py_ssize_t d = anchor_of(t, a, plen); /* candidates: text[l + d] == text[a + d] */
     switch (t->kind) {
     case PyUnicode_1BYTE_KIND: {
         const Py_UCS1 *s = (const Py_UCS1 *)t->data;
         Py_ssize_t k = start;
         while (k <= last) {
-            const Py_UCS1 *hit = memchr(s + k, s[a], (size_t)(last - k + 1));
+            const Py_UCS1 *hit = memchr(s + k + d, s[a + d], (size_t)(last - k + 1));
             if (hit == NULL) {
                 return -1;
             }
-            k = hit - s;
+            k = hit - s - d;
             if (s[k + plen - 1] == s[a + plen - 1] && same(t, a, k, plen)) {
                 return k;
             }
@@ -974,6 +997,18 @@ static inline int code_seam(unsigned a, unsigned b)
     return a != b && a && b && !((a == 1 || a == 7) && (b == 1 || b == 7));
 }
 
+/* code_seam of every pair of glue codes, for the character loop (built at import) */
+static unsigned char SEAM[8][8];
+
+static void build_seam_table(void)
+{
+    for (unsigned a = 0; a < 8; a++) {
+        for (unsigned b = 0; b < 8; b++) {
+            SEAM[a][b] = (unsigned char)code_seam(a, b);
+        }
+    }
+}
+
 PyDoc_STRVAR(may_glue_doc,
 "may_glue(text) -> bool\n\n"
 "phenotypes._may_glue: two adjacent characters of different script classes, one of them a\n"
@@ -1150,7 +1185,13 @@ static int prose_init(Prose *p, const Text *t, int ascii, Py_ssize_t need, Py_ss
     return 1;
 }
 
-static uint32_t FUSED[0x10000]; /* FLAGS | GROUP << 8 | PROSE << 16, built at import */
+/* FLAGS | GROUP << 8 | PROSE << 16, and three bits that save the loop a comparison or two:
+ * the group byte is a letter (not ' ' or '.'), it is '.', the character is '<' or 'D' (where
+ * a tag or DSML may start). Built at import. */
+#define E_LETTER (1u << 20)
+#define E_DOT (1u << 21)
+#define E_TAG (1u << 22)
+static uint32_t FUSED[0x10000];
 /* Per block of 256 characters, the entry all of them share, or MIXED: most scripts' letters
  * (CJK, Hangul, Cyrillic, ...) fill whole blocks, and a 1 KiB table stays in the L1 cache where
  * reading FUSED (256 KiB) for text spread over thousands of CJK characters missed it. */
@@ -1161,7 +1202,8 @@ static void build_fused_table(void)
 {
     for (Py_UCS4 c = 0; c < 0x10000; c++) {
         FUSED[c] = (uint32_t)FLAGS[c] | (uint32_t)(unsigned char)GROUP[c] << 8 |
-                   (uint32_t)PROSE[c] << 16;
+                   (uint32_t)PROSE[c] << 16 | (is_group(GROUP[c]) ? E_LETTER : 0) |
+                   (GROUP[c] == '.' ? E_DOT : 0) | (c == '<' || c == 'D' ? E_TAG : 0);
     }
     for (Py_UCS4 b = 0; b < 0x100; b++) {
         UNIFORM[b] = FUSED[b << 8];
@@ -1177,7 +1219,7 @@ static void build_fused_table(void)
 static inline uint32_t fused_of(Py_UCS4 c)
 {
     if (c >= 0x10000) { /* beyond the BMP: no flags, group_at's '.', prose_bits' answer */
-        return (uint32_t)'.' << 8 | (uint32_t)prose_bits(c) << 16;
+        return (uint32_t)'.' << 8 | (uint32_t)prose_bits(c) << 16 | E_DOT;
     }
     uint32_t u = UNIFORM[c >> 8];
     return u != MIXED ? u : FUSED[c];
@@ -1231,7 +1273,7 @@ static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m,
         for (Py_ssize_t i = 0; i < n; i++) {                                                 \
             const Py_UCS4 c = d[i];                                                          \
             const uint32_t e = fused_of(c);                                                  \
-            if ((want & PASS_TAGS) && (c == '<' || c == 'D') && !tagged) {                   \
+            if ((want & PASS_TAGS) && (e & E_TAG) && !tagged) {                              \
                 tagged = c == '<' || (i + 3 < n && d[i + 1] == 'S' && d[i + 2] == 'M' &&     \
                                       d[i + 3] == 'L');                                      \
             }                                                                                \
@@ -1247,13 +1289,13 @@ static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m,
             }                                                                                \
             if (!mix_done) {                                                                 \
                 const char g = (char)(e >> 8);                                               \
-                const int letter = g != '.' && g != ' ';                                     \
+                const int letter = (e & E_LETTER) != 0;                                      \
                 if (letter && prev >= 0 && prev_group != g) { /* rare: a switch */           \
                     on_switch(t, m, prev, prev_group, i, g);                                 \
                     mix_done = m->done;                                                      \
                 }                                                                            \
                 /* a letter is the new last one, "." forgets it, a space keeps it */         \
-                prev = letter ? i : g == '.' ? -1 : prev;                                    \
+                prev = letter ? i : (e & E_DOT) ? -1 : prev;                                 \
                 prev_group = letter ? g : prev_group;                                        \
             }                                                                                \
             if (want & PASS_PROSE) {                                                         \
@@ -1264,7 +1306,7 @@ static ALWAYS_INLINE void char_passes(const Text *t, int want, Leaks *r, Mix *m,
                     }                                                                        \
                 }                                                                            \
                 if (!glue) {                                                                 \
-                    glue = code_seam(prev_code, bits & P_CODE);                              \
+                    glue = SEAM[prev_code][bits & P_CODE];                                   \
                     prev_code = bits & P_CODE;                                               \
                 }                                                                            \
                 /* without branches (a word boundary every few characters): both stores   \
@@ -1735,6 +1777,7 @@ PyMODINIT_FUNC PyInit__textscan(void)
 {
     build_tables();
     build_prose_table();
+    build_seam_table();
     build_fused_table();
     return PyModule_Create(&module);
 }
