@@ -78,8 +78,10 @@ def reasoning_end(text: str, thinking: bool | None) -> int:
     a DSML parameter value (after a parameter opener with no closer since) is a literal in a
     tool call (code that strips think tags), not the end of reasoning. :class:`ThinkTracker`
     computes the same on a stream."""
-    at = search.find(text, m.THINK_CLOSE)  # both searches cross the whole reasoning
-    if at < 0 or thinking is not None or search.find(text, "DSML", 0, at) < 0:
+    # both searches cross the whole reasoning: search.find is sooner on a long one
+    find = search.find if len(text) >= search.LONG else str.find
+    at = find(text, m.THINK_CLOSE)
+    if at < 0 or thinking is not None or find(text, "DSML", 0, at) < 0:
         return at  # every parameter opener holds "DSML": with none before it, none is open
     opened = max(text.rfind(p, 0, at) for p in PARAM_OPENS)
     inside = opened > max(text.rfind(c, 0, at) for c in m.PARAMETER_CLOSES)
@@ -329,13 +331,13 @@ def analyze_reasoning(sink: FindingSink, text: str, base: int) -> tuple[bool, bo
 
     Returns the prose screens of ``text`` for :func:`phenotypes.check_prose`, found in the
     same pass as the text checks and the tag screen."""
-    passes = phenotypes.reasoning_passes(text)
-    events = scan(text) if passes.tagged else []  # neither "<" nor "DSML": no event
+    hits, screens, tagged = phenotypes.reasoning_passes(text)
+    events = scan(text) if tagged else []  # neither "<" nor "DSML": no event
     if events:  # most reasoning has none, and needs no quoting lookups
         _reasoning_events(sink, text, events, base)
-    for code, a, b, detail in passes.hits:
+    for code, a, b, detail in hits:
         sink.add(code, a + base, b + base, "reasoning", detail)
-    return passes.screens
+    return screens
 
 
 def _reasoning_events(sink: FindingSink, text: str, events: list[Event], base: int) -> None:

@@ -22,7 +22,6 @@ import operator
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
 
 from exporter.dsml import accel, engines
 from exporter.dsml import markers as m
@@ -54,31 +53,20 @@ def prose_screens(text: str) -> tuple[bool, bool, bool]:
     native = accel.prose_screens
     if native is None:
         return prose_screens_python(text)
-    return native(
-        text, t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, _PROBE, _SCREEN_MAX, _TEMPLATE_NEEDLES
-    )
+    return native(text, *_PROSE_SCREEN_ARGS)
 
 
-class ReasoningPasses(NamedTuple):
-    """What the passes over a whole reasoning channel say (:func:`reasoning_passes`)."""
-
-    hits: list[Hit]  # check_text(text)
-    screens: tuple[bool, bool, bool]  # prose_screens(text), for check_prose
-    tagged: bool  # "<" or "DSML" in the text: else tokens.scan finds no event there
-
-
-def reasoning_passes(text: str) -> ReasoningPasses:
-    """The text checks, :func:`prose_screens` and the tag screen of ``text``: reasoning is read
-    whole by all three (the text checks, :func:`check_prose`, and the grammar's event scan), so
-    the accelerator runs their character passes in one loop (``scan_prose``); without it, the
-    twins one after the other."""
+def reasoning_passes(text: str) -> tuple[list[Hit], tuple[bool, bool, bool], bool]:
+    """``check_text(text)``, :func:`prose_screens` of it, and whether it holds ``<`` or
+    ``DSML`` (else ``tokens.scan`` finds no event there): reasoning is read whole by all three
+    (the text checks, :func:`check_prose`, the grammar's event scan), so the accelerator runs
+    their character passes in one loop (``scan_prose``); without it, the twins one after the
+    other. (A plain tuple: this runs once per grade, short reasoning included.)"""
     native = accel.scan_prose
     if native is None or not text:  # check_text has nothing to say about ""
-        return ReasoningPasses(check_text(text), prose_screens(text), "<" in text or "DSML" in text)
-    found, screens, tagged = native(
-        text, t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, _PROBE, _SCREEN_MAX, _TEMPLATE_NEEDLES
-    )
-    return ReasoningPasses(hits_of(text, found), screens, tagged)
+        return check_text(text), prose_screens(text), "<" in text or "DSML" in text
+    found, screens, tagged = native(text, *_PROSE_SCREEN_ARGS)
+    return hits_of(text, found), screens, tagged
 
 
 def prose_screens_python(text: str) -> tuple[bool, bool, bool]:
@@ -221,6 +209,14 @@ _TEMPLATE = re.compile(
 # Every _TEMPLATE match holds one of these (not "<<" alone: C++ streams and shell
 # here-documents hold it): the template screen.
 _TEMPLATE_NEEDLES = ("<|", "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>")
+# what the accelerator's prose_screens and scan_prose take after the text
+_PROSE_SCREEN_ARGS = (
+    t.PROSE_LOOP_MIN_WORDS,
+    t.PROSE_LOOP_NGRAM,
+    _PROBE,
+    _SCREEN_MAX,
+    _TEMPLATE_NEEDLES,
+)
 
 
 def find_template_tokens(text: str) -> Iterable[tuple[int, int, str]]:

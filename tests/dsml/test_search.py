@@ -20,8 +20,8 @@ _NEEDLES = st.sampled_from([THINK_CLOSE, "DSML", f"<{MARKER}", "<", "D", "DSMLx"
 def test_find_is_str_find(text: str, needle: str, start: int, end: int) -> None:
     assert search.find(text, needle, start, end) == text.find(needle, start, end)
     assert search.find(text, needle, start) == text.find(needle, start)
-    # past the length where it hands a short text to str.find
-    long = "x" * search._SHORT + text
-    for at in (start, start + search._SHORT):
-        expected = long.find(needle, at, end + search._SHORT)
-        assert search.find(long, needle, at, end + search._SHORT) == expected
+    # at the length its callers use it from
+    long = "x" * search.LONG + text
+    for at in (start, start + search.LONG):
+        expected = long.find(needle, at, end + search.LONG)
+        assert search.find(long, needle, at, end + search.LONG) == expected
