@@ -43,7 +43,9 @@ def normalize_grammar(grammar: str | None) -> str | None:
     A given grammar is the deployment's dialect (the tool-call parser its engine runs): a block
     in the other spelling is graded as what that parser returns. ``v4@vllm``: the dialect as
     vLLM's parser reads it (:mod:`exporter.dsml.engines`). ValueError otherwise."""
-    if isinstance(grammar, engines.EngineDialect):
+    if type(grammar) is str and grammar in _GRAMMAR_ALIASES:  # "v4", "auto"...: once per grade
+        return _GRAMMAR_ALIASES[grammar]  # (not a str subclass: an EngineDialect is itself)
+    if grammar is None or isinstance(grammar, engines.EngineDialect):
         return grammar
     engine = release = None
     if isinstance(grammar, str):

@@ -409,7 +409,8 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
     return (
         (_glued_run(value) if glued else None)
         or (_letter_run(value) if letters else None)
-        or _closing_run(value)
+        # _closing_run's own first screen here: no call for a value shorter than the run
+        or (_closing_run(value) if len(value) >= t.VALUE_LOOP_ASCII_RUN else None)
         or (_word_run_exact(value) if words else None)
     )
 
@@ -708,7 +709,8 @@ def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
     if (found := find_value_loop(value)) is not None:
         sink.add("value_loop", found[0] + base, found[1] + base, channel, found[2])
     if value.isascii():  # no salad (one script) and nothing glued: most values
-        if (found := find_think_in_value(value)) is not None:
+        # find_think_in_value's own screen first: no call for most values
+        if "think>" in value and (found := find_think_in_value(value)) is not None:
             sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
         return
     if (found := find_value_salad(value)) is not None:
