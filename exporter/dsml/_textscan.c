@@ -1075,14 +1075,15 @@ static int probe_seen_before(const Py_UCS4 *s, Py_ssize_t n, Py_ssize_t probe, P
     const Py_ssize_t cap = (Py_ssize_t)1 << bits;
     /* chained hash table: head[slot] the last piece in the slot (-1: none), next[x] the one
      * before it; then the keys, then the block weights R^(B-1-k), in one allocation */
-    int32_t *head = PyMem_Malloc(sizeof(int32_t) * (size_t)(cap + pieces) +
+    const Py_ssize_t pad = pieces & 1; /* so the keys start 8-byte aligned (cap is even) */
+    int32_t *head = PyMem_Malloc(sizeof(int32_t) * (size_t)(cap + pieces + pad) +
                                  sizeof(uint64_t) * (size_t)(pieces + B));
     if (head == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     int32_t *next = head + cap;
-    uint64_t *key = (uint64_t *)(next + pieces + (pieces & 1)); /* 8-byte aligned */
+    uint64_t *key = (uint64_t *)(next + pieces + pad);
     uint64_t *weight = key + pieces;
     memset(head, 0xFF, sizeof(int32_t) * (size_t)cap);
     weight[B - 1] = 1;

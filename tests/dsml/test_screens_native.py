@@ -10,6 +10,8 @@ the characters that matter to it.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -266,3 +268,25 @@ def test_prose_loop_screen_finds_a_probe_seen_before_at_every_offset(shift: int)
         _prose_same(text)
         answers.add(ph.prose_screens_python(text)[0])
     assert answers == {True, False}
+
+
+@pytest.mark.parametrize(("need", "probe"), [(1, 1), (2, 1), (2, 2), (2, 3), (3, 5), (9, 8)])
+def test_prose_loop_probes_at_other_sizes(need: int, probe: int) -> None:
+    """The accelerator takes the screen's numbers as arguments: at probes of 1-8 characters
+    (blocks of 1-4, odd numbers of pieces, strides down to 1) it answers what the twin answers
+    with the same numbers, on text with and without repeats (under the sanitizers too)."""
+    rng = random.Random(probe * 100 + need)
+    vocabulary = ["a", "bc", "def", "中", "x", "ab", "ghij"]
+    saved = (t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE)
+    answers = set()
+    try:
+        t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE = need, 1, probe
+        for size in range(0, 60):
+            words = [rng.choice(vocabulary[: 2 + size % 6]) for _ in range(size)]
+            text = " ".join(words) + ("" if size % 3 else "  " + "".join(words[:4]))
+            got = native.prose_screens(text, need, 1, probe, ph._SCREEN_MAX, ())[0]
+            assert got == ph._may_loop(text), (need, probe, text)
+            answers.add(got)
+    finally:
+        t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE = saved
+    assert answers == {False, True}
