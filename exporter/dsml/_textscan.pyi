@@ -40,3 +40,9 @@ def value_screens(
 ) -> tuple[bool, bool, bool]:
     """phenotypes.value_screens_python: whether phenotypes._VALUE_LOOP matches at all, whether
     phenotypes._word_run's screens pass, and whether phenotypes._LETTER_RUN matches."""
+
+def scan_prose(
+    text: str, need: int, ngram: int, probe: int, screen_max: int, needles: tuple[str, ...], /
+) -> tuple[ScanResult, tuple[bool, bool, bool], bool]:
+    """(scan(text), prose_screens(text, ...), "<" in text or "DSML" in text) in one pass:
+    phenotypes.reasoning_passes."""

@@ -4,7 +4,9 @@ The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot pass
 screens, each with a pure-Python reference that is its specification
 (``textcheck.check_text_python``, ``fastpath.canonical_calls_python``, and
 ``phenotypes._may_glue``, ``prose_screens_python``, ``value_screens_python``), as CPython's
-``_json`` accelerates ``json``. The grammar
+``_json`` accelerates ``json``; ``scan_prose`` runs the text checks, the prose screens and a
+tag screen over one reasoning in one pass (``phenotypes.reasoning_passes``: the twins one after
+the other). The grammar
 (``tokens.py`` + ``structure.py``) is written once, in Python.
 
 At import the accelerator runs when it was built, unless ``DSV4_DSML_KERNEL`` says otherwise:
@@ -50,6 +52,12 @@ CanonicalCalls = Callable[[str, int, int, NativeSpelling], tuple[tuple[RawCall, 
 MayGlue = Callable[[str], bool]
 ProseScreens = Callable[[str, int, int, int, int, tuple[str, ...]], tuple[bool, bool, bool]]
 ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, bool]]
+# scan, prose_screens and a tag screen over one text in one pass (reasoning is read whole by
+# all three): scan_prose(text, *prose_screens' numbers and needles) -> (scan(text),
+# prose_screens(...), "<" in text or "DSML" in text).
+ScanProse = Callable[
+    [str, int, int, int, int, tuple[str, ...]], tuple[ScanResult, tuple[bool, bool, bool], bool]
+]
 
 # Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).
 NATIVE_THRESHOLDS: dict[str, int] = {
@@ -92,6 +100,7 @@ canonical_calls: CanonicalCalls | None = None
 may_glue: MayGlue | None = None
 prose_screens: ProseScreens | None = None
 value_screens: ValueScreens | None = None
+scan_prose: ScanProse | None = None
 WHY = ""
 """Why the kernel differs from what ``DSV4_DSML_KERNEL`` asked for ("" when it does not)."""
 
@@ -110,17 +119,17 @@ def select(name: str) -> None:
     """Run ``name`` (``c`` or ``python``) from now on, in every caller.
 
     ValueError for any other name; RuntimeError for ``c`` when the accelerator is not built."""
-    global scan, canonical_calls, may_glue, prose_screens, value_screens
+    global scan, canonical_calls, may_glue, prose_screens, value_screens, scan_prose
     if name not in KERNELS:
         raise ValueError(f"unknown DSML kernel {name!r}: use one of {', '.join(KERNELS)}")
     if name == "python":
-        scan = canonical_calls = may_glue = prose_screens = value_screens = None
+        scan = canonical_calls = may_glue = prose_screens = value_screens = scan_prose = None
         return
     if _BUILT is None:
         raise RuntimeError("exporter/dsml/_textscan.c is not built here: run `make native`")
     scan, canonical_calls = _BUILT.scan, _BUILT.canonical_calls
     may_glue, prose_screens = _BUILT.may_glue, _BUILT.prose_screens
-    value_screens = _BUILT.value_screens
+    value_screens, scan_prose = _BUILT.value_screens, _BUILT.scan_prose
 
 
 def _from_env(value: str) -> tuple[str, str]:

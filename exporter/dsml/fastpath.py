@@ -106,7 +106,7 @@ def parse_canonical(
     if (text.find("`", 0, lt) >= 0 or text.find("~", 0, lt) >= 0) and Quoting(text).covers(lt):
         return None
     sp = _SPELLINGS[found]
-    if text.find(sp.block_close, lt) < 0:
+    if text.rfind(sp.block_close, lt) < 0:  # from the end: a closer ends most blocks
         return None  # no closer at all (a cut or damaged block): nothing to parse here
     pos = lt + len(sp.block_open)
     native = accel.canonical_calls

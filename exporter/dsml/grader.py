@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from exporter.dsml import engines, phenotypes
+from exporter.dsml import engines, phenotypes, search
 from exporter.dsml import markers as m
 from exporter.dsml.catalog import ERROR, STOPS, SUSPECT, WELL_FORMED
 from exporter.dsml.fastpath import parse_canonical
@@ -43,7 +43,9 @@ def normalize_grammar(grammar: str | None) -> str | None:
     A given grammar is the deployment's dialect (the tool-call parser its engine runs): a block
     in the other spelling is graded as what that parser returns. ``v4@vllm``: the dialect as
     vLLM's parser reads it (:mod:`exporter.dsml.engines`). ValueError otherwise."""
-    if isinstance(grammar, engines.EngineDialect):
+    if type(grammar) is str and grammar in _GRAMMAR_ALIASES:  # "v4", "auto"...: once per grade
+        return _GRAMMAR_ALIASES[grammar]  # (not a str subclass: an EngineDialect is itself)
+    if grammar is None or isinstance(grammar, engines.EngineDialect):
         return grammar
     engine = release = None
     if isinstance(grammar, str):
@@ -78,8 +80,10 @@ def reasoning_end(text: str, thinking: bool | None) -> int:
     a DSML parameter value (after a parameter opener with no closer since) is a literal in a
     tool call (code that strips think tags), not the end of reasoning. :class:`ThinkTracker`
     computes the same on a stream."""
-    at = text.find(m.THINK_CLOSE)
-    if at < 0 or thinking is not None or text.find("DSML", 0, at) < 0:
+    # both searches cross the whole reasoning: search.find is sooner on a long one
+    find = search.find if len(text) >= search.LONG else str.find
+    at = find(text, m.THINK_CLOSE)
+    if at < 0 or thinking is not None or find(text, "DSML", 0, at) < 0:
         return at  # every parameter opener holds "DSML": with none before it, none is open
     opened = max(text.rfind(p, 0, at) for p in PARAM_OPENS)
     inside = opened > max(text.rfind(c, 0, at) for c in m.PARAMETER_CLOSES)
@@ -169,7 +173,7 @@ def grade_kept(
     reasoning = kept[:r_end] if r_end is not None else ""  # sliced once, read by two passes
     if r_end is not None:
         channels.append(ChannelSpan("reasoning", 0, r_end))
-        analyze_reasoning(sink, reasoning, 0)
+        screens = analyze_reasoning(sink, reasoning, 0)
     content = kept[c_start:]
     channels.append(ChannelSpan("content", c_start, len(kept)))
     part = analyze_content(
@@ -197,7 +201,7 @@ def grade_kept(
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
     calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
     if r_end is not None:
-        phenotypes.check_prose(sink, reasoning, 0, "reasoning")
+        phenotypes.check_prose(sink, reasoning, 0, "reasoning", screens)
     prose = sample_checks(sink, content, c_start, part, calls)
     phenotypes.check_end(
         sink,
@@ -324,13 +328,18 @@ class ContentPart:
     visible_empty: bool
 
 
-def analyze_reasoning(sink: FindingSink, text: str, base: int) -> None:
-    """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call."""
-    events = scan(text)
+def analyze_reasoning(sink: FindingSink, text: str, base: int) -> tuple[bool, bool, bool]:
+    """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call.
+
+    Returns the prose screens of ``text`` for :func:`phenotypes.check_prose`, found in the
+    same pass as the text checks and the tag screen."""
+    hits, screens, tagged = phenotypes.reasoning_passes(text)
+    events = scan(text) if tagged else []  # neither "<" nor "DSML": no event
     if events:  # most reasoning has none, and needs no quoting lookups
         _reasoning_events(sink, text, events, base)
-    for code, a, b, detail in check_text(text):
+    for code, a, b, detail in hits:
         sink.add(code, a + base, b + base, "reasoning", detail)
+    return screens
 
 
 def _reasoning_events(sink: FindingSink, text: str, events: list[Event], base: int) -> None:

@@ -122,7 +122,7 @@ def grade_assembled(
     pos = 0
     if asm.reasoning:
         channels.append(ChannelSpan("reasoning", 0, len(asm.reasoning)))
-        analyze_reasoning(sink, asm.reasoning, 0)
+        screens = analyze_reasoning(sink, asm.reasoning, 0)
         if asm.reasoning_cut:
             cuts.append(asm.reasoning_cut)
         pos = len(asm.reasoning)
@@ -162,7 +162,7 @@ def grade_assembled(
         sink.add("oversized", at, at, "input", f"{dropped} characters dropped here")
     n = pos
     if asm.reasoning:
-        phenotypes.check_prose(sink, asm.reasoning, 0, "reasoning")
+        phenotypes.check_prose(sink, asm.reasoning, 0, "reasoning", screens)
     prose = sample_checks(sink, asm.content, c_start, part, [], block_channel="content", raw=False)
     _check_argument_values(sink, asm.calls, calls, c_start + len(asm.content))
     phenotypes.check_calls(sink, calls, "tool_calls")

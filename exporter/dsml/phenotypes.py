@@ -31,7 +31,7 @@ from exporter.dsml.catalog import STOPS
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import FindingSink, ToolCall
 from exporter.dsml.schema import ToolSet
-from exporter.dsml.textcheck import is_nonascii_punct
+from exporter.dsml.textcheck import Hit, check_text, hits_of, is_nonascii_punct
 
 # --- prose_loop --------------------------------------------------------------------------------
 
@@ -54,9 +54,20 @@ def prose_screens(text: str) -> tuple[bool, bool, bool]:
     native = accel.prose_screens
     if native is None:
         return prose_screens_python(text)
-    return native(
-        text, t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, _PROBE, _SCREEN_MAX, _TEMPLATE_NEEDLES
-    )
+    return native(text, *_PROSE_SCREEN_ARGS)
+
+
+def reasoning_passes(text: str) -> tuple[list[Hit], tuple[bool, bool, bool], bool]:
+    """``check_text(text)``, :func:`prose_screens` of it, and whether it holds ``<`` or
+    ``DSML`` (else ``tokens.scan`` finds no event there): reasoning is read whole by all three
+    (the text checks, :func:`check_prose`, the grammar's event scan), so the accelerator runs
+    their character passes in one loop (``scan_prose``); without it, the twins one after the
+    other. (A plain tuple: this runs once per grade, short reasoning included.)"""
+    native = accel.scan_prose
+    if native is None or not text:  # check_text has nothing to say about ""
+        return check_text(text), prose_screens(text), "<" in text or "DSML" in text
+    found, screens, tagged = native(text, *_PROSE_SCREEN_ARGS)
+    return hits_of(text, found), screens, tagged
 
 
 def prose_screens_python(text: str) -> tuple[bool, bool, bool]:
@@ -254,6 +265,14 @@ _TEMPLATE = re.compile(
 # Every _TEMPLATE match holds one of these (not "<<" alone: C++ streams and shell
 # here-documents hold it): the template screen.
 _TEMPLATE_NEEDLES = ("<|", "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>")
+# what the accelerator's prose_screens and scan_prose take after the text
+_PROSE_SCREEN_ARGS = (
+    t.PROSE_LOOP_MIN_WORDS,
+    t.PROSE_LOOP_NGRAM,
+    _PROBE,
+    _SCREEN_MAX,
+    _TEMPLATE_NEEDLES,
+)
 
 
 def find_template_tokens(text: str) -> Iterable[tuple[int, int, str]]:
@@ -446,7 +465,8 @@ def find_value_loop(value: str) -> tuple[int, int, str] | None:
     return (
         (_glued_run(value) if glued else None)
         or (_letter_run(value) if letters else None)
-        or _closing_run(value)
+        # _closing_run's own first screen here: no call for a value shorter than the run
+        or (_closing_run(value) if len(value) >= _CLOSING_MIN else None)
         or (_word_run_exact(value) if words else None)
     )
 
@@ -728,11 +748,19 @@ def find_quoted_block(text: str, grammar: str | None) -> tuple[int, int, str] | 
 # --- the per-sample entry points -----------------------------------------------------------------
 
 
-def check_prose(sink: FindingSink, text: str, base: int, channel: str) -> None:
-    """Reasoning, or content outside any block."""
+def check_prose(
+    sink: FindingSink,
+    text: str,
+    base: int,
+    channel: str,
+    screens: tuple[bool, bool, bool] | None = None,
+) -> None:
+    """Reasoning, or content outside any block. ``screens``: :func:`prose_screens` of
+    ``text`` when the caller has it already (:func:`reasoning_passes`)."""
     if not text:
         return  # a content channel that opens with its block: no prose
-    may_loop, may_template, may_glue = prose_screens(text)  # one pass: most prose stops here
+    # one pass: most prose stops here
+    may_loop, may_template, may_glue = prose_screens(text) if screens is None else screens
     loop = _loop_in_words(text, text.split()) if may_loop else None
     if loop is not None:
         sink.add("prose_loop", loop[0] + base, loop[1] + base, channel, loop[2])
@@ -751,7 +779,8 @@ def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
     if (found := find_value_loop(value)) is not None:
         sink.add("value_loop", found[0] + base, found[1] + base, channel, found[2])
     if value.isascii():  # no salad (one script) and nothing glued: most values
-        if (found := find_think_in_value(value)) is not None:
+        # find_think_in_value's own screen first: no call for most values
+        if "think>" in value and (found := find_think_in_value(value)) is not None:
             sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
         return
     if (found := find_value_salad(value)) is not None:

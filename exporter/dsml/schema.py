@@ -197,6 +197,9 @@ def _compile(schema: object, depth: int) -> Check:
         return _type_only(types[0], nullable)
 
     is_object = types == ["object"]  # a tool's parameters: tested without a generator
+    # properties whose schema says only "type": "string": a str there has nothing to report,
+    # so the loop below passes it without calling the property's check (most arguments)
+    strings = frozenset(k for k, c in props.items() if isinstance(c, _StringCheck))
 
     def check(value: Any, path: Path, errors: list[str]) -> None:
         if len(errors) >= MAX_ERRORS or (value is None and nullable):
@@ -222,6 +225,8 @@ def _compile(schema: object, depth: int) -> Check:
                 if key not in value:
                     errors.append(f"{render_path(path)}: missing required {key!r}")
             for key, item in value.items():
+                if key in strings and isinstance(item, str):
+                    continue
                 prop = props.get(key)
                 if prop is not None:
                     prop(item, (path, key), errors)
@@ -250,12 +255,22 @@ def _type_only(typ: str, nullable: bool) -> Check:
         if not _type_ok(value, typ):
             errors.append(f"{render_path(path)}: expected {typ}, got {_json_type(value)}")
 
-    def check_string(value: Any, path: Path, errors: list[str]) -> None:
-        if isinstance(value, str) or len(errors) >= MAX_ERRORS or (value is None and nullable):
+    return _StringCheck(nullable) if typ == "string" else check
+
+
+class _StringCheck:
+    """The type-only check of ``"type": "string"``, as an object the object check can tell
+    apart (its ``strings``: a str value passes without the call)."""
+
+    __slots__ = ("nullable",)
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+
+    def __call__(self, value: Any, path: Path, errors: list[str]) -> None:
+        if isinstance(value, str) or len(errors) >= MAX_ERRORS or (value is None and self.nullable):
             return
         errors.append(f"{render_path(path)}: expected string, got {_json_type(value)}")
-
-    return check_string if typ == "string" else check
 
 
 def _passes(check: Check, value: Any, path: Path) -> bool:

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from exporter.dsml import accel
 from exporter.dsml import thresholds as t
+from exporter.dsml.accel import ScanResult
 from exporter.dsml.loops import MIN_LOOP_CHARS, Loop, find_loops
 from exporter.dsml.screen import CONTROL, PUNCT, classify
 from exporter.dsml.scripts import GROUP_NAMES, find_script_mix
@@ -86,7 +87,13 @@ def check_text(text: str) -> list[Hit]:
     native = accel.scan
     if native is None:
         return check_text_python(text)
-    control, replacement, mojibake, mix, salad, loops = native(text)
+    return hits_of(text, native(text))
+
+
+def hits_of(text: str, found: ScanResult) -> list[Hit]:
+    """The hits of the accelerator's ``scan`` answer over ``text``, exactly as
+    :func:`check_text_python` reports them."""
+    control, replacement, mojibake, mix, salad, loops = found
     if not (control or replacement or mojibake or mix or salad or loops):
         return []  # most channels
     hits: list[Hit] = [("control_chars", i, i + 1, f"U+{ord(text[i]):04X}") for i in control]

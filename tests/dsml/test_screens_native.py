@@ -10,6 +10,8 @@ the characters that matter to it.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -28,7 +30,10 @@ MANY = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCh
 
 def _prose_same(text: str) -> None:
     assert accel.kernel() == "c"  # so the dispatchers below run the accelerator
-    assert ph.prose_screens(text) == ph.prose_screens_python(text), text[:120]
+    expected = ph.prose_screens_python(text)
+    assert ph.prose_screens(text) == expected, text[:120]
+    # and the fused pass over reasoning (scan_prose: the screens with the text checks)
+    assert ph.reasoning_passes(text)[1] == expected, text[:120]
 
 
 def _glue_same(text: str) -> None:
@@ -226,3 +231,62 @@ def test_screens_reject_what_they_cannot_read() -> None:
         native.prose_screens("text", 10, 6, 32, 8192, ())  # no stride between probes
     with pytest.raises(ValueError):
         native.value_screens("text", 0, 8, 3, 4, 7, 16)
+
+
+def test_scan_prose_answers_what_scan_and_prose_screens_answer() -> None:
+    """The fused pass the grader runs over reasoning returns the answers of the two passes
+    and of the tag screen, on every text of the corpora and at the tag screen's edges (each
+    pass is compared with its Python twin above)."""
+    args = (t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE, ph._SCREEN_MAX)
+    edges = ["<", "D", "DSM", "DSML", "xDSML", "DSMl", "DSM<", "中DSML", "\U0001f389DSM", "a<b"]
+    tags: set[bool] = set()
+    for text in [*_texts(), "", *edges]:
+        tagged = "<" in text or "DSML" in text
+        expected = (native.scan(text), native.prose_screens(text, *args, ph._TEMPLATE_NEEDLES))
+        got = native.scan_prose(text, *args, ph._TEMPLATE_NEEDLES)
+        assert got == (*expected, tagged), text[:120]
+        tags.add(tagged)
+    assert tags == {False, True}
+    with pytest.raises(ValueError):
+        native.scan_prose("text", 1, 1, 40, 10, ())  # a stride below 1, as prose_screens says
+
+
+@pytest.mark.parametrize("shift", range(0, 2 * ph._PROBE + 1))
+def test_prose_loop_screen_finds_a_probe_seen_before_at_every_offset(shift: int) -> None:
+    """The accelerator finds a probe's earlier copy by blocks of its characters at fixed
+    offsets: a copy at every offset from a block boundary is found, and a copy that differs in
+    its last or first character is not (the twin decides both)."""
+    stride = 2 * t.PROSE_LOOP_MIN_WORDS - ph._PROBE
+    words = " ".join(f"w{k:03d}" for k in range(3 * t.PROSE_LOOP_MIN_WORDS))  # all distinct
+    probe = words[2 * stride : 2 * stride + ph._PROBE]  # the second probe's characters
+    assert " " not in (probe[0], probe[-1])  # so a copy leaves the words single-spaced
+    at = stride // 2 + shift
+    answers = set()
+    for copy in (probe, probe[:-1] + "#", "#" + probe[1:]):
+        text = words[:at] + copy + words[at + len(copy) :]  # the probes stay where they were
+        assert " ".join(text.split()) == text
+        _prose_same(text)
+        answers.add(ph.prose_screens_python(text)[0])
+    assert answers == {True, False}
+
+
+@pytest.mark.parametrize(("need", "probe"), [(1, 1), (2, 1), (2, 2), (2, 3), (3, 5), (9, 8)])
+def test_prose_loop_probes_at_other_sizes(need: int, probe: int) -> None:
+    """The accelerator takes the screen's numbers as arguments: at probes of 1-8 characters
+    (blocks of 1-4, odd numbers of pieces, strides down to 1) it answers what the twin answers
+    with the same numbers, on text with and without repeats (under the sanitizers too)."""
+    rng = random.Random(probe * 100 + need)
+    vocabulary = ["a", "bc", "def", "中", "x", "ab", "ghij"]
+    saved = (t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE)
+    answers = set()
+    try:
+        t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE = need, 1, probe
+        for size in range(0, 60):
+            words = [rng.choice(vocabulary[: 2 + size % 6]) for _ in range(size)]
+            text = " ".join(words) + ("" if size % 3 else "  " + "".join(words[:4]))
+            got = native.prose_screens(text, need, 1, probe, ph._SCREEN_MAX, ())[0]
+            assert got == ph._may_loop(text), (need, probe, text)
+            answers.add(got)
+    finally:
+        t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE = saved
+    assert answers == {False, True}

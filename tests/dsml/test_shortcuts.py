@@ -24,7 +24,14 @@ from hypothesis import strategies as st
 from exporter.dsml import markers as m
 from exporter.dsml import phenotypes, textcheck, tokens
 from exporter.dsml import thresholds as t
-from exporter.dsml.grader import PARAM_OPENS, body_end_of, reasoning_end
+from exporter.dsml.engines import EngineDialect
+from exporter.dsml.grader import (
+    _GRAMMAR_ALIASES,
+    PARAM_OPENS,
+    body_end_of,
+    normalize_grammar,
+    reasoning_end,
+)
 from exporter.dsml.loops import MIN_LOOP_CHARS
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import MAX_FINDINGS_PER_REASON, FindingSink, ToolCall
@@ -754,3 +761,33 @@ def test_terminator_lead_lookahead_splits_alike(text: str) -> None:
     nothing: it splits as the alternation alone does."""
     plain = re.compile(phenotypes._TERMINATOR_RUN)
     assert phenotypes._TERMINATOR.split(text) == plain.split(text), text
+
+
+def test_grammar_names_taken_as_given_equal_the_full_normalisation() -> None:
+    """``normalize_grammar`` returns a plain name of its table at once (issue 32, speed): what
+    the full path, run for the same name through the ``@sglang`` spelling, returns; an engine
+    dialect (a str subclass) is never mistaken for its base name."""
+    for name in [*_GRAMMAR_ALIASES, " V4 ", "V3.2", "v4@vllm", "v4.1@vllm-0.30.0"]:
+        if isinstance(name, str) and "@" not in name:
+            assert normalize_grammar(name) == normalize_grammar(name + "@sglang"), name
+    assert normalize_grammar(None) is None
+    dialect = normalize_grammar("v4@vllm-0.30.0")
+    assert isinstance(dialect, EngineDialect) and normalize_grammar(dialect) is dialect
+
+
+@given(st.text(st.sampled_from("think></ ab\n\"'-")), st.integers(0, 3))
+@MANY
+def test_value_checks_equal_with_their_screens_hoisted(value: str, pad: int) -> None:
+    """``check_value`` tests ``find_think_in_value``'s and ``_closing_run``'s first screens
+    before calling them (issue 32, speed): the findings are those of the calls themselves."""
+    value = value + "-" * (pad * t.VALUE_LOOP_ASCII_RUN // 2)
+    sink = FindingSink()
+    phenotypes.check_value(sink, value, 0, "tool_calls")
+    expected = FindingSink()
+    found = phenotypes.find_value_loop(value) or phenotypes._closing_run(value)
+    if found is not None:
+        expected.add("value_loop", found[0], found[1], "tool_calls", found[2])
+    if (think := phenotypes.find_think_in_value(value)) is not None and value.isascii():
+        expected.add("think_in_value", think[0], think[1], "tool_calls", think[2])
+    if value.isascii():
+        assert sink.sorted() == expected.sorted(), value

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.dsml import accel, fastpath, textcheck
+from exporter.dsml import accel, fastpath, phenotypes, textcheck
 from exporter.dsml import markers as m
 from exporter.dsml import thresholds as t
 from exporter.dsml.grader import body_end_of
@@ -45,7 +45,13 @@ def test_the_accelerator_runs_where_a_compiler_is() -> None:
 
 
 def _same(text: str) -> None:
-    assert textcheck.check_text(text) == textcheck.check_text_python(text), text[:120]
+    expected = textcheck.check_text_python(text)
+    assert textcheck.check_text(text) == expected, text[:120]
+    # and the fused pass over reasoning (scan_prose: the text checks with the prose screens)
+    assert accel.kernel() == "c"
+    hits, _screens, tagged = phenotypes.reasoning_passes(text)
+    assert hits == expected, text[:120]
+    assert tagged == ("<" in text or "DSML" in text), text[:120]
 
 
 def test_equal_on_the_corpora() -> None:
