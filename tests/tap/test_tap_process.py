@@ -261,3 +261,32 @@ def test_a_sampled_answer_reaches_the_post_in_its_pieces_never_joined() -> None:
     [one, two] = handover.decode(body)
     assert one.response_body == two.response_body == b"".join(kept)
     assert one.request_body == b'{"stream": true}' and one.streaming
+
+
+def test_byte_bounds_count_each_kept_piece_so_tiny_chunks_cannot_inflate_memory() -> None:
+    """An upstream sending 1-byte chunks makes a piece per byte (about 40 bytes of memory
+    each). The capture budget and the queue to the sidecar charge each piece's header, so a
+    bound in bytes stays a bound on memory: what fits as one piece is refused as 1-byte ones."""
+    import hashlib
+
+    from exporter.samplers.tap.forward import SidecarForwarder
+    from exporter.samplers.tap.sampling import PIECE_OVERHEAD, Capture, CaptureBudget
+    from exporter.samplers.tap.stats import TapStats
+
+    payload = 10_000
+    whole = Capture(hashlib.blake2b(), 1 << 20, CaptureBudget(2 * payload))
+    whole.add_response(b"x" * payload)
+    assert not whole.overflow and whole.response_size == payload
+    tiny = Capture(hashlib.blake2b(), 1 << 20, CaptureBudget(2 * payload))
+    for _ in range(payload):
+        tiny.add_response(b"x")
+    assert tiny.overflow == "capture_budget"  # 10 KB of payload, ~400 KB of objects
+
+    one = _exchange(b"{}", b"x" * payload)
+    many = replace(one, response_pieces=(b"x",) * payload)
+    bound = 4 * payload  # room for the payload, not for 10,000 piece headers
+    fwd = SidecarForwarder("http://127.0.0.1:9", TapStats(), max_items=99, max_bytes=bound)
+    assert fwd.handoff(one) is None
+    assert fwd.handoff(many) == "queue_full"
+    assert fwd.pending_bytes == 2 + payload
+    assert PIECE_OVERHEAD * payload > bound

@@ -21,7 +21,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import aiohttp
 
 from exporter.samplers.tap import handover
-from exporter.samplers.tap.sampling import CapturedExchange, cancel, grading_drop_reason
+from exporter.samplers.tap.sampling import (
+    PIECE_OVERHEAD,
+    CapturedExchange,
+    cancel,
+    grading_drop_reason,
+)
 from exporter.samplers.tap.stats import TapStats
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,14 @@ arriving meanwhile share the post (bounded by the queue's count and bytes all th
 WRITE_SLICE = 256 << 10
 """Bytes written to the sidecar's socket at a time, the loop served between slices: a 7 MB
 sample written whole is one long copy during which no client's bytes move."""
+
+
+def _held_bytes(exchange: CapturedExchange) -> int:
+    """Memory a queued exchange holds: its bodies, and the headers of the response's pieces
+    beyond the one a joined body would have (tap_queue_bytes bounds memory, whatever the
+    chunking SGLang chose)."""
+    extra = (len(exchange.response_pieces) - 1) * PIECE_OVERHEAD
+    return len(exchange.request_body) + exchange.response_bytes + max(extra, 0)
 
 
 async def _slices(pieces: list[bytes]) -> AsyncIterator[bytes | memoryview]:
@@ -108,7 +121,7 @@ class SidecarForwarder:
         reason = grading_drop_reason(exchange)
         if reason is not None:
             return reason
-        size = len(exchange.request_body) + exchange.response_bytes
+        size = _held_bytes(exchange)
         if len(self._pending) >= self._max_items or self.pending_bytes + size > self._max_bytes:
             return "queue_full"
         self._pending.append(exchange)
@@ -153,7 +166,7 @@ class SidecarForwarder:
             exchange = pending.popleft()
             batch.append(exchange)
             size += n
-            self.pending_bytes -= len(exchange.request_body) + exchange.response_bytes
+            self.pending_bytes -= _held_bytes(exchange)
         return batch
 
     async def _post(

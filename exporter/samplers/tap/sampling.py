@@ -18,6 +18,7 @@ import inspect
 import logging
 import re
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,10 @@ SampleCallback = Callable[["CapturedExchange"], "Awaitable[None] | None"]
 # meta_info.id. Bounded length and character set: it is an identifier, not free text.
 _ID_IN_BODY = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9._:\-]{1,128})"')
 _ID_SCAN_BYTES = 4096
+PIECE_OVERHEAD = sys.getsizeof(b"") + 8
+"""Memory a kept body piece costs beyond its bytes: the bytes object's header and its slot in
+the list (tuple) holding it. Charged per piece, so that bounds in bytes bound memory too: an
+upstream sending 1-byte chunks makes a piece per byte, 40 times its payload uncharged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,11 +243,12 @@ class Capture:
         if self.size > self.limit:
             self._let_go("too_large")
             return False
-        if n > budget.available:
+        cost = n + PIECE_OVERHEAD  # the budget bounds memory: a piece's header too
+        if cost > budget.available:
             self._let_go("capture_budget")
             return False
-        budget.available -= n
-        self.reserved += n
+        budget.available -= cost
+        self.reserved += cost
         pieces.append(piece)
         return True
 
