@@ -34,12 +34,13 @@ MIB = 1 << 20
 def _scrape(
     sim_settings: SimSettings,
     probe_dir: Path | None,
-    need: str,
+    need: str | tuple[str, ...],
     told: dict[str, object] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """One scrape of a sidecar (told only SGLang's URL, plus ``told``) once ``need`` has a
-    value on rank 1, and its /api/v1/footprint deployment section. Its GPUs are the
-    simulator's (the ``fake`` backend reads them from ``/_sim/gpus``): the ground truth."""
+    """One scrape of a sidecar (told only SGLang's URL, plus ``told``) once ``need`` (one
+    metric or several) has a value on rank 1, and its /api/v1/footprint deployment section.
+    Its GPUs are the simulator's (the ``fake`` backend reads them from ``/_sim/gpus``): the
+    ground truth."""
     with ServerThread(create_sim_app(sim_settings)) as sim:
         cfg: dict[str, object] = {
             "sglang_url": sim.url,
@@ -56,7 +57,9 @@ def _scrape(
 
             def ready() -> str | None:
                 t = scrape(sc.url)
-                return t if sample_value(t, need, rank="1") is not None else None
+                names = (need,) if isinstance(need, str) else need
+                ok = all(sample_value(t, name, rank="1") is not None for name in names)
+                return t if ok else None
 
             text = wait_for(ready)
             api = httpx.get(sc.url + "/api/v1/footprint", timeout=5).json()["deployment"]
@@ -86,7 +89,10 @@ def _bf16_fork(probe_dir: Path | None = None, version: str = "0.5.20") -> SimSet
 
 
 def test_probe_measures_the_bf16_fork_overcommit(tmp_path):
-    text, api = _scrape(_bf16_fork(tmp_path), tmp_path, "dsv4_probe_overcommit_bytes")
+    # the pricing is inferred from SGLang's memory figures against NVML's total: wait for the
+    # reconciliation too (the probe's file can land before NVML's first poll)
+    need = ("dsv4_probe_overcommit_bytes", "dsv4_memory_unexplained_bytes")
+    text, api = _scrape(_bf16_fork(tmp_path), tmp_path, need)
     assert api["sources"]["index_k_dtype"].startswith("probe")
     truth = SimDeployment(_bf16_fork()).true_footprint(0).overcommit_bytes
     assert 4.2 * GIB < truth < 4.5 * GIB  # the ground truth the sidecar was not told
