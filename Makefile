@@ -15,7 +15,7 @@ help:
 	@echo "make test-fast - the fast tier (tests/conftest.py): each package's core, under a minute"
 	@echo "make bench  - benchmarks under bench/, results in bench/RESULTS.md"
 	@echo "make lint   - ruff and mypy (strict for exporter/footprint and exporter/dsml)"
-	@echo "make native - (re)build the DSML grader's C accelerator in place (venv does it too)"
+	@echo "make native - (re)build the C modules (grader accelerator, tap relay) in place (venv does it too)"
 	@echo "make docs   - regenerate generated docs (metrics, configuration, triage rules, pools)"
 	@echo "make alerts - regenerate alerts/dsv4-sidecar.rules.yaml, its promtool tests, the runbooks and the knob table from exporter/thresholds.py"
 	@echo "make dashboards - regenerate dashboards/*.json from dashboards/*.py"
@@ -46,10 +46,12 @@ venv: $(STAMP)
 # The editable install also builds the DSML accelerator in place, so its stamp follows the C
 # source as `native` does for $(VENV).
 DEMO_VENV  ?= .venv-demo
+# The C modules: the DSML grader's accelerator and the tap's chunked-answer relay.
+NATIVE_SRC := exporter/dsml/_textscan.c exporter/samplers/tap/_relay.c
 DEMO_PY    := $(DEMO_VENV)/bin/python
-DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml setup.py exporter/dsml/_textscan.c | sha1sum | cut -c1-12)
+DEMO_STAMP := $(DEMO_VENV)/.installed-$(shell cat pyproject.toml setup.py $(NATIVE_SRC) | sha1sum | cut -c1-12)
 
-$(DEMO_STAMP): pyproject.toml setup.py exporter/dsml/_textscan.c
+$(DEMO_STAMP): pyproject.toml setup.py $(NATIVE_SRC)
 	@test -x $(DEMO_PY) || $(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_PY) -m pip install -q --upgrade pip
 	DSV4_SIDECAR_DEV_PLUGINS=1 $(DEMO_PY) -m pip install -q -e .
@@ -58,10 +60,10 @@ $(DEMO_STAMP): pyproject.toml setup.py exporter/dsml/_textscan.c
 
 demo-venv: $(DEMO_STAMP)
 
-# The DSML grader's C accelerator (exporter/dsml/_textscan.c). `pip install -e` builds
-# it once; this rebuilds it in place whenever its C source changes, so the tests never run a stale one.
+# The C modules (NATIVE_SRC: the DSML grader's accelerator, the tap's relay). `pip install -e`
+# builds them once; this rebuilds it in place whenever its C source changes, so the tests never run a stale one.
 NATIVE := $(VENV)/.native-dsml
-$(NATIVE): exporter/dsml/_textscan.c setup.py | $(STAMP)
+$(NATIVE): $(NATIVE_SRC) setup.py | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 	@touch $@
 
@@ -214,4 +216,4 @@ gpu-check-simulated: venv
 	$(PY) -m tests.gpu.check --simulated
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build dist *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so
+	rm -rf $(VENV) $(DEMO_VENV) build dist *.egg-info .pytest_cache .ruff_cache exporter/dsml/_textscan*.so exporter/samplers/tap/_relay*.so

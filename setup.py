@@ -6,7 +6,8 @@
 - ship the probe's start-up hook at the top of site-packages (a ``.pth`` file works only
   there), so ``pip install dsv4-sidecar[probe]`` loads the probe in every SGLang process. The
   hook is inert unless DSV4_PROBE=1.
-- build the DSML grader's C accelerator (exporter/dsml/_textscan.c). It is
+- build the C accelerators: the DSML grader's (exporter/dsml/_textscan.c) and the tap's
+  chunked-response relay (exporter/samplers/tap/_relay.c). Both are
   optional: without a C compiler the install still succeeds and the pure-Python reference
   runs (slower; the sidecar's build-info metric says which one a process uses).
   DSV4_SIDECAR_NO_NATIVE=1 leaves it out altogether, for a pure ``py3-none-any`` wheel:
@@ -43,6 +44,13 @@ TEXTSCAN = Extension(
     extra_compile_args=["-O2"] if os.name == "posix" else [],
 )
 
+RELAY = Extension(
+    "exporter.samplers.tap._relay",
+    sources=["exporter/samplers/tap/_relay.c"],
+    optional=True,
+    extra_compile_args=["-O2"] if os.name == "posix" else [],
+)
+
 NATIVE = os.environ.get("DSV4_SIDECAR_NO_NATIVE", "") not in ("1", "true", "yes")
 
 # Set by the Makefile's development installs ($(VENV), $(DEMO_VENV)); never by `make dist`
@@ -54,6 +62,6 @@ SIM_GPUS = {"dsv4_sidecar.gpu_backends": ["fake = exporter.sim.gpus:backend"]}
 
 setup(
     cmdclass={"build_py": BuildPyWithPth},
-    ext_modules=[TEXTSCAN] if NATIVE else [],
+    ext_modules=[TEXTSCAN, RELAY] if NATIVE else [],
     entry_points={**SCRIPTS, **(SIM_GPUS if DEV_PLUGINS else {})},
 )

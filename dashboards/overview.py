@@ -157,6 +157,13 @@ def build() -> dm.Dashboard:
         [target(sel("dsv4_sidecar_build_info"), instant=True, fmt="table")],
         hidden_columns=("Time", "__name__", "Value"),
     )
+    b.table(
+        "Tap build",
+        "How each tap forwards streamed answers (relay: c compiled relay of unsampled chunked "
+        "answers, python llhttp and Python on every chunk: more CPU per chunk).",
+        [target(sel("dsv4_tap_build_info"), instant=True, fmt="table")],
+        hidden_columns=("Time", "__name__", "Value"),
+    )
 
     b.row("Headlines")
     b.stat(

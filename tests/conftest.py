@@ -90,8 +90,8 @@ SERIAL = {
     for path, why in {
         "deploy/test_image.py": "runs the image in podman on the host network (a port picked"
         " before podman binds it), minutes of CPU beside anything else",
-        "dsml/test_textscan_sanitizers.py": "builds the accelerator under ASan and runs the"
-        " equivalence suite through it: CPU for minutes under a 300 s per-test timeout",
+        "dsml/test_textscan_sanitizers.py": "builds the C modules under ASan and runs their"
+        " equivalence suites through them: CPU for minutes under a 300 s per-test timeout",
         "test_demo.py": "the demo stack picks its four ports before its children bind them"
         " (exporter/demo/stack.py) and drives load for timed levels (minutes of CPU)",
         "test_demo_install.py": "runs the whole demo, as test_demo.py does",

@@ -915,6 +915,18 @@ TAP_SAMPLING_ERRORS = _m(
     ("stage",),
     "tap",
 )
+TAP_BUILD_INFO = _m(
+    "dsv4_tap_build_info",
+    "info",
+    "How the tap forwards streamed answers (value 1): relay c is the compiled relay "
+    "(exporter/samplers/tap/_relay.c) that forwards an unsampled chunked answer's bytes as they "
+    "came, reading only their framing; python runs llhttp and Python on every chunk, which "
+    "happens when the tap was installed without a C compiler or DSV4_TAP_RELAY=python (same "
+    "answers, more CPU per chunk: bench/RESULTS.md). Sampled answers, and anything outside "
+    "plain chunked framing, take the Python path either way.",
+    ("relay",),
+    "tap",
+)
 TAP_UPSTREAM_CONNECTIONS = _m(
     "dsv4_tap_upstream_connections_total",
     "counter",

@@ -1,11 +1,13 @@
-"""The C accelerator (exporter/dsml/_textscan.c) under AddressSanitizer and UBSan.
+"""The C modules (exporter/dsml/_textscan.c, exporter/samplers/tap/_relay.c) under
+AddressSanitizer and UBSan.
 
-It reads untrusted text (whatever SGLang, a tapped client or the ingest API sends), so an
+Both read untrusted bytes (whatever SGLang, a tapped client or the ingest API sends), so an
 out-of-bounds read or an overflow must fail the build, not wait for a crash in production.
-The module is rebuilt with ``-fsanitize=address,undefined`` into a copy of the sources,
-and the equivalence tests (corpora, 10 MB inputs, thresholds, canonical blocks, the
-phenotype screens, generated text) run against it with the sanitizer runtimes
-preloaded; any report aborts the run.
+The modules are rebuilt with ``-fsanitize=address,undefined`` into a copy of the sources,
+and their equivalence tests (the grader's corpora, 10 MB inputs, thresholds, canonical blocks,
+the phenotype screens, generated text; the relay against llhttp on generated chunked answers
+split at every point) run against them with the sanitizer runtimes preloaded; any report
+aborts the run.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MODULES = ("_textscan",)
+MODULES = {"_textscan": "exporter.dsml", "_relay": "exporter.samplers.tap"}
 DSML_KERNELS = ("c",)  # it builds and runs its own C module (tests/dsml/conftest.py)
 
 
@@ -54,8 +56,8 @@ def test_equivalence_suite_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None
         timeout=300,
     )
     assert built.returncode == 0, built.stderr[-2000:]
-    for module in MODULES:
-        assert list((src / "exporter" / "dsml").glob(f"{module}*.so")), module
+    for module, package in MODULES.items():
+        assert list(src.joinpath(*package.split(".")).glob(f"{module}*.so")), module
     env = {
         **os.environ,
         "LD_PRELOAD": f"{asan} {ubsan}",
@@ -66,9 +68,9 @@ def test_equivalence_suite_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None
         # every str in its own malloc block: ASan cannot see past the end of pymalloc's
         "PYTHONMALLOC": "malloc",
     }
-    for module in MODULES:
+    for module, package in MODULES.items():
         where = subprocess.run(
-            [sys.executable, "-c", f"import exporter.dsml.{module} as t; print(t.__file__)"],
+            [sys.executable, "-c", f"import {package}.{module} as t; print(t.__file__)"],
             cwd=src,
             env=env,
             capture_output=True,
@@ -90,6 +92,7 @@ def test_equivalence_suite_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None
             "tests/dsml/test_textscan.py",
             "tests/dsml/test_screens_native.py",
             "tests/dsml/test_heuristics.py",
+            "tests/tap/test_relay.py",
         ],
         cwd=src,
         env=env,

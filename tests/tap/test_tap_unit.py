@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.metrics.catalog import CATALOG
-from exporter.samplers.tap import Sampler, Tap, TapConfig
+from exporter.samplers.tap import Sampler, Tap, TapConfig, relay
 from exporter.samplers.tap import http as taphttp
 from exporter.samplers.tap.exchange import _request_headers, _response_headers
 from exporter.samplers.tap.sampling import Capture, CaptureBudget, find_request_id
@@ -122,11 +122,28 @@ def test_response_headers_keep_length_drop_framing() -> None:
         (b"X-Request-Id", b"abc"),
         (b"Connection", b"close"),
     ]
-    out, has_length, chunked, ctype, rid = _response_headers(raw)
+    out, has_length, chunked, ctype, rid, only = _response_headers(raw)
     assert out == [(b"Content-Type", b"text/event-stream"), (b"X-Request-Id", b"abc")]
     assert (has_length, chunked, ctype, rid) == (False, True, b"text/event-stream", b"abc")
-    out, has_length, chunked, _, _ = _response_headers([(b"Content-Length", b"10")])
-    assert has_length and not chunked and out == [(b"Content-Length", b"10")]
+    assert not only  # with a Content-Length beside it the C relay leaves the body to llhttp
+    out, has_length, chunked, _, _, only = _response_headers([(b"Content-Length", b"10")])
+    assert has_length and not chunked and not only and out == [(b"Content-Length", b"10")]
+
+
+@pytest.mark.parametrize(
+    ("codings", "only"),
+    [
+        ([b"chunked"], True),
+        ([b" Chunked "], True),
+        ([b"gzip, chunked"], False),  # a coding under the chunks: llhttp's framing, no relay
+        ([b"gzip"], False),  # close-delimited for a response (RFC 9112 §6.3)
+        ([b"chunked", b"chunked"], False),
+        ([b"chunked;x=1"], False),
+    ],
+)
+def test_only_a_lone_chunked_coding_is_relayed(codings: list[bytes], only: bool) -> None:
+    raw = [(b"Transfer-Encoding", c) for c in codings]
+    assert _response_headers(raw)[5] is only
 
 
 def test_heads_and_framing() -> None:
@@ -195,7 +212,9 @@ def test_collector_exports_every_tap_metric_zero_initialised() -> None:
         "dsv4_tap_sampling_errors_total",
     }
     for spec in tap_specs:
-        assert f"# TYPE {spec.name} {spec.kind}" in text, spec.name
+        kind = "gauge" if spec.kind == "info" else spec.kind  # the text format has no info
+        assert f"# TYPE {spec.name} {kind}" in text, spec.name
+    assert f'dsv4_tap_build_info{{relay="{relay.KERNEL}"}} 1.0' in text
     for code in REQUEST_CODES:
         assert f'dsv4_tap_requests_total{{code="{code}"}} 0.0' in text
     for reason in ABORT_REASONS:

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 _perf = time.perf_counter
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_HEAD_END = b"\r\n\r\n"
 # RFC 9112 §3: request-line = method SP request-target SP HTTP-version CRLF, method a token
 # (RFC 9110 §5.6.2), the target without whitespace or controls (llhttp checks it further).
 # Leading empty lines are skipped, as RFC 9112 §2.2 allows and llhttp and nginx do.
@@ -355,7 +354,7 @@ class ClientConnection(asyncio.Protocol):
         a byte-at-a-time client costs linear time; over ``max_header_bytes`` it is refused."""
         limit = self.core.config.max_header_bytes
         start = pos + max(self.scan_from - 3, 0)  # nonzero only for a head kept in ``buf``
-        found = data.find(_HEAD_END, start, pos + limit + 4)
+        found = data.find(http.HEAD_END, start, pos + limit + 4)
         if found >= 0:
             self.scan_from = 0
             return found + 4

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from exporter.samplers.tap import relay
 from exporter.samplers.tap.config import TapConfig
 from exporter.samplers.tap.sampling import CaptureBudget, Sampler, SampleSink
 from exporter.samplers.tap.stats import TapStats
@@ -24,6 +25,7 @@ class TapCore(Generic[ClientT_co]):
         "clients",
         "config",
         "pool",
+        "relay",
         "sampler",
         "sink",
         "stats",
@@ -39,3 +41,6 @@ class TapCore(Generic[ClientT_co]):
         self.clients: set[ClientT_co] = set()
         # open client connections per peer address (max_connections_per_client)
         self.by_address: dict[str, int] = {}
+        # chunked answers relayed in C (relay.py decides; tests turn it off to run the Python
+        # path, its reference, on the same cases)
+        self.relay = relay.ENABLED

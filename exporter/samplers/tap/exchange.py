@@ -83,6 +83,7 @@ class Exchange:
         "got_bytes",
         "head",
         "head_bytes",
+        "head_read",
         "head_sent",
         "interim",
         "interims",
@@ -92,6 +93,8 @@ class Exchange:
         "out",
         "parser",
         "reason",
+        "relay",
+        "relay_left",
         "req_chunked",
         "req_done",
         "request_id",
@@ -157,6 +160,11 @@ class Exchange:
         self.resp_headers: list[tuple[bytes, bytes]] = []
         self.content_type = b""
         self.interim = False
+        self.relay = False  # the body after this head goes through the C relay
+        # inside the head's read: what the relay left to llhttp (None: nothing), or True when
+        # it found broken framing
+        self.relay_left: bytes | bool | None = None
+        self.head_read = False  # the relay runs on the head's own read (see _relay_head_read)
         self.head_sent = False
         self.client_chunked = False
         self.close_delimited = False
@@ -329,8 +337,7 @@ class Exchange:
         pending.clear()
 
     def upstream_data(self, data: bytes) -> None:
-        self.last_up = _mono()
-        if self.head_sent:  # the hot path: body bytes of a response under way
+        if self.head_sent:  # body bytes of a response under way (unless the C relay has it)
             try:
                 self.parser.feed_data(data)  # type: ignore[union-attr]
             except HttpParserError as exc:
@@ -350,7 +357,9 @@ class Exchange:
         self.body = None
         self.head_bytes += len(data)
         try:
-            self.parser.feed_data(data)  # type: ignore[union-attr]
+            relay_from = self._feed_head(data)
+            if relay_from:
+                self._relay_head_read(data[relay_from:])
         except HttpParserError as exc:
             if not self.extra:
                 # Nothing of this read reached the client yet: a response whose head and
@@ -371,6 +380,89 @@ class Exchange:
         self._flush()
         if self.resp_done:
             self._complete()
+
+    def _feed_head(self, data: bytes) -> int:
+        """Feed llhttp a read of the response head; where the C relay takes the body over in
+        ``data`` (0: it does not, llhttp read all of it).
+
+        The relay must start exactly where the final head ends, at the body's first chunk
+        boundary, and llhttp does not say where that is. So a read is split at its first
+        CRLFCRLF, and that is the head's end only when llhttp completes the head on that
+        sequence's last byte and not before it (a head whose CRLFCRLF was split across reads
+        completes early, an interim 1xx head does not complete it): then llhttp has read
+        nothing of the body, and ``on_headers_complete`` said whether the body qualifies."""
+        parser = self.parser
+        assert parser is not None
+        cut = data.find(http.HEAD_END) if self._may_relay() else -1
+        if cut < 0:
+            parser.feed_data(data)
+            return 0
+        end = cut + 4
+        self.relay = True  # tentatively: on_headers_complete keeps it only for a fit body
+        parser.feed_data(data[: end - 1])
+        if self.head_sent:  # the head ended before this CRLFCRLF
+            self.relay = False
+            parser.feed_data(data[end - 1 :])
+            return 0
+        parser.feed_data(data[end - 1 : end])
+        if self.head_sent and self.relay and not self.resp_done:
+            return end
+        self.relay = False
+        if end < len(data):
+            parser.feed_data(data[end:])
+        return 0
+
+    def _relay_head_read(self, rest: bytes) -> None:
+        """Start the C relay on the body bytes that came with the head. They go to ``out``
+        behind the head, as llhttp's pieces would, so that what this read does to the client
+        is the Python path's: one write, and a broken body in it answered 502 (raised here as
+        llhttp raises it: nothing of the response reached the client yet)."""
+        up = self.up
+        assert up is not None and self.parser is not None
+        self.relay_left = None
+        self.head_read = True
+        try:
+            up.relay_begin(self.out.append, rest)
+        finally:
+            self.head_read = False
+        if up.relaying:
+            up.relay_to(self.write)
+            return
+        left, self.relay_left = self.relay_left, None
+        if left is True:
+            raise HttpParserError("broken chunk framing")
+        if left:
+            self.parser.feed_data(left)
+
+    def _may_relay(self) -> bool:
+        """Whether this response's body may go through the C relay: turned on, not sampled
+        (a sample keeps the pieces llhttp hands out), a client that reads chunked framing."""
+        return (
+            self.core.relay and self.capture is None and not self.close_after and not self.is_head
+        )
+
+    def relay_end(self, extra: bool) -> None:
+        """The C relay forwarded the last chunk (``extra``: bytes followed it in its read)."""
+        self.resp_done = True
+        if extra:
+            self.extra = True
+        if not self.head_read:  # else upstream_data completes it after its flush
+            self._complete()
+
+    def relay_fallback(self, rest: bytes) -> None:
+        """The C relay met a line outside its subset: llhttp reads on from there."""
+        if self.head_read:
+            self.relay_left = rest
+        else:
+            self.upstream_data(rest)
+
+    def relay_broken(self) -> None:
+        """The C relay found no CRLF after a chunk's data, which llhttp refuses too."""
+        if self.head_read:
+            self.relay_left = True
+            return
+        log.debug("bad response from upstream: broken chunk framing")
+        self._upstream_broken()
 
     def upstream_lost(self, up: UpstreamConnection) -> None:
         """SGLang's connection closed while this exchange owned it."""
@@ -420,7 +512,7 @@ class Exchange:
             and not self.finished
             and self.sent
             and not up.paused
-            and self.last_up < deadline
+            and max(self.last_up, up.last_read) < deadline
         )
 
     def upstream_timed_out(self) -> None:
@@ -468,7 +560,9 @@ class Exchange:
         parser = self.parser
         assert parser is not None
         status = parser.get_status_code()
-        headers, has_length, chunked, ctype, request_id = _response_headers(self.resp_headers)
+        headers, has_length, chunked, ctype, request_id, chunked_only = _response_headers(
+            self.resp_headers
+        )
         if status < 200:  # 100 Continue / 103 Early Hints: forward, then read the final head
             self.interim = True
             self.interims += 1
@@ -496,6 +590,8 @@ class Exchange:
             http.response_head(status, self.reason, headers, self.client_chunked, self.close_after)
         )
         self.head_sent = True
+        # the C relay reads "chunked" framing only: one Transfer-Encoding, exactly that
+        self.relay = self.relay and chunked_only and self.client_chunked and not no_body
         if self.is_head:  # llhttp would wait for a body a HEAD response never has
             self.resp_done = True
 
@@ -661,11 +757,13 @@ def _request_headers(
 
 def _response_headers(
     raw: list[tuple[bytes, bytes]],
-) -> tuple[list[tuple[bytes, bytes]], bool, bool, bytes, bytes | None]:
-    """End-to-end response headers, has Content-Length, was chunked, content type, request id."""
+) -> tuple[list[tuple[bytes, bytes]], bool, bool, bytes, bytes | None, bool]:
+    """End-to-end response headers, has Content-Length, was chunked, content type, request id,
+    and whether its one Transfer-Encoding is ``chunked`` alone (what the C relay reads)."""
     out: list[tuple[bytes, bytes]] = []
     tokens: set[bytes] = set()
     has_length = chunked = False
+    codings: list[bytes] = []
     ctype = b""
     request_id = None
     for name, value in raw:
@@ -675,6 +773,7 @@ def _response_headers(
                 tokens |= http.connection_tokens(value)
             elif lname == b"transfer-encoding":
                 chunked = True
+                codings.append(value.strip().lower())
             continue
         if lname == b"content-length":
             has_length = True
@@ -683,9 +782,10 @@ def _response_headers(
         elif lname == b"x-request-id":
             request_id = value
         out.append((name, value))
+    chunked_only = codings == [b"chunked"] and not has_length
     if chunked and has_length:
         has_length = False
         tokens.add(b"content-length")
     if tokens:
         out = http.drop_named(out, tokens)
-    return out, has_length, chunked, ctype, request_id
+    return out, has_length, chunked, ctype, request_id, chunked_only

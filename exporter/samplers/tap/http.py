@@ -25,6 +25,7 @@ HOP_BY_HOP = frozenset(
 )
 
 CHUNK_END = b"0\r\n\r\n"
+HEAD_END = b"\r\n\r\n"  # the empty line that ends a head (RFC 9112 §2.1)
 
 
 def connection_tokens(value: bytes) -> set[bytes]:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from prometheus_client.core import Metric
 
 from exporter.metrics import catalog
+from exporter.samplers.tap import relay
 
 # Bounded label values (documented in the catalog); all start at zero.
 REQUEST_CODES = (
@@ -130,6 +131,7 @@ class TapStats:
             fam = spec.family()
             fam.add_metric([], value)
             yield fam
+        yield catalog.TAP_BUILD_INFO.info({"relay": relay.KERNEL})
         hist = catalog.TAP_ADDED_LATENCY.family()
         buckets = self.added_latency.buckets()
         hist.add_metric([], buckets, sum_value=self.added_latency.total)

@@ -15,10 +15,16 @@ import contextlib
 import socket
 import time
 from collections import deque
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from exporter.samplers.tap import relay
 from exporter.samplers.tap.config import TapConfig
 from exporter.samplers.tap.stats import TapStats
+
+if TYPE_CHECKING:
+    _ReadPath = relay.PythonReads
+else:  # the C relay when built and not turned off (relay.py decides), else Python reads
+    _ReadPath = relay.NativeRelay if relay.ENABLED else relay.PythonReads
 
 
 class ExchangeEnd(Protocol):
@@ -29,17 +35,30 @@ class ExchangeEnd(Protocol):
 
     def upstream_lost(self, up: UpstreamConnection) -> None: ...
 
+    def relay_end(self, extra: bool) -> None: ...
+
+    def relay_fallback(self, rest: bytes) -> None: ...
+
+    def relay_broken(self) -> None: ...
+
     def pause_client_reading(self) -> None: ...
 
     def resume_client_reading(self) -> None: ...
 
 
-class UpstreamConnection(asyncio.Protocol):
-    """One TCP connection to SGLang; forwards everything it reads to its current exchange."""
+class UpstreamConnection(_ReadPath, asyncio.Protocol):
+    """One TCP connection to SGLang; forwards everything it reads to its current exchange.
+
+    Its base (:mod:`~exporter.samplers.tap.relay`) records each read's time in ``last_read``
+    and hands the read to :meth:`_data`, or, while it relays a chunked body in C, forwards it
+    to the client itself and calls back only at the body's end (:meth:`_relay_end`), at a line
+    it leaves to llhttp (:meth:`_relay_fallback`) or at broken framing (:meth:`_relay_broken`).
+    """
 
     __slots__ = ("closed", "exchange", "idle_since", "paused", "stats", "transport", "uses")
 
     def __init__(self, stats: TapStats) -> None:
+        super().__init__()
         self.transport: asyncio.Transport | None = None
         self.exchange: ExchangeEnd | None = None
         self.stats = stats
@@ -56,7 +75,7 @@ class UpstreamConnection(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def data_received(self, data: bytes) -> None:
+    def _data(self, data: bytes) -> None:
         exchange = self.exchange
         if exchange is None:  # bytes nobody asked for: never handed to the next client
             self.stats.upstream_discarded["extra_bytes"] += 1
@@ -64,11 +83,27 @@ class UpstreamConnection(asyncio.Protocol):
             return
         exchange.upstream_data(data)
 
+    def _relay_end(self, extra: bool) -> None:
+        exchange = self.exchange
+        if exchange is not None:
+            exchange.relay_end(extra)
+
+    def _relay_fallback(self, rest: bytes) -> None:
+        exchange = self.exchange  # llhttp reads on from the chunk boundary the relay left at
+        if exchange is not None:
+            exchange.relay_fallback(rest)
+
+    def _relay_broken(self) -> None:
+        exchange = self.exchange
+        if exchange is not None:
+            exchange.relay_broken()
+
     def eof_received(self) -> bool:
         return False  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.relay_stop()
         exchange = self.exchange
         if exchange is not None:
             self.exchange = None
@@ -99,6 +134,7 @@ class UpstreamConnection(asyncio.Protocol):
         transport = self.transport
         return (
             not self.closed
+            and not self.relaying
             and not self.paused
             and transport is not None
             and not transport.is_closing()
@@ -109,6 +145,7 @@ class UpstreamConnection(asyncio.Protocol):
         """Graceful close (pending writes flushed); used for idle or finished connections."""
         self.closed = True
         self.exchange = None
+        self.relay_stop()
         if self.transport is not None:
             self.transport.close()
 
@@ -116,6 +153,7 @@ class UpstreamConnection(asyncio.Protocol):
         """Immediate close (RST): SGLang sees the disconnect at once and cancels generation."""
         self.closed = True
         self.exchange = None
+        self.relay_stop()
         if self.transport is not None:
             self.transport.abort()
 
