@@ -349,6 +349,7 @@ def test_dockerignore_keeps_everything_else_out():
         "exporter/__pycache__/app.cpython-312.pyc",
         "exporter/cli/x.pyc",
         "exporter/dsml/_textscan.cpython-311-x86_64-linux-gnu.so",  # built here, for this Python
+        "exporter/samplers/tap/_relay.cpython-311-x86_64-linux-gnu.so",
     ):
         assert dockerignored(path, rules), f"{path} should stay out of the build context"
     tracked = subprocess.run(

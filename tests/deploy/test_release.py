@@ -316,8 +316,14 @@ def test_dist_holds_a_pure_wheel_and_an_sdist_that_twine_accepts(dist):
     assert entry_points.split() == ["[console_scripts]", "dsv4-sidecar", "=", "exporter.cli:main"]
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
-    # What a build from the sdist needs, the accelerator's source included.
-    assert {"LICENSE", "pyproject.toml", "setup.py", "exporter/dsml/_textscan.c"} <= members
+    # What a build from the sdist needs, the C modules' sources included.
+    assert {
+        "LICENSE",
+        "pyproject.toml",
+        "setup.py",
+        "exporter/dsml/_textscan.c",
+        "exporter/samplers/tap/_relay.c",
+    } <= members
 
 
 @pytest.fixture(scope="module")
