@@ -8,9 +8,10 @@
  *   scan()            the detection core of textcheck.py (loops, script mix, mojibake,
  *                     control characters, U+FFFD, the symbol-salad screen);
  *   canonical_calls() the structural pass over a canonical block (fastpath.py);
- *   may_glue(), prose_screens(), value_screens()
+ *   may_glue(), prose_screens(), value_screens(), value_flags()
  *                     the screens of three once-per-sample checks (phenotypes.py): each says
- *                     whether the check's exact pass, in Python, can find anything.
+ *                     whether the check's exact pass, in Python, can find anything
+ *                     (value_flags: for every value of a block in one call).
  *
  * Contract: each returns exactly what its pure-Python reference returns
  * (textcheck.check_text_python, fastpath.canonical_calls_python, and the phenotypes.py twins
@@ -1410,19 +1411,29 @@ static inline int re_letter(Py_UCS4 c)
 /* phenotypes._VALUE_LOOP matches somewhere: a unit of 1 to max_unit non-space characters,
  * after a word character or one of .,;:!?)] , with ``repeats`` copies back to back */
 /* Whether text[k] == text[k - p] holds for (repeats - 1) * p positions in a row, for some unit
- * length p in 1..max_unit: what every run of ``repeats`` copies of a p-character unit is. One
- * tight loop per p and string kind; most values have no such stretch, and skip the exact pass. */
+ * length p in 1..max_unit: what every run of ``repeats`` copies of a p-character unit is. Most
+ * values have no such stretch, and skip the exact pass. Per p, a window of ``need`` positions
+ * ending at k is read backwards down to the positions already known to hold (known): a
+ * position that does not hold rules out every window over it, so the next window ends
+ * ``need`` past it. Each position is read at most once, and on text without the stretch about
+ * one in ``need`` is (the forward count of every position read them all). */
 #define PERIOD_STRETCH(TYPE)                                                      \
     do {                                                                          \
         const TYPE *s = (const TYPE *)t->data;                                    \
         for (Py_ssize_t p = 1; p <= max_unit; p++) {                              \
             const Py_ssize_t need = (repeats - 1) * p;                            \
-            Py_ssize_t run = 0;                                                   \
-            for (Py_ssize_t k = p; k < n; k++) {                                  \
-                run = s[k] == s[k - p] ? run + 1 : 0;                             \
-                if (run >= need) {                                                \
+            /* the positions in (k - need, known] hold; known < k */              \
+            Py_ssize_t known = p - 1, k = p - 1 + need;                           \
+            while (k < n) {                                                       \
+                Py_ssize_t j = k;                                                 \
+                while (j > known && s[j] == s[j - p]) {                           \
+                    j--;                                                          \
+                }                                                                 \
+                if (j == known) {                                                 \
                     return 1;                                                     \
                 }                                                                 \
+                known = k; /* (j, k] hold, text[j] == text[j - p] does not */     \
+                k = j + need;                                                     \
             }                                                                     \
         }                                                                         \
     } while (0)
@@ -1545,28 +1556,174 @@ PyDoc_STRVAR(value_screens_doc,
 "phenotypes._WORD_RUN_SCREEN matches (1 to max_words words, ``copies`` copies); letters,\n"
 "whether phenotypes._LETTER_RUN matches (one non-ASCII character ``run`` times).");
 
+/* The bits of phenotypes.value_flags_python (its V_* constants): the three screens of
+ * value_screens, and what check_value reads besides (non-ASCII characters, "think>", a closing
+ * run's tail). */
+enum { V_GLUED = 1, V_WORDS = 2, V_LETTERS = 4, V_NON_ASCII = 8, V_THINK = 16, V_CLOSING = 32 };
+
+/* value_screens' numbers, checked once per call */
+typedef struct {
+    Py_ssize_t max_unit, repeats, max_words, copies, min_spaces, run;
+} ValueNumbers;
+
+static int value_numbers_ok(const ValueNumbers *v, const char *fn)
+{
+    if (v->max_unit < 1 || v->repeats < 1 || v->max_words < 1 || v->copies < 1 || v->run < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: units and copies must be >= 1", fn);
+        return 0;
+    }
+    return 1;
+}
+
+/* V_GLUED | V_WORDS | V_LETTERS of one value (ascii: it holds no character above 127) */
+static int screen_bits(const Text *t, int ascii, const ValueNumbers *v)
+{
+    int bits = glued_unit_run(t, v->max_unit, v->repeats) ? V_GLUED : 0;
+    Py_ssize_t spaces = 0;
+    for (Py_ssize_t i = 0; i < t->n && spaces < v->min_spaces; i++) {
+        spaces += CH(t, i) == ' ';
+    }
+    if (spaces >= v->min_spaces && word_unit_run(t, v->max_words, v->copies)) {
+        bits |= V_WORDS;
+    }
+    if (!ascii && non_ascii_run(t, v->run)) {
+        bits |= V_LETTERS;
+    }
+    return bits;
+}
+
 static PyObject *value_screens(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *text;
-    Py_ssize_t max_unit, repeats, max_words, copies, min_spaces, run;
-    if (!PyArg_ParseTuple(args, "Unnnnnn:value_screens", &text, &max_unit, &repeats, &max_words,
-                          &copies, &min_spaces, &run)) {
+    ValueNumbers v;
+    if (!PyArg_ParseTuple(args, "Unnnnnn:value_screens", &text, &v.max_unit, &v.repeats,
+                          &v.max_words, &v.copies, &v.min_spaces, &v.run)) {
         return NULL;
     }
-    if (max_unit < 1 || repeats < 1 || max_words < 1 || copies < 1 || run < 1) {
-        PyErr_SetString(PyExc_ValueError, "value_screens: units and copies must be >= 1");
+    if (!value_numbers_ok(&v, "value_screens")) {
         return NULL;
     }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
-    int glued = glued_unit_run(&t, max_unit, repeats);
-    Py_ssize_t spaces = 0;
-    for (Py_ssize_t i = 0; i < t.n && spaces < min_spaces; i++) {
-        spaces += CH(&t, i) == ' ';
+    int bits = screen_bits(&t, PyUnicode_IS_ASCII(text), &v);
+    return Py_BuildValue("(OOO)", bits & V_GLUED ? Py_True : Py_False,
+                         bits & V_WORDS ? Py_True : Py_False, bits & V_LETTERS ? Py_True : Py_False);
+}
+
+/* "think>" occurs in the text (find_think_in_value's screen: every match ends so) */
+static int has_think(const Text *t)
+{
+    static const char lit[] = "think>";
+    for (Py_ssize_t i = 5; i < t->n; i++) {
+        if (CH(t, i) != '>') {
+            continue;
+        }
+        Py_ssize_t k = 0;
+        while (k < 5 && CH(t, i - 5 + k) == (Py_UCS4)lit[k]) {
+            k++;
+        }
+        if (k == 5) {
+            return 1;
+        }
     }
-    int words = spaces >= min_spaces && word_unit_run(&t, max_words, copies);
-    int letters = !PyUnicode_IS_ASCII(text) && non_ascii_run(&t, run);
-    return Py_BuildValue("(OOO)", glued ? Py_True : Py_False, words ? Py_True : Py_False,
-                         letters ? Py_True : Py_False);
+    return 0;
+}
+
+/* text.rstrip() is at least ``closing`` long and ends in that many copies of its last
+ * character (phenotypes._closing_run's screen, at the shortest run it reports) */
+static int closing_tail(const Text *t, Py_ssize_t closing)
+{
+    Py_ssize_t end = t->n;
+    while (end > 0 && Py_UNICODE_ISSPACE(CH(t, end - 1))) {
+        end--;
+    }
+    if (end < closing) {
+        return 0;
+    }
+    const Py_UCS4 last = CH(t, end - 1);
+    for (Py_ssize_t k = end - closing; k < end; k++) {
+        if (CH(t, k) != last) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int all_ascii(const Text *t)
+{
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        if (CH(t, i) > 127) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(value_flags_doc,
+"value_flags(text, spans, max_unit, repeats, max_words, copies, min_spaces, run, closing)\n"
+"    -> bytes\n\n"
+"phenotypes.value_flags_python of text[a:b] for each (a, b) in spans, one byte a span: the\n"
+"bits of value_screens (1 glued, 2 words, 4 letters), 8 a character above 127, 16 \"think>\"\n"
+"occurs, 32 the value without its trailing whitespace ends in ``closing`` copies of one\n"
+"character. One call screens a block's values (check_values).");
+
+static PyObject *value_flags(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *spans;
+    ValueNumbers v;
+    Py_ssize_t closing;
+    if (!PyArg_ParseTuple(args, "UOnnnnnnn:value_flags", &text, &spans, &v.max_unit, &v.repeats,
+                          &v.max_words, &v.copies, &v.min_spaces, &v.run, &closing)) {
+        return NULL;
+    }
+    if (!value_numbers_ok(&v, "value_flags")) {
+        return NULL;
+    }
+    if (closing < 1) {
+        PyErr_SetString(PyExc_ValueError, "value_flags: closing must be >= 1");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(spans, "value_flags: spans must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    char *bits = PyBytes_AS_STRING(out);
+    const int kind = PyUnicode_KIND(text);
+    const char *data = PyUnicode_DATA(text);
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    const int ascii_text = PyUnicode_IS_ASCII(text);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "value_flags: each span is a tuple (start, end)");
+            goto fail;
+        }
+        const Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+        const Py_ssize_t b = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+        if (a < 0 || b < a || b > n) {
+            PyErr_SetString(PyExc_ValueError, "value_flags: a span outside the text");
+            goto fail;
+        }
+        const Text t = {kind, data + a * kind, b - a};
+        const int ascii = ascii_text || all_ascii(&t);
+        bits[k] = (char)(screen_bits(&t, ascii, &v) | (ascii ? 0 : V_NON_ASCII) |
+                         (has_think(&t) ? V_THINK : 0) |
+                         (closing_tail(&t, closing) ? V_CLOSING : 0));
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* ---- module functions ----------------------------------------------------------------------- */
@@ -1764,6 +1921,7 @@ static PyMethodDef methods[] = {
     {"may_glue", may_glue, METH_O, may_glue_doc},
     {"prose_screens", prose_screens, METH_VARARGS, prose_screens_doc},
     {"value_screens", value_screens, METH_VARARGS, value_screens_doc},
+    {"value_flags", value_flags, METH_VARARGS, value_flags_doc},
     {"scan_prose", scan_prose, METH_VARARGS, scan_prose_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -1,6 +1,8 @@
 """Types of the C accelerator exporter/dsml/_textscan.c: the grader's hot character-level
 passes, each with a pure-Python reference it is tested equal to."""
 
+from collections.abc import Sequence
+
 from exporter.dsml.accel import NativeSpelling, RawCall, ScanResult
 
 def scan(text: str, loops: int = 3) -> ScanResult:
@@ -40,6 +42,20 @@ def value_screens(
 ) -> tuple[bool, bool, bool]:
     """phenotypes.value_screens_python: whether phenotypes._VALUE_LOOP matches at all, whether
     phenotypes._word_run's screens pass, and whether phenotypes._LETTER_RUN matches."""
+
+def value_flags(
+    text: str,
+    spans: Sequence[tuple[int, int]],
+    max_unit: int,
+    repeats: int,
+    max_words: int,
+    copies: int,
+    min_spaces: int,
+    run: int,
+    closing: int,
+    /,
+) -> bytes:
+    """phenotypes.value_flags_python of text[a:b] for each span, one byte of V_* bits each."""
 
 def scan_prose(
     text: str, need: int, ngram: int, probe: int, screen_max: int, needles: tuple[str, ...], /

@@ -264,12 +264,7 @@ def sample_checks(
     )
     if quoted is not None:
         sink.add("quoted_block", quoted[0] + base, quoted[1] + base, "content", quoted[2])
-    done = 0
-    for a, b in part.parsed.values:
-        if a < done:
-            continue  # overlapping spans (unclosed values): each character is read once
-        done = b
-        phenotypes.check_value(sink, content[a:b], base + a, block_channel)
+    phenotypes.check_values(sink, content, part.parsed.values, base, block_channel)
     phenotypes.check_calls(sink, calls, block_channel)
     return prose
 

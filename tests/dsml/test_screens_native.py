@@ -43,6 +43,14 @@ def _glue_same(text: str) -> None:
 def _value_same(text: str) -> None:
     assert accel.kernel() == "c"
     assert ph.value_screens(text) == ph.value_screens_python(text), text[:120]
+    # value_flags: the same screens and check_value's others, on the value alone and on a
+    # span of a longer text (a block's values are screened in one call, without slices)
+    flags = ph.value_flags_python(text)
+    assert ph.value_flags(text) == flags, text[:120]
+    around = "中" + text + "\n-x"
+    spans = [(1, 1 + len(text)), (0, len(around)), (1 + len(text), len(around))]
+    expected = bytes(ph.value_flags_python(around[a:b]) for a, b in spans)
+    assert ph.values_flags(around, spans) == expected, text[:120]
 
 
 def _all_same(text: str) -> None:
@@ -62,13 +70,17 @@ def _texts() -> list[str]:
 
 def test_equal_on_the_corpora() -> None:
     answers: tuple[set[tuple[bool, ...]], set[tuple[bool, ...]]] = (set(), set())
+    flags: set[int] = set()
     for text in _texts():
         _all_same(text)
         answers[0].add(ph.prose_screens_python(text))
         answers[1].add(ph.value_screens_python(text))
+        flags.add(ph.value_flags_python(text))
     # the corpora reach both answers of every screen, so the comparison compared something
     for k in range(6):  # three answers of each function, told apart by their position
         assert {a[k % 3] for a in answers[k // 3]} == {False, True}, k
+    for bit in (ph.V_NON_ASCII, ph.V_THINK, ph.V_CLOSING):
+        assert {f & bit for f in flags} == {0, bit}, bit
 
 
 # Characters at both ends of every range the glue classes read (phenotypes._glue_table),
@@ -220,6 +232,56 @@ def test_value_screens_equal_for_every_ascii_character() -> None:
             for text in ("x" + unit * copies, "x" + unit * copies + "y", "x " + unit * copies):
                 _value_same(text)
                 _value_same(text.replace("a", "中"))
+
+
+# what value_flags reads besides value_screens: "think>" and its pieces, whitespace str.rstrip
+# knows (beyond ASCII too), closing-run symbols, ASCII and non-ASCII
+_TAIL_CHARS = st.sampled_from([*_SPACES, *"think>/<-=_a1", "—", "中", "─", "é"])
+
+
+@given(
+    st.text(_TAIL_CHARS, max_size=40),
+    st.sampled_from("-=—─a中 "),
+    st.integers(0, 20),
+    st.text(st.sampled_from(_SPACES), max_size=3),
+)
+@example("print(f(3))\n", "-", ph._CLOSING_MIN, "\u3000\x85")
+@example("x", "—", ph._CLOSING_MIN - 1, "")
+@example("<think", ">", 1, "")
+@MANY
+def test_value_flags_equal_on_tails_think_tags_and_runs(
+    head: str, ch: str, copies: int, tail: str
+) -> None:
+    """The closing-run tail (at, below and past its length, behind any whitespace), "think>"
+    whole and cut, and a character above 127 anywhere."""
+    for text in (head + ch * copies + tail, head + ch * copies, ch * copies + head):
+        _value_same(text)
+
+
+@given(st.text(st.sampled_from("aab.-"), max_size=200), st.text(_CHARS, max_size=6))
+@example("x" + "ab" * t.VALUE_LOOP_UNIT_REPEATS, "")
+@example("x" + "abcdefgh" * t.VALUE_LOOP_UNIT_REPEATS, "")
+@example("x" + "abcdefgh" * (t.VALUE_LOOP_UNIT_REPEATS - 1) + "abcdefg", "")
+@MANY
+def test_period_stretch_skips_nothing(text: str, after: str) -> None:
+    """The glued-unit screen reads a window of text backwards and skips past a position that
+    breaks it: on text from few characters (stretches that break late, restart and overlap)
+    it answers what the regex answers."""
+    _value_same(text + after)
+    _value_same(after + text)
+
+
+def test_value_flags_reject_what_they_cannot_read() -> None:
+    numbers = ph._VALUE_FLAG_NUMBERS
+    assert native.value_flags("text", [], *numbers) == b""
+    for spans in ([(0, 5)], [(3, 2)], [(-1, 2)]):
+        with pytest.raises(ValueError):
+            native.value_flags("text", spans, *numbers)
+    for bad in ([(0,)], [[0, 1]], [("0", 1)], 7):
+        with pytest.raises(TypeError):
+            native.value_flags("text", bad, *numbers)
+    with pytest.raises(ValueError):
+        native.value_flags("text", [(0, 4)], *numbers[:-1], 0)  # no closing run below 1
 
 
 def test_screens_reject_what_they_cannot_read() -> None:

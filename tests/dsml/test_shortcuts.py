@@ -791,3 +791,38 @@ def test_value_checks_equal_with_their_screens_hoisted(value: str, pad: int) -> 
         expected.add("think_in_value", think[0], think[1], "tool_calls", think[2])
     if value.isascii():
         assert sink.sorted() == expected.sorted(), value
+
+
+_VALUE_TEXT = st.lists(
+    st.sampled_from([*'ab -—=中é\n\u3000<"', "think>", "abc" * 3, "的" * 8]), max_size=30
+).map("".join)
+
+
+@given(_VALUE_TEXT, st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=6))
+@example("print(f(3))\n" + "—" * t.VALUE_CLOSING_PUNCT_RUN, [(0, 12 + t.VALUE_CLOSING_PUNCT_RUN)])
+@example("x" + "abc" * 9 + " <think> 中文", [(0, 28), (5, 40), (28, 40)])
+@MANY
+def test_values_screened_together_find_what_each_value_finds(
+    text: str, raw: list[tuple[int, int]]
+) -> None:
+    """``check_values`` screens a block's values in one call and checks only those with a flag
+    (issue 32, speed): the findings are those of ``check_value`` run on every value in turn,
+    skipping a span that starts inside the previous one checked (unclosed values)."""
+    text = text * 3
+    spans = sorted((min(a, b, len(text)), min(max(a, b), len(text))) for a, b in raw)
+    sink = FindingSink()
+    phenotypes.check_values(sink, text, spans, 7, "tool_calls")
+    expected = FindingSink()
+    done = 0
+    for a, b in spans:
+        if a < done:
+            continue
+        done = b
+        phenotypes.check_value(expected, text[a:b], 7 + a, "tool_calls")
+        # and given the flags its caller has, check_value finds what it finds without them
+        given_flags, alone = FindingSink(), FindingSink()
+        flags = phenotypes.value_flags(text[a:b])
+        phenotypes.check_value(given_flags, text[a:b], 0, "tool_calls", flags)
+        phenotypes.check_value(alone, text[a:b], 0, "tool_calls")
+        assert given_flags.sorted() == alone.sorted()
+    assert sink.sorted() == expected.sorted(), (text, spans)
