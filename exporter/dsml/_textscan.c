@@ -11,7 +11,8 @@
  *   may_glue(), prose_screens(), value_screens(), value_flags()
  *                     the screens of three once-per-sample checks (phenotypes.py): each says
  *                     whether the check's exact pass, in Python, can find anything
- *                     (value_flags: for every value of a block in one call).
+ *                     (value_flags: for every value of a block in one call);
+ *   soup_screen()     the first value of a block that can hold word-piece soup (soup.py).
  *
  * Contract: each returns exactly what its pure-Python reference returns
  * (textcheck.check_text_python, fastpath.canonical_calls_python, and the phenotypes.py twins
@@ -1658,6 +1659,28 @@ static int all_ascii(const Text *t)
     return 1;
 }
 
+/* The k-th (a, b) of spans (a PySequence_Fast), checked to lie in a text of n characters:
+ * 1, or 0 with an exception set (``fn`` names the caller). */
+static int span_at(PyObject *seq, Py_ssize_t k, Py_ssize_t n, const char *fn, Py_ssize_t *a,
+                   Py_ssize_t *b)
+{
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s: each span is a tuple (start, end)", fn);
+        return 0;
+    }
+    *a = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+    *b = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+    if (PyErr_Occurred()) {
+        return 0;
+    }
+    if (*a < 0 || *b < *a || *b > n) {
+        PyErr_Format(PyExc_ValueError, "%s: a span outside the text", fn);
+        return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(value_flags_doc,
 "value_flags(text, spans, max_unit, repeats, max_words, copies, min_spaces, run, closing)\n"
 "    -> bytes\n\n"
@@ -1698,18 +1721,8 @@ static PyObject *value_flags(PyObject *Py_UNUSED(self), PyObject *args)
     const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     const int ascii_text = PyUnicode_IS_ASCII(text);
     for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-            PyErr_SetString(PyExc_TypeError, "value_flags: each span is a tuple (start, end)");
-            goto fail;
-        }
-        const Py_ssize_t a = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
-        const Py_ssize_t b = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
-        if (PyErr_Occurred()) {
-            goto fail;
-        }
-        if (a < 0 || b < a || b > n) {
-            PyErr_SetString(PyExc_ValueError, "value_flags: a span outside the text");
+        Py_ssize_t a, b;
+        if (!span_at(seq, k, n, "value_flags", &a, &b)) {
             goto fail;
         }
         const Text t = {kind, data + a * kind, b - a};
@@ -1723,6 +1736,137 @@ static PyObject *value_flags(PyObject *Py_UNUSED(self), PyObject *args)
 fail:
     Py_DECREF(seq);
     Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- the word-piece soup screen (soup.py) -------------------------------------------------
+ *
+ * soup.find_soup splits a value at every " " and looks for SOUP_MIN_PIECES words in a row that
+ * are soup.PIECES. soup_screen answers, for a block's values in one call, which is the first
+ * that can hold such a run; the pieces come from soup.PIECES through set_pieces() at import. */
+
+#define MAX_PIECES 128
+#define MAX_PIECE_LEN 16
+static Py_UCS4 PIECE[MAX_PIECES][MAX_PIECE_LEN];
+static Py_ssize_t PIECE_LEN[MAX_PIECES];
+static Py_ssize_t npieces = -1; /* -1: set_pieces() has not been called */
+
+PyDoc_STRVAR(set_pieces_doc,
+"set_pieces(pieces) -> None\n\n"
+"The words soup_screen() counts (soup.PIECES): a tuple of at most 128 str of 1 to 16\n"
+"characters each.");
+
+static PyObject *set_pieces(PyObject *Py_UNUSED(self), PyObject *arg)
+{
+    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_PIECES) {
+        PyErr_SetString(PyExc_TypeError, "set_pieces: a tuple of at most 128 str");
+        return NULL;
+    }
+    const Py_ssize_t count = PyTuple_GET_SIZE(arg);
+    for (Py_ssize_t k = 0; k < count; k++) { /* all checked before any is kept */
+        PyObject *piece = PyTuple_GET_ITEM(arg, k);
+        if (!PyUnicode_Check(piece) || PyUnicode_GET_LENGTH(piece) < 1 ||
+            PyUnicode_GET_LENGTH(piece) > MAX_PIECE_LEN) {
+            PyErr_SetString(PyExc_TypeError, "set_pieces: each piece is a str of 1-16 characters");
+            return NULL;
+        }
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *piece = PyTuple_GET_ITEM(arg, k);
+        PIECE_LEN[k] = PyUnicode_GET_LENGTH(piece);
+        for (Py_ssize_t i = 0; i < PIECE_LEN[k]; i++) {
+            PIECE[k][i] = PyUnicode_READ_CHAR(piece, i);
+        }
+    }
+    npieces = count;
+    Py_RETURN_NONE;
+}
+
+/* text[a:a+len] is one of the pieces */
+static int is_piece(const Text *t, Py_ssize_t a, Py_ssize_t len)
+{
+    if (len < 1 || len > MAX_PIECE_LEN) {
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < npieces; k++) {
+        if (PIECE_LEN[k] != len) {
+            continue;
+        }
+        Py_ssize_t i = 0;
+        while (i < len && CH(t, a + i) == PIECE[k][i]) {
+            i++;
+        }
+        if (i == len) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* soup.may_soup_python: longer than ``window`` (find_soup reads windows), or ``need`` words
+ * of text.split(" ") in a row are pieces */
+static int may_soup(const Text *t, Py_ssize_t need, Py_ssize_t window)
+{
+    if (t->n > window) {
+        return 1;
+    }
+    Py_ssize_t run = 0, start = 0;
+    for (Py_ssize_t i = 0; i <= t->n; i++) {
+        if (i < t->n && CH(t, i) != ' ') {
+            continue;
+        }
+        run = is_piece(t, start, i - start) ? run + 1 : 0;
+        if (run >= need) {
+            return 1;
+        }
+        start = i + 1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(soup_screen_doc,
+"soup_screen(text, spans, need, window) -> int\n\n"
+"The index of the first (a, b) in spans for which soup.may_soup_python(text[a:b]) holds\n"
+"(``need`` pieces in a row, values longer than ``window`` always), or len(spans).");
+
+static PyObject *soup_screen(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *spans;
+    Py_ssize_t need, window;
+    if (!PyArg_ParseTuple(args, "UOnn:soup_screen", &text, &spans, &need, &window)) {
+        return NULL;
+    }
+    if (npieces < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "_textscan.set_pieces() has not been called");
+        return NULL;
+    }
+    if (need < 1 || window < 0) {
+        PyErr_SetString(PyExc_ValueError, "soup_screen: need >= 1 and window >= 0");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(spans, "soup_screen: spans must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    const int kind = PyUnicode_KIND(text);
+    const char *data = PyUnicode_DATA(text);
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t k = 0;
+    for (; k < count; k++) {
+        Py_ssize_t a, b;
+        if (!span_at(seq, k, n, "soup_screen", &a, &b)) {
+            goto fail;
+        }
+        const Text t = {kind, data + a * kind, b - a};
+        if (may_soup(&t, need, window)) {
+            break;
+        }
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(k);
+fail:
+    Py_DECREF(seq);
     return NULL;
 }
 
@@ -1922,6 +2066,8 @@ static PyMethodDef methods[] = {
     {"prose_screens", prose_screens, METH_VARARGS, prose_screens_doc},
     {"value_screens", value_screens, METH_VARARGS, value_screens_doc},
     {"value_flags", value_flags, METH_VARARGS, value_flags_doc},
+    {"set_pieces", set_pieces, METH_O, set_pieces_doc},
+    {"soup_screen", soup_screen, METH_VARARGS, soup_screen_doc},
     {"scan_prose", scan_prose, METH_VARARGS, scan_prose_doc},
     {NULL, NULL, 0, NULL},
 };

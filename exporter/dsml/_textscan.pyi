@@ -57,6 +57,12 @@ def value_flags(
 ) -> bytes:
     """phenotypes.value_flags_python of text[a:b] for each span, one byte of V_* bits each."""
 
+def set_pieces(pieces: tuple[str, ...], /) -> None:
+    """The words soup_screen counts (soup.PIECES)."""
+
+def soup_screen(text: str, spans: Sequence[tuple[int, int]], need: int, window: int, /) -> int:
+    """The index of the first span where soup.may_soup_python(text[a:b]) holds, or len(spans)."""
+
 def scan_prose(
     text: str, need: int, ngram: int, probe: int, screen_max: int, needles: tuple[str, ...], /
 ) -> tuple[ScanResult, tuple[bool, bool, bool], bool]:

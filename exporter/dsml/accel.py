@@ -4,7 +4,7 @@ The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot pass
 screens, each with a pure-Python reference that is its specification
 (``textcheck.check_text_python``, ``fastpath.canonical_calls_python``, and
 ``phenotypes._may_glue``, ``prose_screens_python``, ``value_screens_python``,
-``value_flags_python``), as CPython's
+``value_flags_python``, ``soup.may_soup_python``), as CPython's
 ``_json`` accelerates ``json``; ``scan_prose`` runs the text checks, the prose screens and a
 tag screen over one reasoning in one pass (``phenotypes.reasoning_passes``: the twins one after
 the other). The grammar
@@ -20,7 +20,7 @@ DSML tests run whole on both kernels (``tests/dsml/conftest.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 
 from exporter.dsml import thresholds as t
@@ -55,6 +55,9 @@ ProseScreens = Callable[[str, int, int, int, int, tuple[str, ...]], tuple[bool, 
 ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, bool]]
 # value_flags(text, spans, *value_screens' numbers, closing) -> one byte of V_* bits per span
 # (phenotypes.value_flags_python of text[a:b]): a block's values screened in one call.
+# soup_screen(text, spans, need, window) -> index of the first span that can hold word-piece
+# soup (soup.may_soup_python), or len(spans); the pieces come through set_pieces().
+SoupScreen = Callable[[str, Sequence[tuple[int, int]], int, int], int]
 ValueFlags = Callable[[str, Sequence[tuple[int, int]], int, int, int, int, int, int, int], bytes]
 # scan, prose_screens and a tag screen over one text in one pass (reasoning is read whole by
 # all three): scan_prose(text, *prose_screens' numbers and needles) -> (scan(text),
@@ -105,6 +108,7 @@ may_glue: MayGlue | None = None
 prose_screens: ProseScreens | None = None
 value_screens: ValueScreens | None = None
 value_flags: ValueFlags | None = None
+soup_screen: SoupScreen | None = None
 scan_prose: ScanProse | None = None
 WHY = ""
 """Why the kernel differs from what ``DSV4_DSML_KERNEL`` asked for ("" when it does not)."""
@@ -125,18 +129,26 @@ def select(name: str) -> None:
 
     ValueError for any other name; RuntimeError for ``c`` when the accelerator is not built."""
     global scan, canonical_calls, may_glue, prose_screens, value_screens, value_flags, scan_prose
+    global soup_screen
     if name not in KERNELS:
         raise ValueError(f"unknown DSML kernel {name!r}: use one of {', '.join(KERNELS)}")
     if name == "python":
         scan = canonical_calls = may_glue = prose_screens = value_screens = scan_prose = None
-        value_flags = None
+        value_flags = soup_screen = None
         return
     if _BUILT is None:
         raise RuntimeError("exporter/dsml/_textscan.c is not built here: run `make native`")
     scan, canonical_calls = _BUILT.scan, _BUILT.canonical_calls
     may_glue, prose_screens = _BUILT.may_glue, _BUILT.prose_screens
     value_screens, scan_prose = _BUILT.value_screens, _BUILT.scan_prose
-    value_flags = _BUILT.value_flags
+    value_flags, soup_screen = _BUILT.value_flags, _BUILT.soup_screen
+
+
+def set_pieces(pieces: Iterable[str]) -> None:
+    """Give the accelerator the words its ``soup_screen`` counts (``soup.PIECES``, which calls
+    this at import: the list is written once, there)."""
+    if _BUILT is not None:
+        _BUILT.set_pieces(tuple(sorted(pieces)))
 
 
 def _from_env(value: str) -> tuple[str, str]:

@@ -16,10 +16,9 @@ from exporter.dsml.fastpath import parse_canonical
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet
-from exporter.dsml.soup import find_soup
+from exporter.dsml.soup import first_soup
 from exporter.dsml.structure import Parsed, parse_channel
 from exporter.dsml.textcheck import check_text
-from exporter.dsml.thresholds import SOUP_MIN_PIECES
 from exporter.dsml.tokens import MAX_EVENTS, Event, Special, Tag, Think, scan
 
 _GRAMMAR_ALIASES = {
@@ -199,7 +198,11 @@ def grade_kept(
     )
     if gap is not None:
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
-    calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
+    calls = (
+        [ToolCall(c.name, c.arguments, c.start + c_start, c.end + c_start) for c in parsed.calls]
+        if c_start
+        else parsed.calls
+    )
     if r_end is not None:
         phenotypes.check_prose(sink, reasoning, 0, "reasoning", screens)
     prose = sample_checks(sink, content, c_start, part, calls)
@@ -300,10 +303,6 @@ def error_result(message: str) -> Result:
 
 def _rel_gap(gap: int | None, start: int, end: int) -> int | None:
     return gap - start if gap is not None and start <= gap <= end else None
-
-
-def _shift(call: ToolCall, base: int) -> ToolCall:
-    return ToolCall(call.name, call.arguments, call.start + base, call.end + base)
 
 
 def body_end_of(text: str) -> tuple[int, bool]:
@@ -409,14 +408,10 @@ def analyze_content(
         blocks.append((parsed.open_block_start, len(text)))
     for code, a, b, detail in check_text(text):
         report(code, a, b, detail)
-    for a, b in parsed.values:  # tool-call values: where word-piece soup reaches a tool
-        if text.count(" ", a, b) < SOUP_MIN_PIECES - 1:
-            continue  # a run of pieces needs that many spaces between them
-        soup = find_soup(text[a:b])
-        if soup is not None:
-            s, e, n = soup
-            sink.add("token_soup", a + s + base, a + e + base, block_channel, f"{n} pieces")
-            break
+    # tool-call values: where word-piece soup reaches a tool
+    if parsed.values and (soup := first_soup(text, parsed.values)) is not None:
+        s, e, n = soup
+        sink.add("token_soup", s + base, e + base, block_channel, f"{n} pieces")
     return ContentPart(parsed, _NON_SPACE.search(text, 0, body_end) is None)
 
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from exporter.dsml import accel
+from exporter.dsml import accel, soup
 from exporter.dsml import phenotypes as ph
 from exporter.dsml import thresholds as t
 from tests.dsml.adversarial import SHAPES
@@ -352,3 +352,48 @@ def test_prose_loop_probes_at_other_sizes(need: int, probe: int) -> None:
     finally:
         t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE = saved
     assert answers == {False, True}
+
+
+_SOUP_WORDS = st.sampled_from(
+    [*sorted(soup.PIECES)[:12], "ation", "the", "", "ingx", "ING", "ation\n", "中", "ity."]
+)
+
+
+@given(
+    st.lists(st.lists(_SOUP_WORDS, max_size=12), max_size=5),
+    st.sampled_from([" ", "  ", "\n", "\u3000 "]),
+)
+@example([["ation", "ment", "ness", "ity", "ous", "ive"]], " ")
+@example([["x"], ["ation", "ment", "ness", "ity", "ous"], ["ive"]], " ")
+@MANY
+def test_soup_screen_finds_the_first_value_that_may_hold_soup(
+    values: list[list[str]], sep: str
+) -> None:
+    """soup_screen over a block's values answers the first value where its twin
+    (soup.may_soup_python) says a run of pieces can be there: pieces one short of and at the
+    run, runs broken by an empty word, another separator or a piece's look-alike."""
+    texts = [sep.join(words) if k % 2 else " ".join(words) for k, words in enumerate(values)]
+    text, spans = "", []
+    for value in texts:
+        text += "<x>"
+        spans.append((len(text), len(text) + len(value)))
+        text += value
+    expected = next(
+        (k for k, (a, b) in enumerate(spans) if soup.may_soup_python(text[a:b])), len(spans)
+    )
+    assert native.soup_screen(text, spans, t.SOUP_MIN_PIECES, soup._WINDOW) == expected
+    # a value longer than a window is read in windows: always one that may hold soup
+    assert native.soup_screen("ab c", [(0, 4)], t.SOUP_MIN_PIECES, 3) == 0
+
+
+def test_soup_screen_rejects_what_it_cannot_read() -> None:
+    for spans in ([(0, 5)], [(3, 2)]):
+        with pytest.raises(ValueError):
+            native.soup_screen("text", spans, 6, 10)
+    with pytest.raises(ValueError):
+        native.soup_screen("text", [], 0, 10)
+    with pytest.raises(TypeError):
+        native.soup_screen("text", [(0,)], 6, 10)
+    for bad in (["ation"], ("",), ("x" * 17,), ("ok",) * 129):
+        with pytest.raises(TypeError):
+            native.set_pieces(bad)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.dsml import markers as m
-from exporter.dsml import phenotypes, textcheck, tokens
+from exporter.dsml import phenotypes, soup, textcheck, tokens
 from exporter.dsml import thresholds as t
 from exporter.dsml.engines import EngineDialect
 from exporter.dsml.grader import (
@@ -826,3 +826,32 @@ def test_values_screened_together_find_what_each_value_finds(
         phenotypes.check_value(alone, text[a:b], 0, "tool_calls")
         assert given_flags.sorted() == alone.sorted()
     assert sink.sorted() == expected.sorted(), (text, spans)
+
+
+_SOUP_VALUE = st.lists(
+    st.sampled_from(["ation", "ment", "ness", "ity", "ous", "ive", "the", "", "中", "ing\n"]),
+    max_size=14,
+).map(" ".join)
+
+
+@given(st.lists(_SOUP_VALUE, max_size=4))
+@example(["ation ment ness ity ous ive"])
+@example(["x", "ation ment ness ity ous", "ation ment ness ity ous ive ity"])
+@MANY
+def test_soup_screened_together_finds_what_each_value_finds(values: list[str]) -> None:
+    """``first_soup`` screens a block's values in one call (issue 32, speed): it finds what
+    ``find_soup`` finds on each value in turn, and its screen (``may_soup_python``) says yes
+    exactly where ``find_soup`` finds a run."""
+    text, spans = "", []
+    for value in values:
+        text += "|"
+        spans.append((len(text), len(text) + len(value)))
+        text += value
+        assert soup.may_soup_python(value) == (soup.find_soup(value) is not None), value
+    expected = None
+    for a, b in spans:
+        found = soup.find_soup(text[a:b])
+        if found is not None:
+            expected = (a + found[0], a + found[1], found[2])
+            break
+    assert soup.first_soup(text, spans) == expected
