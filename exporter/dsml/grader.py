@@ -184,11 +184,9 @@ def grade_kept(
         finish_reason=finish_reason,
         gap=_rel_gap(gap, c_start, len(kept)),
     )
-    if part.parsed.blocks:
-        channels.extend(
-            ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
-        )
     parsed = part.parsed
+    for a, b in parsed.blocks:  # a loop, not extend() over a generator: once per grade
+        channels.append(ChannelSpan("tool_calls", a + c_start, b + c_start))
     end_reasons(
         sink,
         finish_reason,
