@@ -224,18 +224,23 @@ def grade_kept(
     )
 
 
-def prose_of(content: str, part: ContentPart) -> str:
-    """The content before its first block (open or closed) or its first DSML marker (a bare
-    or damaged tag: the grammar may stop at its tag limit without a block): the prose."""
+def first_block_at(part: ContentPart, n: int) -> int:
+    """Where the content's first block (open or closed) starts, or ``n`` (its length)."""
     parsed = part.parsed
-    starts = [a for a, _ in parsed.blocks]
-    if parsed.open_at_end:
-        starts.append(parsed.open_block_start)
-    if parsed.dsml_seen:
+    first = min(parsed.blocks)[0] if parsed.blocks else n  # (start, end) pairs: the first start
+    return min(first, parsed.open_block_start) if parsed.open_at_end else first
+
+
+def prose_of(content: str, part: ContentPart, block_at: int | None = None) -> str:
+    """The content before its first block (open or closed) or its first DSML marker (a bare
+    or damaged tag: the grammar may stop at its tag limit without a block): the prose.
+    ``block_at``: :func:`first_block_at`, when the caller has it."""
+    end = first_block_at(part, len(content)) if block_at is None else block_at
+    if part.parsed.dsml_seen:
         at = content.find("DSML")
         if at >= 0:
-            starts.append(max(0, content.rfind("<", 0, at)))
-    return content[: min(starts)] if starts else content
+            end = min(end, max(0, content.rfind("<", 0, at)))
+    return content[:end]
 
 
 def sample_checks(
@@ -251,18 +256,15 @@ def sample_checks(
     """The once-per-sample checks of :mod:`exporter.dsml.phenotypes` over a content channel
     (offsets shifted by ``base``); returns its prose. ``raw``: the text the model generated,
     before any tool parser (a quoted block opener there is one the parser will run)."""
-    prose = prose_of(content, part)
+    block_at = first_block_at(part, len(content))
+    prose = prose_of(content, part, block_at)
     phenotypes.check_prose(sink, prose, base, "content")
     if not raw:
         return prose  # the server's parser already ran: a quoted block left in content was not run
     # the whole content before the first real block: prose_of stops at the first DSML, which
-    # may be the quoted example itself
-    starts = [a for a, _ in part.parsed.blocks]
-    if part.parsed.open_at_end:
-        starts.append(part.parsed.open_block_start)
-    quoted = phenotypes.find_quoted_block(
-        content[: min(starts, default=len(content))], part.parsed.grammar
-    )
+    # may be the quoted example itself (the same text when it does not: no second slice)
+    before = prose if len(prose) == block_at else content[:block_at]
+    quoted = phenotypes.find_quoted_block(before, part.parsed.grammar)
     if quoted is not None:
         sink.add("quoted_block", quoted[0] + base, quoted[1] + base, "content", quoted[2])
     phenotypes.check_values(sink, content, part.parsed.values, base, block_channel)

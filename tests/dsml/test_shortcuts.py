@@ -28,8 +28,11 @@ from exporter.dsml.engines import EngineDialect
 from exporter.dsml.grader import (
     _GRAMMAR_ALIASES,
     PARAM_OPENS,
+    analyze_content,
     body_end_of,
+    first_block_at,
     normalize_grammar,
+    prose_of,
     reasoning_end,
 )
 from exporter.dsml.loops import MIN_LOOP_CHARS
@@ -855,3 +858,30 @@ def test_soup_screened_together_finds_what_each_value_finds(values: list[str]) -
             expected = (a + found[0], a + found[1], found[2])
             break
     assert soup.first_soup(text, spans) == expected
+
+
+def test_prose_and_first_block_found_once_equal_the_lists_of_starts() -> None:
+    """``sample_checks`` finds the first block once for the prose and the quoted-block check
+    (issue 32, speed): the prose and the text before the first block are those the lists of
+    every start gave, on the corpora's content channels (clean, damaged, open blocks, bare
+    markers)."""
+    texts = _corpus_texts() + [item.text for item in diff_corpus.build(clean_per_dialect=30)]
+    seen_open = seen_bare = 0
+    for text in texts:
+        content = text.partition("</think>")[2] or text
+        part = analyze_content(
+            FindingSink(), content, 0, grammar=None, tools=None, finish_reason="stop"
+        )
+        parsed = part.parsed
+        starts = [a for a, _ in parsed.blocks]
+        if parsed.open_at_end:
+            starts.append(parsed.open_block_start)
+        before = content[: min(starts, default=len(content))]
+        if parsed.dsml_seen and (at := content.find("DSML")) >= 0:
+            starts.append(max(0, content.rfind("<", 0, at)))
+        prose = content[: min(starts)] if starts else content
+        assert first_block_at(part, len(content)) == len(before), content[:200]
+        assert prose_of(content, part) == prose, content[:200]
+        seen_open += parsed.open_at_end
+        seen_bare += parsed.dsml_seen and not parsed.blocks and not parsed.open_at_end
+    assert seen_open and seen_bare  # the corpora reach both odd cases
