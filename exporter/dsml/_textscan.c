@@ -1972,17 +1972,18 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
  * passes and the finishing steps are those of the two functions. */
 
 PyDoc_STRVAR(scan_prose_doc,
-"scan_prose(text, need, ngram, probe, screen_max, needles) -> (scan, screens, tagged)\n\n"
+"scan_prose(text, need, ngram, probe, screen_max, needles, end=len(text))\n"
+"    -> (scan, screens, tagged)\n\n"
 "(scan(text), prose_screens(text, need, ngram, probe, screen_max, needles), '<' in text or\n"
 "'DSML' in text) in one pass over the text: the reasoning's text checks, prose screens and\n"
-"tag screen (phenotypes.reasoning_passes).");
+"tag screen (phenotypes.reasoning_passes); of text[:end] where end is given.");
 
 static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *text, *needles;
-    Py_ssize_t need, ngram, probe, screen_max;
-    if (!PyArg_ParseTuple(args, "UnnnnO!:scan_prose", &text, &need, &ngram, &probe, &screen_max,
-                          &PyTuple_Type, &needles)) {
+    Py_ssize_t need, ngram, probe, screen_max, end = PY_SSIZE_T_MAX; /* default: the whole */
+    if (!PyArg_ParseTuple(args, "UnnnnO!|n:scan_prose", &text, &need, &ngram, &probe,
+                          &screen_max, &PyTuple_Type, &needles, &end)) {
         return NULL;
     }
     if (!configured) {
@@ -1990,7 +1991,18 @@ static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    if (end == PY_SSIZE_T_MAX) {
+        end = t.n;
+    }
+    if (end < 0 || end > t.n) {
+        PyErr_SetString(PyExc_ValueError, "scan_prose: end outside the text");
+        return NULL;
+    }
+    /* text[:end], read in place (reasoning is the head of a grade's text: no copy of it). An
+     * ASCII text has ASCII heads; a head of a wider text may be ASCII too, and reading it as
+     * not ASCII answers the same: ASCII letters are one script group, and glue no seam. */
     int ascii = PyUnicode_IS_ASCII(text);
+    t.n = end;
     Prose p;
     if (!prose_init(&p, &t, ascii, need, ngram, probe, screen_max, needles)) {
         return NULL;

@@ -64,7 +64,14 @@ def soup_screen(text: str, spans: Sequence[tuple[int, int]], need: int, window: 
     """The index of the first span where soup.may_soup_python(text[a:b]) holds, or len(spans)."""
 
 def scan_prose(
-    text: str, need: int, ngram: int, probe: int, screen_max: int, needles: tuple[str, ...], /
+    text: str,
+    need: int,
+    ngram: int,
+    probe: int,
+    screen_max: int,
+    needles: tuple[str, ...],
+    end: int = ...,
+    /,
 ) -> tuple[ScanResult, tuple[bool, bool, bool], bool]:
     """(scan(text), prose_screens(text, ...), "<" in text or "DSML" in text) in one pass:
-    phenotypes.reasoning_passes."""
+    phenotypes.reasoning_passes; of text[:end] where end is given (read in place)."""

@@ -60,10 +60,11 @@ ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, b
 SoupScreen = Callable[[str, Sequence[tuple[int, int]], int, int], int]
 ValueFlags = Callable[[str, Sequence[tuple[int, int]], int, int, int, int, int, int, int], bytes]
 # scan, prose_screens and a tag screen over one text in one pass (reasoning is read whole by
-# all three): scan_prose(text, *prose_screens' numbers and needles) -> (scan(text),
-# prose_screens(...), "<" in text or "DSML" in text).
+# all three): scan_prose(text, *prose_screens' numbers and needles, end) -> (scan(head),
+# prose_screens(head, ...), "<" in head or "DSML" in head) of head = text[:end].
 ScanProse = Callable[
-    [str, int, int, int, int, tuple[str, ...]], tuple[ScanResult, tuple[bool, bool, bool], bool]
+    [str, int, int, int, int, tuple[str, ...], int],
+    tuple[ScanResult, tuple[bool, bool, bool], bool],
 ]
 
 # Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).

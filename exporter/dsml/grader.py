@@ -169,10 +169,9 @@ def grade_kept(
     if r_end is not None and not present and at >= 0:
         c_start = r_end  # the tag itself was dropped with the middle
     channels: list[ChannelSpan] = []
-    reasoning = kept[:r_end] if r_end is not None else ""  # sliced once, read by two passes
-    if r_end is not None:
+    if r_end is not None:  # the reasoning is kept[:r_end], read in place
         channels.append(ChannelSpan("reasoning", 0, r_end))
-        screens = analyze_reasoning(sink, reasoning, 0)
+        screens = analyze_reasoning(sink, kept, 0, r_end)
     content = kept[c_start:]
     channels.append(ChannelSpan("content", c_start, len(kept)))
     part = analyze_content(
@@ -201,8 +200,8 @@ def grade_kept(
         if c_start
         else parsed.calls
     )
-    if r_end is not None:
-        phenotypes.check_prose(sink, reasoning, 0, "reasoning", screens)
+    if r_end is not None and any(screens):  # no screen passed (most): check_prose finds nothing
+        phenotypes.check_prose(sink, kept[:r_end], 0, "reasoning", screens)
     prose = sample_checks(sink, content, c_start, part, calls)
     phenotypes.check_end(
         sink,
@@ -322,15 +321,20 @@ class ContentPart:
     visible_empty: bool
 
 
-def analyze_reasoning(sink: FindingSink, text: str, base: int) -> tuple[bool, bool, bool]:
+def analyze_reasoning(
+    sink: FindingSink, text: str, base: int, end: int | None = None
+) -> tuple[bool, bool, bool]:
     """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call.
 
     Returns the prose screens of ``text`` for :func:`phenotypes.check_prose`, found in the
-    same pass as the text checks and the tag screen."""
-    hits, screens, tagged = phenotypes.reasoning_passes(text)
-    events = scan(text) if tagged else []  # neither "<" nor "DSML": no event
-    if events:  # most reasoning has none, and needs no quoting lookups
-        _reasoning_events(sink, text, events, base)
+    same pass as the text checks and the tag screen. ``end``: the reasoning is ``text[:end]``
+    (the head of a grade's text: copied only where a tag screen or a hit needs it)."""
+    hits, screens, tagged = phenotypes.reasoning_passes(text, end)
+    if tagged:  # neither "<" nor "DSML" (most reasoning): no event, no quoting lookups
+        text = text if end is None else text[:end]
+        events = scan(text)
+        if events:
+            _reasoning_events(sink, text, events, base)
     for code, a, b, detail in hits:
         sink.add(code, a + base, b + base, "reasoning", detail)
     return screens

@@ -57,17 +57,27 @@ def prose_screens(text: str) -> tuple[bool, bool, bool]:
     return native(text, *_PROSE_SCREEN_ARGS)
 
 
-def reasoning_passes(text: str) -> tuple[list[Hit], tuple[bool, bool, bool], bool]:
+def reasoning_passes(
+    text: str, end: int | None = None
+) -> tuple[list[Hit], tuple[bool, bool, bool], bool]:
     """``check_text(text)``, :func:`prose_screens` of it, and whether it holds ``<`` or
     ``DSML`` (else ``tokens.scan`` finds no event there): reasoning is read whole by all three
     (the text checks, :func:`check_prose`, the grammar's event scan), so the accelerator runs
     their character passes in one loop (``scan_prose``); without it, the twins one after the
-    other. (A plain tuple: this runs once per grade, short reasoning included.)"""
+    other. (A plain tuple: this runs once per grade, short reasoning included.)
+
+    ``end``: the same of ``text[:end]``; the accelerator reads it in place, and the head is
+    copied only where a hit needs its text."""
     native = accel.scan_prose
-    if native is None or not text:  # check_text has nothing to say about ""
-        return check_text(text), prose_screens(text), "<" in text or "DSML" in text
-    found, screens, tagged = native(text, *_PROSE_SCREEN_ARGS)
-    return hits_of(text, found), screens, tagged
+    stop = len(text) if end is None else end
+    head = text if stop == len(text) else None  # text[:stop], sliced only when needed
+    if native is None or not stop:  # check_text has nothing to say about ""
+        head = text[:stop] if head is None else head
+        return check_text(head), prose_screens(head), "<" in head or "DSML" in head
+    found, screens, tagged = native(text, *_PROSE_SCREEN_ARGS, stop)
+    if not any(found):  # hits_of's own test: no hit (most reasoning), no head needed
+        return [], screens, tagged
+    return hits_of(text[:stop] if head is None else head, found), screens, tagged
 
 
 def prose_screens_python(text: str) -> tuple[bool, bool, bool]:

@@ -311,6 +311,22 @@ def test_scan_prose_answers_what_scan_and_prose_screens_answer() -> None:
     assert tags == {False, True}
     with pytest.raises(ValueError):
         native.scan_prose("text", 1, 1, 40, 10, ())  # a stride below 1, as prose_screens says
+    for end in (-1, 5):
+        with pytest.raises(ValueError):
+            native.scan_prose("text", *args, (), end)
+
+
+@given(st.lists(st.text(_CHARS, max_size=12), max_size=20).map("".join), st.text(_CHARS))
+@example("plain ascii head", "中文 tail </think> DSML")
+@example("the plan " * 200, "\x00\ufffd")
+@MANY
+def test_scan_prose_reads_a_head_in_place(head: str, tail: str) -> None:
+    """scan_prose over text[:end] (the reasoning, read inside the grade's text) answers what
+    it answers over the head alone: an ASCII head of a wider text included."""
+    args = (t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE, ph._SCREEN_MAX)
+    alone = native.scan_prose(head, *args, ph._TEMPLATE_NEEDLES)
+    assert native.scan_prose(head + tail, *args, ph._TEMPLATE_NEEDLES, len(head)) == alone
+    assert ph.reasoning_passes(head + tail, len(head)) == ph.reasoning_passes(head)
 
 
 @pytest.mark.parametrize("shift", range(0, 2 * ph._PROBE + 1))

@@ -885,3 +885,23 @@ def test_prose_and_first_block_found_once_equal_the_lists_of_starts() -> None:
         seen_open += parsed.open_at_end
         seen_bare += parsed.dsml_seen and not parsed.blocks and not parsed.open_at_end
     assert seen_open and seen_bare  # the corpora reach both odd cases
+
+
+def test_reasoning_read_in_place_and_its_quiet_prose_checks_skipped() -> None:
+    """The grader reads the reasoning inside the grade's text (``reasoning_passes`` with an
+    end, issue 32, speed), and skips ``check_prose`` over it when none of its screens passed:
+    the passes answer what they answer over the reasoning alone, and ``check_prose`` with no
+    screen passed finds nothing there."""
+    quiet = 0
+    for text in _corpus_texts():
+        reasoning, tag, _ = text.partition("</think>")
+        if not tag:
+            continue
+        hits, screens, tagged = phenotypes.reasoning_passes(text, len(reasoning))
+        assert (hits, screens, tagged) == phenotypes.reasoning_passes(reasoning), reasoning[:120]
+        if not any(screens):
+            quiet += 1
+            sink = FindingSink()
+            phenotypes.check_prose(sink, reasoning, 0, "reasoning")
+            assert not sink.findings, reasoning[:120]
+    assert quiet
