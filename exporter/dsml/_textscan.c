@@ -1750,6 +1750,15 @@ fail:
 static Py_UCS4 PIECE[MAX_PIECES][MAX_PIECE_LEN];
 static Py_ssize_t PIECE_LEN[MAX_PIECES];
 static Py_ssize_t npieces = -1; /* -1: set_pieces() has not been called */
+/* per length, the ASCII characters some piece of that length starts with, and ends with: a
+ * word whose ends are in neither set (most words) is no piece, without a comparison */
+static uint64_t PIECE_FIRST[MAX_PIECE_LEN + 1][2], PIECE_LAST[MAX_PIECE_LEN + 1][2];
+static int piece_wide_ends = 0; /* some piece starts or ends above 127: no set rejects */
+
+static inline int in_set(const uint64_t set[2], Py_UCS4 c)
+{
+    return piece_wide_ends || (c < 128 && ((set[c >> 6] >> (c & 63)) & 1));
+}
 
 PyDoc_STRVAR(set_pieces_doc,
 "set_pieces(pieces) -> None\n\n"
@@ -1771,13 +1780,24 @@ static PyObject *set_pieces(PyObject *Py_UNUSED(self), PyObject *arg)
             return NULL;
         }
     }
+    memset(PIECE_FIRST, 0, sizeof PIECE_FIRST);
+    memset(PIECE_LAST, 0, sizeof PIECE_LAST);
+    int ascii_ends = 1;
     for (Py_ssize_t k = 0; k < count; k++) {
         PyObject *piece = PyTuple_GET_ITEM(arg, k);
-        PIECE_LEN[k] = PyUnicode_GET_LENGTH(piece);
-        for (Py_ssize_t i = 0; i < PIECE_LEN[k]; i++) {
+        const Py_ssize_t len = PIECE_LEN[k] = PyUnicode_GET_LENGTH(piece);
+        for (Py_ssize_t i = 0; i < len; i++) {
             PIECE[k][i] = PyUnicode_READ_CHAR(piece, i);
         }
+        const Py_UCS4 a = PIECE[k][0], b = PIECE[k][len - 1];
+        if (a >= 128 || b >= 128) {
+            ascii_ends = 0;
+            continue;
+        }
+        PIECE_FIRST[len][a >> 6] |= (uint64_t)1 << (a & 63);
+        PIECE_LAST[len][b >> 6] |= (uint64_t)1 << (b & 63);
     }
+    piece_wide_ends = !ascii_ends;
     npieces = count;
     Py_RETURN_NONE;
 }
@@ -1785,7 +1805,8 @@ static PyObject *set_pieces(PyObject *Py_UNUSED(self), PyObject *arg)
 /* text[a:a+len] is one of the pieces */
 static int is_piece(const Text *t, Py_ssize_t a, Py_ssize_t len)
 {
-    if (len < 1 || len > MAX_PIECE_LEN) {
+    if (len < 1 || len > MAX_PIECE_LEN || !in_set(PIECE_FIRST[len], CH(t, a)) ||
+        !in_set(PIECE_LAST[len], CH(t, a + len - 1))) {
         return 0;
     }
     for (Py_ssize_t k = 0; k < npieces; k++) {

@@ -402,6 +402,20 @@ def test_soup_screen_finds_the_first_value_that_may_hold_soup(
     assert native.soup_screen("ab c", [(0, 4)], t.SOUP_MIN_PIECES, 3) == 0
 
 
+def test_soup_screen_counts_pieces_with_wide_ends() -> None:
+    """The screen rejects a word by its first and last characters only where every piece's are
+    ASCII (soup.PIECES): pieces that start or end wider are still found."""
+    try:
+        native.set_pieces(("中文", "ab", "éx"))
+        for word, found in (("中文", 1), ("ab", 1), ("éx", 1), ("中x", 0), ("ba", 0)):
+            text = " ".join([word] * t.SOUP_MIN_PIECES)
+            assert native.soup_screen(text, [(0, len(text))], t.SOUP_MIN_PIECES, 1000) == 1 - found
+    finally:
+        accel.set_pieces(soup.PIECES)
+    text = " ".join(sorted(soup.PIECES)[: t.SOUP_MIN_PIECES])
+    assert native.soup_screen(text, [(0, len(text))], t.SOUP_MIN_PIECES, 1000) == 0
+
+
 def test_soup_screen_rejects_what_it_cannot_read() -> None:
     for spans in ([(0, 5)], [(3, 2)]):
         with pytest.raises(ValueError):
