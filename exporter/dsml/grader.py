@@ -7,6 +7,7 @@ differs only in where the channels come from.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.dsml import engines, phenotypes, search
@@ -371,23 +372,13 @@ def analyze_content(
         sink.add(
             "marker_ascii_pipe", body_end + base, body_end + len(_ASCII_EOS) + base, channel, "EOS"
         )
-    blocks: list[tuple[int, int]] = []
-
-    def where(pos: int) -> str:
-        for a, b in blocks:  # a loop, not any() over a generator: once per text-check hit
-            if a <= pos < b:
-                return block_channel
-        return channel
-
-    def report(code: str, start: int, end: int, detail: str) -> None:
-        sink.add(code, start + base, end + base, where(start), detail)
-
-    def machine_report(code: str, start: int, end: int, detail: str, inside: bool) -> None:
-        sink.add(code, start + base, end + base, block_channel if inside else channel, detail)
-
     # most outputs are well formed: the canonical pass parses them without the state machine
     parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
-    if parsed is None:
+    if parsed is None:  # (the machine's report is made only where the machine runs)
+
+        def machine_report(code: str, start: int, end: int, detail: str, inside: bool) -> None:
+            sink.add(code, start + base, end + base, block_channel if inside else channel, detail)
+
         parsed, n_events, last = parse_channel(
             text,
             body_end,
@@ -401,17 +392,20 @@ def analyze_content(
             sink.add(
                 "oversized", last + base, last + base, channel, "tag limit: grammar stops here"
             )
-    blocks.extend(parsed.blocks)
-    open_block = [(parsed.open_block_start, len(text))] if parsed.open_at_end else []
-    engines.check_content(sink, text, base, grammar, [*parsed.blocks, *open_block])
+    # the blocks, and the one the text ended inside
+    spans = (
+        [*parsed.blocks, (parsed.open_block_start, len(text))]
+        if parsed.open_at_end
+        else parsed.blocks
+    )
+    engines.check_content(sink, text, base, grammar, spans)
     if finish_reason != "length":
         frag = partial_marker_at(text, body_end)
-        if frag >= 0:
-            report("unbalanced", frag, body_end, "text ends in a partial marker")
-    if parsed.open_at_end:  # the text ended inside a block
-        blocks.append((parsed.open_block_start, len(text)))
+        if frag >= 0:  # placed by the closed blocks only
+            where = _channel_at(parsed.blocks, frag, block_channel, channel)
+            sink.add("unbalanced", frag + base, body_end + base, where, _PARTIAL_DETAIL)
     for code, a, b, detail in check_text(text):
-        report(code, a, b, detail)
+        sink.add(code, a + base, b + base, _channel_at(spans, a, block_channel, channel), detail)
     # tool-call values: where word-piece soup reaches a tool
     if parsed.values and (soup := first_soup(text, parsed.values)) is not None:
         s, e, n = soup
@@ -419,6 +413,16 @@ def analyze_content(
     return ContentPart(parsed, _NON_SPACE.search(text, 0, body_end) is None)
 
 
+def _channel_at(spans: Sequence[tuple[int, int]], pos: int, inside: str, outside: str) -> str:
+    """``inside`` where ``pos`` falls in one of ``spans``, else ``outside``: where a text-check
+    hit is reported (a loop, not any() over a generator: once per hit)."""
+    for a, b in spans:
+        if a <= pos < b:
+            return inside
+    return outside
+
+
+_PARTIAL_DETAIL = "text ends in a partial marker"
 _NON_SPACE = re.compile(r"\S")  # str.strip's whitespace is re's \s (both Py_UNICODE_ISSPACE)
 _PARTIAL = re.compile(f"</?(?:{m.BAR}[^{m.BAR}<>\\s]{{0,64}})?\\Z")
 
