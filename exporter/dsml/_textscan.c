@@ -8,9 +8,11 @@
  *   scan()            the detection core of textcheck.py (loops, script mix, mojibake,
  *                     control characters, U+FFFD, the symbol-salad screen);
  *   canonical_calls() the structural pass over a canonical block (fastpath.py);
- *   may_glue(), prose_screens(), value_screens()
+ *   may_glue(), prose_screens(), value_screens(), value_flags()
  *                     the screens of three once-per-sample checks (phenotypes.py): each says
- *                     whether the check's exact pass, in Python, can find anything.
+ *                     whether the check's exact pass, in Python, can find anything
+ *                     (value_flags: for every value of a block in one call);
+ *   soup_screen()     the first value of a block that can hold word-piece soup (soup.py).
  *
  * Contract: each returns exactly what its pure-Python reference returns
  * (textcheck.check_text_python, fastpath.canonical_calls_python, and the phenotypes.py twins
@@ -1410,19 +1412,29 @@ static inline int re_letter(Py_UCS4 c)
 /* phenotypes._VALUE_LOOP matches somewhere: a unit of 1 to max_unit non-space characters,
  * after a word character or one of .,;:!?)] , with ``repeats`` copies back to back */
 /* Whether text[k] == text[k - p] holds for (repeats - 1) * p positions in a row, for some unit
- * length p in 1..max_unit: what every run of ``repeats`` copies of a p-character unit is. One
- * tight loop per p and string kind; most values have no such stretch, and skip the exact pass. */
+ * length p in 1..max_unit: what every run of ``repeats`` copies of a p-character unit is. Most
+ * values have no such stretch, and skip the exact pass. Per p, a window of ``need`` positions
+ * ending at k is read backwards down to the positions already known to hold (known): a
+ * position that does not hold rules out every window over it, so the next window ends
+ * ``need`` past it. Each position is read at most once, and on text without the stretch about
+ * one in ``need`` is (the forward count of every position read them all). */
 #define PERIOD_STRETCH(TYPE)                                                      \
     do {                                                                          \
         const TYPE *s = (const TYPE *)t->data;                                    \
         for (Py_ssize_t p = 1; p <= max_unit; p++) {                              \
             const Py_ssize_t need = (repeats - 1) * p;                            \
-            Py_ssize_t run = 0;                                                   \
-            for (Py_ssize_t k = p; k < n; k++) {                                  \
-                run = s[k] == s[k - p] ? run + 1 : 0;                             \
-                if (run >= need) {                                                \
+            /* the positions in (k - need, known] hold; known < k */              \
+            Py_ssize_t known = p - 1, k = p - 1 + need;                           \
+            while (k < n) {                                                       \
+                Py_ssize_t j = k;                                                 \
+                while (j > known && s[j] == s[j - p]) {                           \
+                    j--;                                                          \
+                }                                                                 \
+                if (j == known) {                                                 \
                     return 1;                                                     \
                 }                                                                 \
+                known = k; /* (j, k] hold, text[j] == text[j - p] does not */     \
+                k = j + need;                                                     \
             }                                                                     \
         }                                                                         \
     } while (0)
@@ -1545,28 +1557,338 @@ PyDoc_STRVAR(value_screens_doc,
 "phenotypes._WORD_RUN_SCREEN matches (1 to max_words words, ``copies`` copies); letters,\n"
 "whether phenotypes._LETTER_RUN matches (one non-ASCII character ``run`` times).");
 
+/* The bits of phenotypes.value_flags_python (its V_* constants): the three screens of
+ * value_screens, and what check_value reads besides (non-ASCII characters, "think>", a closing
+ * run's tail). */
+enum { V_GLUED = 1, V_WORDS = 2, V_LETTERS = 4, V_NON_ASCII = 8, V_THINK = 16, V_CLOSING = 32 };
+
+/* value_screens' numbers, checked once per call */
+typedef struct {
+    Py_ssize_t max_unit, repeats, max_words, copies, min_spaces, run;
+} ValueNumbers;
+
+static int value_numbers_ok(const ValueNumbers *v, const char *fn)
+{
+    if (v->max_unit < 1 || v->repeats < 1 || v->max_words < 1 || v->copies < 1 || v->run < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: units and copies must be >= 1", fn);
+        return 0;
+    }
+    return 1;
+}
+
+/* V_GLUED | V_WORDS | V_LETTERS of one value (ascii: it holds no character above 127) */
+static int screen_bits(const Text *t, int ascii, const ValueNumbers *v)
+{
+    int bits = glued_unit_run(t, v->max_unit, v->repeats) ? V_GLUED : 0;
+    Py_ssize_t spaces = 0;
+    for (Py_ssize_t i = 0; i < t->n && spaces < v->min_spaces; i++) {
+        spaces += CH(t, i) == ' ';
+    }
+    if (spaces >= v->min_spaces && word_unit_run(t, v->max_words, v->copies)) {
+        bits |= V_WORDS;
+    }
+    if (!ascii && non_ascii_run(t, v->run)) {
+        bits |= V_LETTERS;
+    }
+    return bits;
+}
+
 static PyObject *value_screens(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *text;
-    Py_ssize_t max_unit, repeats, max_words, copies, min_spaces, run;
-    if (!PyArg_ParseTuple(args, "Unnnnnn:value_screens", &text, &max_unit, &repeats, &max_words,
-                          &copies, &min_spaces, &run)) {
+    ValueNumbers v;
+    if (!PyArg_ParseTuple(args, "Unnnnnn:value_screens", &text, &v.max_unit, &v.repeats,
+                          &v.max_words, &v.copies, &v.min_spaces, &v.run)) {
         return NULL;
     }
-    if (max_unit < 1 || repeats < 1 || max_words < 1 || copies < 1 || run < 1) {
-        PyErr_SetString(PyExc_ValueError, "value_screens: units and copies must be >= 1");
+    if (!value_numbers_ok(&v, "value_screens")) {
         return NULL;
     }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
-    int glued = glued_unit_run(&t, max_unit, repeats);
-    Py_ssize_t spaces = 0;
-    for (Py_ssize_t i = 0; i < t.n && spaces < min_spaces; i++) {
-        spaces += CH(&t, i) == ' ';
+    int bits = screen_bits(&t, PyUnicode_IS_ASCII(text), &v);
+    return Py_BuildValue("(OOO)", bits & V_GLUED ? Py_True : Py_False,
+                         bits & V_WORDS ? Py_True : Py_False, bits & V_LETTERS ? Py_True : Py_False);
+}
+
+/* "think>" occurs in the text (find_think_in_value's screen: every match ends so) */
+static int has_think(const Text *t)
+{
+    static const char lit[] = "think>";
+    for (Py_ssize_t i = 5; i < t->n; i++) {
+        if (CH(t, i) != '>') {
+            continue;
+        }
+        Py_ssize_t k = 0;
+        while (k < 5 && CH(t, i - 5 + k) == (Py_UCS4)lit[k]) {
+            k++;
+        }
+        if (k == 5) {
+            return 1;
+        }
     }
-    int words = spaces >= min_spaces && word_unit_run(&t, max_words, copies);
-    int letters = !PyUnicode_IS_ASCII(text) && non_ascii_run(&t, run);
-    return Py_BuildValue("(OOO)", glued ? Py_True : Py_False, words ? Py_True : Py_False,
-                         letters ? Py_True : Py_False);
+    return 0;
+}
+
+/* text.rstrip() is at least ``closing`` long and ends in that many copies of its last
+ * character (phenotypes._closing_run's screen, at the shortest run it reports) */
+static int closing_tail(const Text *t, Py_ssize_t closing)
+{
+    Py_ssize_t end = t->n;
+    while (end > 0 && Py_UNICODE_ISSPACE(CH(t, end - 1))) {
+        end--;
+    }
+    if (end < closing) {
+        return 0;
+    }
+    const Py_UCS4 last = CH(t, end - 1);
+    for (Py_ssize_t k = end - closing; k < end; k++) {
+        if (CH(t, k) != last) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int all_ascii(const Text *t)
+{
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        if (CH(t, i) > 127) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The k-th (a, b) of spans (a PySequence_Fast), checked to lie in a text of n characters:
+ * 1, or 0 with an exception set (``fn`` names the caller). */
+static int span_at(PyObject *seq, Py_ssize_t k, Py_ssize_t n, const char *fn, Py_ssize_t *a,
+                   Py_ssize_t *b)
+{
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+        PyErr_Format(PyExc_TypeError, "%s: each span is a tuple (start, end)", fn);
+        return 0;
+    }
+    *a = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+    *b = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 1));
+    if (PyErr_Occurred()) {
+        return 0;
+    }
+    if (*a < 0 || *b < *a || *b > n) {
+        PyErr_Format(PyExc_ValueError, "%s: a span outside the text", fn);
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(value_flags_doc,
+"value_flags(text, spans, max_unit, repeats, max_words, copies, min_spaces, run, closing)\n"
+"    -> bytes\n\n"
+"phenotypes.value_flags_python of text[a:b] for each (a, b) in spans, one byte a span: the\n"
+"bits of value_screens (1 glued, 2 words, 4 letters), 8 a character above 127, 16 \"think>\"\n"
+"occurs, 32 the value without its trailing whitespace ends in ``closing`` copies of one\n"
+"character. One call screens a block's values (check_values).");
+
+static PyObject *value_flags(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *spans;
+    ValueNumbers v;
+    Py_ssize_t closing;
+    if (!PyArg_ParseTuple(args, "UOnnnnnnn:value_flags", &text, &spans, &v.max_unit, &v.repeats,
+                          &v.max_words, &v.copies, &v.min_spaces, &v.run, &closing)) {
+        return NULL;
+    }
+    if (!value_numbers_ok(&v, "value_flags")) {
+        return NULL;
+    }
+    if (closing < 1) {
+        PyErr_SetString(PyExc_ValueError, "value_flags: closing must be >= 1");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(spans, "value_flags: spans must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    char *bits = PyBytes_AS_STRING(out);
+    const int kind = PyUnicode_KIND(text);
+    const char *data = PyUnicode_DATA(text);
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    const int ascii_text = PyUnicode_IS_ASCII(text);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t a, b;
+        if (!span_at(seq, k, n, "value_flags", &a, &b)) {
+            goto fail;
+        }
+        const Text t = {kind, data + a * kind, b - a};
+        const int ascii = ascii_text || all_ascii(&t);
+        bits[k] = (char)(screen_bits(&t, ascii, &v) | (ascii ? 0 : V_NON_ASCII) |
+                         (has_think(&t) ? V_THINK : 0) |
+                         (closing_tail(&t, closing) ? V_CLOSING : 0));
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- the word-piece soup screen (soup.py) -------------------------------------------------
+ *
+ * soup.find_soup splits a value at every " " and looks for SOUP_MIN_PIECES words in a row that
+ * are soup.PIECES. soup_screen answers, for a block's values in one call, which is the first
+ * that can hold such a run; the pieces come from soup.PIECES through set_pieces() at import. */
+
+#define MAX_PIECES 128
+#define MAX_PIECE_LEN 16
+static Py_UCS4 PIECE[MAX_PIECES][MAX_PIECE_LEN];
+static Py_ssize_t PIECE_LEN[MAX_PIECES];
+static Py_ssize_t npieces = -1; /* -1: set_pieces() has not been called */
+/* per length, the ASCII characters some piece of that length starts with, and ends with: a
+ * word whose ends are in neither set (most words) is no piece, without a comparison */
+static uint64_t PIECE_FIRST[MAX_PIECE_LEN + 1][2], PIECE_LAST[MAX_PIECE_LEN + 1][2];
+static int piece_wide_ends = 0; /* some piece starts or ends above 127: no set rejects */
+
+static inline int in_set(const uint64_t set[2], Py_UCS4 c)
+{
+    return piece_wide_ends || (c < 128 && ((set[c >> 6] >> (c & 63)) & 1));
+}
+
+PyDoc_STRVAR(set_pieces_doc,
+"set_pieces(pieces) -> None\n\n"
+"The words soup_screen() counts (soup.PIECES): a tuple of at most 128 str of 1 to 16\n"
+"characters each.");
+
+static PyObject *set_pieces(PyObject *Py_UNUSED(self), PyObject *arg)
+{
+    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) > MAX_PIECES) {
+        PyErr_SetString(PyExc_TypeError, "set_pieces: a tuple of at most 128 str");
+        return NULL;
+    }
+    const Py_ssize_t count = PyTuple_GET_SIZE(arg);
+    for (Py_ssize_t k = 0; k < count; k++) { /* all checked before any is kept */
+        PyObject *piece = PyTuple_GET_ITEM(arg, k);
+        if (!PyUnicode_Check(piece) || PyUnicode_GET_LENGTH(piece) < 1 ||
+            PyUnicode_GET_LENGTH(piece) > MAX_PIECE_LEN) {
+            PyErr_SetString(PyExc_TypeError, "set_pieces: each piece is a str of 1-16 characters");
+            return NULL;
+        }
+    }
+    memset(PIECE_FIRST, 0, sizeof PIECE_FIRST);
+    memset(PIECE_LAST, 0, sizeof PIECE_LAST);
+    int ascii_ends = 1;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *piece = PyTuple_GET_ITEM(arg, k);
+        const Py_ssize_t len = PIECE_LEN[k] = PyUnicode_GET_LENGTH(piece);
+        for (Py_ssize_t i = 0; i < len; i++) {
+            PIECE[k][i] = PyUnicode_READ_CHAR(piece, i);
+        }
+        const Py_UCS4 a = PIECE[k][0], b = PIECE[k][len - 1];
+        if (a >= 128 || b >= 128) {
+            ascii_ends = 0;
+            continue;
+        }
+        PIECE_FIRST[len][a >> 6] |= (uint64_t)1 << (a & 63);
+        PIECE_LAST[len][b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+    piece_wide_ends = !ascii_ends;
+    npieces = count;
+    Py_RETURN_NONE;
+}
+
+/* text[a:a+len] is one of the pieces */
+static int is_piece(const Text *t, Py_ssize_t a, Py_ssize_t len)
+{
+    if (len < 1 || len > MAX_PIECE_LEN || !in_set(PIECE_FIRST[len], CH(t, a)) ||
+        !in_set(PIECE_LAST[len], CH(t, a + len - 1))) {
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < npieces; k++) {
+        if (PIECE_LEN[k] != len) {
+            continue;
+        }
+        Py_ssize_t i = 0;
+        while (i < len && CH(t, a + i) == PIECE[k][i]) {
+            i++;
+        }
+        if (i == len) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* soup.may_soup_python: longer than ``window`` (find_soup reads windows), or ``need`` words
+ * of text.split(" ") in a row are pieces */
+static int may_soup(const Text *t, Py_ssize_t need, Py_ssize_t window)
+{
+    if (t->n > window) {
+        return 1;
+    }
+    Py_ssize_t run = 0, start = 0;
+    for (Py_ssize_t i = 0; i <= t->n; i++) {
+        if (i < t->n && CH(t, i) != ' ') {
+            continue;
+        }
+        run = is_piece(t, start, i - start) ? run + 1 : 0;
+        if (run >= need) {
+            return 1;
+        }
+        start = i + 1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(soup_screen_doc,
+"soup_screen(text, spans, need, window) -> int\n\n"
+"The index of the first (a, b) in spans for which soup.may_soup_python(text[a:b]) holds\n"
+"(``need`` pieces in a row, values longer than ``window`` always), or len(spans).");
+
+static PyObject *soup_screen(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *spans;
+    Py_ssize_t need, window;
+    if (!PyArg_ParseTuple(args, "UOnn:soup_screen", &text, &spans, &need, &window)) {
+        return NULL;
+    }
+    if (npieces < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "_textscan.set_pieces() has not been called");
+        return NULL;
+    }
+    if (need < 1 || window < 0) {
+        PyErr_SetString(PyExc_ValueError, "soup_screen: need >= 1 and window >= 0");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(spans, "soup_screen: spans must be a sequence");
+    if (seq == NULL) {
+        return NULL;
+    }
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    const int kind = PyUnicode_KIND(text);
+    const char *data = PyUnicode_DATA(text);
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t k = 0;
+    for (; k < count; k++) {
+        Py_ssize_t a, b;
+        if (!span_at(seq, k, n, "soup_screen", &a, &b)) {
+            goto fail;
+        }
+        const Text t = {kind, data + a * kind, b - a};
+        if (may_soup(&t, need, window)) {
+            break;
+        }
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(k);
+fail:
+    Py_DECREF(seq);
+    return NULL;
 }
 
 /* ---- module functions ----------------------------------------------------------------------- */
@@ -1671,17 +1993,18 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
  * passes and the finishing steps are those of the two functions. */
 
 PyDoc_STRVAR(scan_prose_doc,
-"scan_prose(text, need, ngram, probe, screen_max, needles) -> (scan, screens, tagged)\n\n"
+"scan_prose(text, need, ngram, probe, screen_max, needles, end=len(text))\n"
+"    -> (scan, screens, tagged)\n\n"
 "(scan(text), prose_screens(text, need, ngram, probe, screen_max, needles), '<' in text or\n"
 "'DSML' in text) in one pass over the text: the reasoning's text checks, prose screens and\n"
-"tag screen (phenotypes.reasoning_passes).");
+"tag screen (phenotypes.reasoning_passes); of text[:end] where end is given.");
 
 static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
 {
     PyObject *text, *needles;
-    Py_ssize_t need, ngram, probe, screen_max;
-    if (!PyArg_ParseTuple(args, "UnnnnO!:scan_prose", &text, &need, &ngram, &probe, &screen_max,
-                          &PyTuple_Type, &needles)) {
+    Py_ssize_t need, ngram, probe, screen_max, end = PY_SSIZE_T_MAX; /* default: the whole */
+    if (!PyArg_ParseTuple(args, "UnnnnO!|n:scan_prose", &text, &need, &ngram, &probe,
+                          &screen_max, &PyTuple_Type, &needles, &end)) {
         return NULL;
     }
     if (!configured) {
@@ -1689,7 +2012,18 @@ static PyObject *scan_prose(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    if (end == PY_SSIZE_T_MAX) {
+        end = t.n;
+    }
+    if (end < 0 || end > t.n) {
+        PyErr_SetString(PyExc_ValueError, "scan_prose: end outside the text");
+        return NULL;
+    }
+    /* text[:end], read in place (reasoning is the head of a grade's text: no copy of it). An
+     * ASCII text has ASCII heads; a head of a wider text may be ASCII too, and reading it as
+     * not ASCII answers the same: ASCII letters are one script group, and glue no seam. */
     int ascii = PyUnicode_IS_ASCII(text);
+    t.n = end;
     Prose p;
     if (!prose_init(&p, &t, ascii, need, ngram, probe, screen_max, needles)) {
         return NULL;
@@ -1764,6 +2098,9 @@ static PyMethodDef methods[] = {
     {"may_glue", may_glue, METH_O, may_glue_doc},
     {"prose_screens", prose_screens, METH_VARARGS, prose_screens_doc},
     {"value_screens", value_screens, METH_VARARGS, value_screens_doc},
+    {"value_flags", value_flags, METH_VARARGS, value_flags_doc},
+    {"set_pieces", set_pieces, METH_O, set_pieces_doc},
+    {"soup_screen", soup_screen, METH_VARARGS, soup_screen_doc},
     {"scan_prose", scan_prose, METH_VARARGS, scan_prose_doc},
     {NULL, NULL, 0, NULL},
 };

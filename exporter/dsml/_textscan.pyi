@@ -1,6 +1,8 @@
 """Types of the C accelerator exporter/dsml/_textscan.c: the grader's hot character-level
 passes, each with a pure-Python reference it is tested equal to."""
 
+from collections.abc import Sequence
+
 from exporter.dsml.accel import NativeSpelling, RawCall, ScanResult
 
 def scan(text: str, loops: int = 3) -> ScanResult:
@@ -41,8 +43,35 @@ def value_screens(
     """phenotypes.value_screens_python: whether phenotypes._VALUE_LOOP matches at all, whether
     phenotypes._word_run's screens pass, and whether phenotypes._LETTER_RUN matches."""
 
+def value_flags(
+    text: str,
+    spans: Sequence[tuple[int, int]],
+    max_unit: int,
+    repeats: int,
+    max_words: int,
+    copies: int,
+    min_spaces: int,
+    run: int,
+    closing: int,
+    /,
+) -> bytes:
+    """phenotypes.value_flags_python of text[a:b] for each span, one byte of V_* bits each."""
+
+def set_pieces(pieces: tuple[str, ...], /) -> None:
+    """The words soup_screen counts (soup.PIECES)."""
+
+def soup_screen(text: str, spans: Sequence[tuple[int, int]], need: int, window: int, /) -> int:
+    """The index of the first span where soup.may_soup_python(text[a:b]) holds, or len(spans)."""
+
 def scan_prose(
-    text: str, need: int, ngram: int, probe: int, screen_max: int, needles: tuple[str, ...], /
+    text: str,
+    need: int,
+    ngram: int,
+    probe: int,
+    screen_max: int,
+    needles: tuple[str, ...],
+    end: int = ...,
+    /,
 ) -> tuple[ScanResult, tuple[bool, bool, bool], bool]:
     """(scan(text), prose_screens(text, ...), "<" in text or "DSML" in text) in one pass:
-    phenotypes.reasoning_passes."""
+    phenotypes.reasoning_passes; of text[:end] where end is given (read in place)."""

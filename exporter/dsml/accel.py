@@ -3,7 +3,8 @@
 The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot passes and three
 screens, each with a pure-Python reference that is its specification
 (``textcheck.check_text_python``, ``fastpath.canonical_calls_python``, and
-``phenotypes._may_glue``, ``prose_screens_python``, ``value_screens_python``), as CPython's
+``phenotypes._may_glue``, ``prose_screens_python``, ``value_screens_python``,
+``value_flags_python``, ``soup.may_soup_python``), as CPython's
 ``_json`` accelerates ``json``; ``scan_prose`` runs the text checks, the prose screens and a
 tag screen over one reasoning in one pass (``phenotypes.reasoning_passes``: the twins one after
 the other). The grammar
@@ -19,7 +20,7 @@ DSML tests run whole on both kernels (``tests/dsml/conftest.py``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 
 from exporter.dsml import thresholds as t
@@ -52,11 +53,18 @@ CanonicalCalls = Callable[[str, int, int, NativeSpelling], tuple[tuple[RawCall, 
 MayGlue = Callable[[str], bool]
 ProseScreens = Callable[[str, int, int, int, int, tuple[str, ...]], tuple[bool, bool, bool]]
 ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, bool]]
+# value_flags(text, spans, *value_screens' numbers, closing) -> one byte of V_* bits per span
+# (phenotypes.value_flags_python of text[a:b]): a block's values screened in one call.
+# soup_screen(text, spans, need, window) -> index of the first span that can hold word-piece
+# soup (soup.may_soup_python), or len(spans); the pieces come through set_pieces().
+SoupScreen = Callable[[str, Sequence[tuple[int, int]], int, int], int]
+ValueFlags = Callable[[str, Sequence[tuple[int, int]], int, int, int, int, int, int, int], bytes]
 # scan, prose_screens and a tag screen over one text in one pass (reasoning is read whole by
-# all three): scan_prose(text, *prose_screens' numbers and needles) -> (scan(text),
-# prose_screens(...), "<" in text or "DSML" in text).
+# all three): scan_prose(text, *prose_screens' numbers and needles, end) -> (scan(head),
+# prose_screens(head, ...), "<" in head or "DSML" in head) of head = text[:end].
 ScanProse = Callable[
-    [str, int, int, int, int, tuple[str, ...]], tuple[ScanResult, tuple[bool, bool, bool], bool]
+    [str, int, int, int, int, tuple[str, ...], int],
+    tuple[ScanResult, tuple[bool, bool, bool], bool],
 ]
 
 # Every number the accelerator uses, from thresholds.py (its configure() takes exactly these).
@@ -100,6 +108,8 @@ canonical_calls: CanonicalCalls | None = None
 may_glue: MayGlue | None = None
 prose_screens: ProseScreens | None = None
 value_screens: ValueScreens | None = None
+value_flags: ValueFlags | None = None
+soup_screen: SoupScreen | None = None
 scan_prose: ScanProse | None = None
 WHY = ""
 """Why the kernel differs from what ``DSV4_DSML_KERNEL`` asked for ("" when it does not)."""
@@ -119,17 +129,27 @@ def select(name: str) -> None:
     """Run ``name`` (``c`` or ``python``) from now on, in every caller.
 
     ValueError for any other name; RuntimeError for ``c`` when the accelerator is not built."""
-    global scan, canonical_calls, may_glue, prose_screens, value_screens, scan_prose
+    global scan, canonical_calls, may_glue, prose_screens, value_screens, value_flags, scan_prose
+    global soup_screen
     if name not in KERNELS:
         raise ValueError(f"unknown DSML kernel {name!r}: use one of {', '.join(KERNELS)}")
     if name == "python":
         scan = canonical_calls = may_glue = prose_screens = value_screens = scan_prose = None
+        value_flags = soup_screen = None
         return
     if _BUILT is None:
         raise RuntimeError("exporter/dsml/_textscan.c is not built here: run `make native`")
     scan, canonical_calls = _BUILT.scan, _BUILT.canonical_calls
     may_glue, prose_screens = _BUILT.may_glue, _BUILT.prose_screens
     value_screens, scan_prose = _BUILT.value_screens, _BUILT.scan_prose
+    value_flags, soup_screen = _BUILT.value_flags, _BUILT.soup_screen
+
+
+def set_pieces(pieces: Iterable[str]) -> None:
+    """Give the accelerator the words its ``soup_screen`` counts (``soup.PIECES``, which calls
+    this at import: the list is written once, there)."""
+    if _BUILT is not None:
+        _BUILT.set_pieces(tuple(sorted(pieces)))
 
 
 def _from_env(value: str) -> tuple[str, str]:

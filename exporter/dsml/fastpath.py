@@ -100,6 +100,7 @@ def parse_canonical(
     for version, sp in _SPELLINGS.items():
         if text.startswith(sp.block_open, lt):
             found = version
+            break  # no opener is a prefix of another: at most one matches
     if found is None or (grammar is not None and grammar != found):
         return None
     # only a backtick or tilde before the block can quote it (fence or span, see quoting.py)
@@ -134,8 +135,11 @@ def parse_canonical(
             values.append((vstart, vend))
         calls.append(ToolCall(name, args, start, call_end))
     # schemas last: a block that fails on structure (most damage) costs no validation
-    if tools is not None and not all(_call_ok(c.name, c.arguments, tools) for c in calls):
-        return None
+    if tools is not None:
+        for c in calls:  # a loop, not all() over a generator: once per call of every grade
+            problems, usable = call_problems(tools, c.name, c.arguments)
+            if problems or not usable:
+                return None
     return Parsed(calls, [(lt, end)], values, found, dsml_seen=True)
 
 
@@ -218,8 +222,3 @@ def canonical_calls_python(
     if end > body_end or text[end:body_end].strip():
         return None
     return tuple(calls), end
-
-
-def _call_ok(name: str, args: dict[str, object], tools: ToolSet) -> bool:
-    found, usable = call_problems(tools, name, args)
-    return usable and not found

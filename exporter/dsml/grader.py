@@ -7,6 +7,7 @@ differs only in where the channels come from.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.dsml import engines, phenotypes, search
@@ -16,10 +17,9 @@ from exporter.dsml.fastpath import parse_canonical
 from exporter.dsml.quoting import Quoting
 from exporter.dsml.result import ChannelSpan, FindingSink, Result, ToolCall, decide_verdict
 from exporter.dsml.schema import ToolSet
-from exporter.dsml.soup import find_soup
+from exporter.dsml.soup import first_soup
 from exporter.dsml.structure import Parsed, parse_channel
 from exporter.dsml.textcheck import check_text
-from exporter.dsml.thresholds import SOUP_MIN_PIECES
 from exporter.dsml.tokens import MAX_EVENTS, Event, Special, Tag, Think, scan
 
 _GRAMMAR_ALIASES = {
@@ -170,10 +170,9 @@ def grade_kept(
     if r_end is not None and not present and at >= 0:
         c_start = r_end  # the tag itself was dropped with the middle
     channels: list[ChannelSpan] = []
-    reasoning = kept[:r_end] if r_end is not None else ""  # sliced once, read by two passes
-    if r_end is not None:
+    if r_end is not None:  # the reasoning is kept[:r_end], read in place
         channels.append(ChannelSpan("reasoning", 0, r_end))
-        screens = analyze_reasoning(sink, reasoning, 0)
+        screens = analyze_reasoning(sink, kept, 0, r_end)
     content = kept[c_start:]
     channels.append(ChannelSpan("content", c_start, len(kept)))
     part = analyze_content(
@@ -185,11 +184,9 @@ def grade_kept(
         finish_reason=finish_reason,
         gap=_rel_gap(gap, c_start, len(kept)),
     )
-    if part.parsed.blocks:
-        channels.extend(
-            ChannelSpan("tool_calls", a + c_start, b + c_start) for a, b in part.parsed.blocks
-        )
     parsed = part.parsed
+    for a, b in parsed.blocks:  # a loop, not extend() over a generator: once per grade
+        channels.append(ChannelSpan("tool_calls", a + c_start, b + c_start))
     end_reasons(
         sink,
         finish_reason,
@@ -199,9 +196,13 @@ def grade_kept(
     )
     if gap is not None:
         sink.add("oversized", gap, gap, "input", f"{dropped} characters dropped here")
-    calls = [_shift(c, c_start) for c in part.parsed.calls] if c_start else part.parsed.calls
-    if r_end is not None:
-        phenotypes.check_prose(sink, reasoning, 0, "reasoning", screens)
+    calls = (
+        [ToolCall(c.name, c.arguments, c.start + c_start, c.end + c_start) for c in parsed.calls]
+        if c_start
+        else parsed.calls
+    )
+    if r_end is not None and any(screens):  # no screen passed (most): check_prose finds nothing
+        phenotypes.check_prose(sink, kept[:r_end], 0, "reasoning", screens)
     prose = sample_checks(sink, content, c_start, part, calls)
     phenotypes.check_end(
         sink,
@@ -223,18 +224,23 @@ def grade_kept(
     )
 
 
-def prose_of(content: str, part: ContentPart) -> str:
-    """The content before its first block (open or closed) or its first DSML marker (a bare
-    or damaged tag: the grammar may stop at its tag limit without a block): the prose."""
+def first_block_at(part: ContentPart, n: int) -> int:
+    """Where the content's first block (open or closed) starts, or ``n`` (its length)."""
     parsed = part.parsed
-    starts = [a for a, _ in parsed.blocks]
-    if parsed.open_at_end:
-        starts.append(parsed.open_block_start)
-    if parsed.dsml_seen:
+    first = min(parsed.blocks)[0] if parsed.blocks else n  # (start, end) pairs: the first start
+    return min(first, parsed.open_block_start) if parsed.open_at_end else first
+
+
+def prose_of(content: str, part: ContentPart, block_at: int | None = None) -> str:
+    """The content before its first block (open or closed) or its first DSML marker (a bare
+    or damaged tag: the grammar may stop at its tag limit without a block): the prose.
+    ``block_at``: :func:`first_block_at`, when the caller has it."""
+    end = first_block_at(part, len(content)) if block_at is None else block_at
+    if part.parsed.dsml_seen:
         at = content.find("DSML")
         if at >= 0:
-            starts.append(max(0, content.rfind("<", 0, at)))
-    return content[: min(starts)] if starts else content
+            end = min(end, max(0, content.rfind("<", 0, at)))
+    return content[:end]
 
 
 def sample_checks(
@@ -250,26 +256,18 @@ def sample_checks(
     """The once-per-sample checks of :mod:`exporter.dsml.phenotypes` over a content channel
     (offsets shifted by ``base``); returns its prose. ``raw``: the text the model generated,
     before any tool parser (a quoted block opener there is one the parser will run)."""
-    prose = prose_of(content, part)
+    block_at = first_block_at(part, len(content))
+    prose = prose_of(content, part, block_at)
     phenotypes.check_prose(sink, prose, base, "content")
     if not raw:
         return prose  # the server's parser already ran: a quoted block left in content was not run
     # the whole content before the first real block: prose_of stops at the first DSML, which
-    # may be the quoted example itself
-    starts = [a for a, _ in part.parsed.blocks]
-    if part.parsed.open_at_end:
-        starts.append(part.parsed.open_block_start)
-    quoted = phenotypes.find_quoted_block(
-        content[: min(starts, default=len(content))], part.parsed.grammar
-    )
+    # may be the quoted example itself (the same text when it does not: no second slice)
+    before = prose if len(prose) == block_at else content[:block_at]
+    quoted = phenotypes.find_quoted_block(before, part.parsed.grammar)
     if quoted is not None:
         sink.add("quoted_block", quoted[0] + base, quoted[1] + base, "content", quoted[2])
-    done = 0
-    for a, b in part.parsed.values:
-        if a < done:
-            continue  # overlapping spans (unclosed values): each character is read once
-        done = b
-        phenotypes.check_value(sink, content[a:b], base + a, block_channel)
+    phenotypes.check_values(sink, content, part.parsed.values, base, block_channel)
     phenotypes.check_calls(sink, calls, block_channel)
     return prose
 
@@ -307,10 +305,6 @@ def _rel_gap(gap: int | None, start: int, end: int) -> int | None:
     return gap - start if gap is not None and start <= gap <= end else None
 
 
-def _shift(call: ToolCall, base: int) -> ToolCall:
-    return ToolCall(call.name, call.arguments, call.start + base, call.end + base)
-
-
 def body_end_of(text: str) -> tuple[int, bool]:
     """Where the content ends before a final EOS token (allowed there), and whether that EOS
     had ASCII bars."""
@@ -328,15 +322,20 @@ class ContentPart:
     visible_empty: bool
 
 
-def analyze_reasoning(sink: FindingSink, text: str, base: int) -> tuple[bool, bool, bool]:
+def analyze_reasoning(
+    sink: FindingSink, text: str, base: int, end: int | None = None
+) -> tuple[bool, bool, bool]:
     """Reasoning may discuss anything, but an unquoted DSML tag there is an invalid call.
 
     Returns the prose screens of ``text`` for :func:`phenotypes.check_prose`, found in the
-    same pass as the text checks and the tag screen."""
-    hits, screens, tagged = phenotypes.reasoning_passes(text)
-    events = scan(text) if tagged else []  # neither "<" nor "DSML": no event
-    if events:  # most reasoning has none, and needs no quoting lookups
-        _reasoning_events(sink, text, events, base)
+    same pass as the text checks and the tag screen. ``end``: the reasoning is ``text[:end]``
+    (the head of a grade's text: copied only where a tag screen or a hit needs it)."""
+    hits, screens, tagged = phenotypes.reasoning_passes(text, end)
+    if tagged:  # neither "<" nor "DSML" (most reasoning): no event, no quoting lookups
+        text = text if end is None else text[:end]
+        events = scan(text)
+        if events:
+            _reasoning_events(sink, text, events, base)
     for code, a, b, detail in hits:
         sink.add(code, a + base, b + base, "reasoning", detail)
     return screens
@@ -373,23 +372,13 @@ def analyze_content(
         sink.add(
             "marker_ascii_pipe", body_end + base, body_end + len(_ASCII_EOS) + base, channel, "EOS"
         )
-    blocks: list[tuple[int, int]] = []
-
-    def where(pos: int) -> str:
-        for a, b in blocks:  # a loop, not any() over a generator: once per text-check hit
-            if a <= pos < b:
-                return block_channel
-        return channel
-
-    def report(code: str, start: int, end: int, detail: str) -> None:
-        sink.add(code, start + base, end + base, where(start), detail)
-
-    def machine_report(code: str, start: int, end: int, detail: str, inside: bool) -> None:
-        sink.add(code, start + base, end + base, block_channel if inside else channel, detail)
-
     # most outputs are well formed: the canonical pass parses them without the state machine
     parsed = parse_canonical(text, body_end, grammar, tools) if gap is None else None
-    if parsed is None:
+    if parsed is None:  # (the machine's report is made only where the machine runs)
+
+        def machine_report(code: str, start: int, end: int, detail: str, inside: bool) -> None:
+            sink.add(code, start + base, end + base, block_channel if inside else channel, detail)
+
         parsed, n_events, last = parse_channel(
             text,
             body_end,
@@ -403,28 +392,37 @@ def analyze_content(
             sink.add(
                 "oversized", last + base, last + base, channel, "tag limit: grammar stops here"
             )
-    blocks.extend(parsed.blocks)
-    open_block = [(parsed.open_block_start, len(text))] if parsed.open_at_end else []
-    engines.check_content(sink, text, base, grammar, [*parsed.blocks, *open_block])
+    # the blocks, and the one the text ended inside
+    spans = (
+        [*parsed.blocks, (parsed.open_block_start, len(text))]
+        if parsed.open_at_end
+        else parsed.blocks
+    )
+    engines.check_content(sink, text, base, grammar, spans)
     if finish_reason != "length":
         frag = partial_marker_at(text, body_end)
-        if frag >= 0:
-            report("unbalanced", frag, body_end, "text ends in a partial marker")
-    if parsed.open_at_end:  # the text ended inside a block
-        blocks.append((parsed.open_block_start, len(text)))
+        if frag >= 0:  # placed by the closed blocks only
+            where = _channel_at(parsed.blocks, frag, block_channel, channel)
+            sink.add("unbalanced", frag + base, body_end + base, where, _PARTIAL_DETAIL)
     for code, a, b, detail in check_text(text):
-        report(code, a, b, detail)
-    for a, b in parsed.values:  # tool-call values: where word-piece soup reaches a tool
-        if text.count(" ", a, b) < SOUP_MIN_PIECES - 1:
-            continue  # a run of pieces needs that many spaces between them
-        soup = find_soup(text[a:b])
-        if soup is not None:
-            s, e, n = soup
-            sink.add("token_soup", a + s + base, a + e + base, block_channel, f"{n} pieces")
-            break
+        sink.add(code, a + base, b + base, _channel_at(spans, a, block_channel, channel), detail)
+    # tool-call values: where word-piece soup reaches a tool
+    if parsed.values and (soup := first_soup(text, parsed.values)) is not None:
+        s, e, n = soup
+        sink.add("token_soup", s + base, e + base, block_channel, f"{n} pieces")
     return ContentPart(parsed, _NON_SPACE.search(text, 0, body_end) is None)
 
 
+def _channel_at(spans: Sequence[tuple[int, int]], pos: int, inside: str, outside: str) -> str:
+    """``inside`` where ``pos`` falls in one of ``spans``, else ``outside``: where a text-check
+    hit is reported (a loop, not any() over a generator: once per hit)."""
+    for a, b in spans:
+        if a <= pos < b:
+            return inside
+    return outside
+
+
+_PARTIAL_DETAIL = "text ends in a partial marker"
 _NON_SPACE = re.compile(r"\S")  # str.strip's whitespace is re's \s (both Py_UNICODE_ISSPACE)
 _PARTIAL = re.compile(f"</?(?:{m.BAR}[^{m.BAR}<>\\s]{{0,64}})?\\Z")
 

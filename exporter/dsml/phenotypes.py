@@ -57,17 +57,27 @@ def prose_screens(text: str) -> tuple[bool, bool, bool]:
     return native(text, *_PROSE_SCREEN_ARGS)
 
 
-def reasoning_passes(text: str) -> tuple[list[Hit], tuple[bool, bool, bool], bool]:
+def reasoning_passes(
+    text: str, end: int | None = None
+) -> tuple[list[Hit], tuple[bool, bool, bool], bool]:
     """``check_text(text)``, :func:`prose_screens` of it, and whether it holds ``<`` or
     ``DSML`` (else ``tokens.scan`` finds no event there): reasoning is read whole by all three
     (the text checks, :func:`check_prose`, the grammar's event scan), so the accelerator runs
     their character passes in one loop (``scan_prose``); without it, the twins one after the
-    other. (A plain tuple: this runs once per grade, short reasoning included.)"""
+    other. (A plain tuple: this runs once per grade, short reasoning included.)
+
+    ``end``: the same of ``text[:end]``; the accelerator reads it in place, and the head is
+    copied only where a hit needs its text."""
     native = accel.scan_prose
-    if native is None or not text:  # check_text has nothing to say about ""
-        return check_text(text), prose_screens(text), "<" in text or "DSML" in text
-    found, screens, tagged = native(text, *_PROSE_SCREEN_ARGS)
-    return hits_of(text, found), screens, tagged
+    stop = len(text) if end is None else end
+    head = text if stop == len(text) else None  # text[:stop], sliced only when needed
+    if native is None or not stop:  # check_text has nothing to say about ""
+        head = text[:stop] if head is None else head
+        return check_text(head), prose_screens(head), "<" in head or "DSML" in head
+    found, screens, tagged = native(text, *_PROSE_SCREEN_ARGS, stop)
+    if not any(found):  # hits_of's own test: no hit (most reasoning), no head needed
+        return [], screens, tagged
+    return hits_of(text[:stop] if head is None else head, found), screens, tagged
 
 
 def prose_screens_python(text: str) -> tuple[bool, bool, bool]:
@@ -454,20 +464,21 @@ _HEX = re.compile("[0-9a-fA-F]+")
 _PLAIN_ONE = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_.")
 
 
-def find_value_loop(value: str) -> tuple[int, int, str] | None:
+def find_value_loop(value: str, flags: int | None = None) -> tuple[int, int, str] | None:
     """A short unit repeated back to back, glued to the word (or the sentence punctuation)
     before it, inside one value: ``startupabcabcabc...``, ``README.md的的的...``,
     ``Paris------...``. After a space or a line break a run is a rule or a banner, except a
     letter run (:func:`_letter_run`) and a run that ends the value far wider than its text
-    (:func:`_closing_run`)."""
-    glued, words, letters = value_screens(value)
-    # the screens say no (most values): only the closing run, no regex screens, remains
+    (:func:`_closing_run`). ``flags``: :func:`value_flags` of ``value``, when the caller has
+    them (:func:`check_values` screens a block's values in one call)."""
+    if flags is None:
+        flags = value_flags(value)
+    # the screens say no (most values): no exact pass runs
     return (
-        (_glued_run(value) if glued else None)
-        or (_letter_run(value) if letters else None)
-        # _closing_run's own first screen here: no call for a value shorter than the run
-        or (_closing_run(value) if len(value) >= _CLOSING_MIN else None)
-        or (_word_run_exact(value) if words else None)
+        (_glued_run(value) if flags & V_GLUED else None)
+        or (_letter_run(value) if flags & V_LETTERS else None)
+        or (_closing_run(value) if flags & V_CLOSING else None)
+        or (_word_run_exact(value) if flags & V_WORDS else None)
     )
 
 
@@ -478,6 +489,47 @@ def value_screens(value: str) -> tuple[bool, bool, bool]:
     if native is None:
         return value_screens_python(value)
     return native(value, *_VALUE_SCREEN_NUMBERS)
+
+
+# The screens of check_value over one value, as bits: value_screens' three, then whether a
+# character is above 127 (salad, glue: non-ASCII values only), whether "think>" occurs
+# (find_think_in_value's screen) and whether the value ends in a closing run's shortest tail
+# (_closing_run's screen). 0 (most values): check_value has nothing to find.
+V_GLUED, V_WORDS, V_LETTERS, V_NON_ASCII, V_THINK, V_CLOSING = 1, 2, 4, 8, 16, 32
+_V_LOOP = V_GLUED | V_WORDS | V_LETTERS | V_CLOSING  # find_value_loop has something to run
+
+
+def value_flags(value: str) -> int:
+    """:func:`value_flags_python` of one value: the accelerator's, or the twin."""
+    native = accel.value_flags
+    if native is None:
+        return value_flags_python(value)
+    return native(value, ((0, len(value)),), *_VALUE_FLAG_NUMBERS)[0]
+
+
+def values_flags(text: str, spans: Sequence[tuple[int, int]]) -> bytes:
+    """:func:`value_flags_python` of ``text[a:b]`` for each span, one byte each: the
+    accelerator's ``value_flags`` over the spans in one call (no slice, no call per value), or
+    the twin."""
+    native = accel.value_flags
+    if native is None:
+        return bytes(value_flags_python(text[a:b]) for a, b in spans)
+    return native(text, spans, *_VALUE_FLAG_NUMBERS)
+
+
+def value_flags_python(value: str) -> int:
+    """The ``V_*`` bits of ``value``: the specification of the accelerator's ``value_flags``."""
+    glued, words, letters = value_screens_python(value)
+    tail = value.rstrip()  # str.rstrip's whitespace is re's \s
+    closing = len(tail) >= _CLOSING_MIN and tail.endswith(tail[-1] * _CLOSING_MIN)
+    return (
+        (V_GLUED if glued else 0)
+        | (V_WORDS if words else 0)
+        | (V_LETTERS if letters else 0)
+        | (0 if value.isascii() else V_NON_ASCII)
+        | (V_THINK if "think>" in value else 0)
+        | (V_CLOSING if closing else 0)
+    )
 
 
 def value_screens_python(value: str) -> tuple[bool, bool, bool]:
@@ -576,6 +628,8 @@ def _word_run_exact(value: str) -> tuple[int, int, str] | None:
 _LETTER_RUN = re.compile(f"([^\\x00-\\x7f])\\1{{{t.VALUE_LOOP_CHAR_REPEATS - 1},}}")
 # the shortest closing run of either kind (the exact pass then asks the kind's own length)
 _CLOSING_MIN = min(t.VALUE_LOOP_ASCII_RUN, t.VALUE_CLOSING_PUNCT_RUN)
+# value_flags' numbers, in the accelerator's order: value_screens' and the closing run's tail
+_VALUE_FLAG_NUMBERS = (*_VALUE_SCREEN_NUMBERS, _CLOSING_MIN)
 _CLOSING_RUN = re.compile(f"(?:\\A|\\n)[ \\t]*(([^\\w\\s])\\2{{{_CLOSING_MIN - 1},}})\\s*\\Z")
 
 
@@ -774,18 +828,43 @@ def check_prose(
         sink.add("script_glued", a + base, b + base, channel, detail)
 
 
-def check_value(sink: FindingSink, value: str, base: int, channel: str) -> None:
-    """One string value of a tool call (a ``string="true"`` parameter, a parsed string)."""
-    if (found := find_value_loop(value)) is not None:
+def check_values(
+    sink: FindingSink, text: str, spans: Sequence[tuple[int, int]], base: int, channel: str
+) -> None:
+    """:func:`check_value` of ``text[a:b]`` for each span in order (offsets shifted by
+    ``base``), but a span that starts before the previous one checked ends (overlapping spans
+    of unclosed values: each character is read once). The values are screened together first
+    (:func:`values_flags`); one with no flag (most) is not sliced."""
+    if not spans:
+        return  # no call, no tool values (most short answers)
+    kept: list[tuple[int, int]] = []
+    done = 0
+    for a, b in spans:
+        if a >= done:
+            kept.append((a, b))
+            done = b
+    for (a, b), flags in zip(kept, values_flags(text, kept), strict=True):
+        if flags:
+            check_value(sink, text[a:b], base + a, channel, flags)
+
+
+def check_value(
+    sink: FindingSink, value: str, base: int, channel: str, flags: int | None = None
+) -> None:
+    """One string value of a tool call (a ``string="true"`` parameter, a parsed string).
+    ``flags``: :func:`value_flags` of ``value`` when the caller has them."""
+    if flags is None:
+        flags = value_flags(value)
+    if flags & _V_LOOP and (found := find_value_loop(value, flags)) is not None:
         sink.add("value_loop", found[0] + base, found[1] + base, channel, found[2])
-    if value.isascii():  # no salad (one script) and nothing glued: most values
+    if not flags & V_NON_ASCII:  # no salad (one script) and nothing glued: most values
         # find_think_in_value's own screen first: no call for most values
-        if "think>" in value and (found := find_think_in_value(value)) is not None:
+        if flags & V_THINK and (found := find_think_in_value(value)) is not None:
             sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
         return
     if (found := find_value_salad(value)) is not None:
         sink.add("value_salad", found[0] + base, found[1] + base, channel, found[2])
-    if (found := find_think_in_value(value)) is not None:
+    if flags & V_THINK and (found := find_think_in_value(value)) is not None:
         sink.add("think_in_value", found[0] + base, found[1] + base, channel, found[2])
     for a, b, detail in find_glued(value):
         sink.add("script_glued", a + base, b + base, channel, detail)

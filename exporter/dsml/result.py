@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from exporter.dsml.catalog import (
@@ -151,12 +151,17 @@ def decide_verdict(reasons: Iterable[str], has_call: bool, finish_reason: str | 
     return WELL_FORMED if has_call else NO_TOOL_CALL
 
 
-@dataclass
 class FindingSink:
-    """Collects findings for one grading run, bounded per reason code."""
+    """Collects findings for one grading run, bounded per reason code.
 
-    findings: list[Finding] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
+    (A plain class with slots, not a dataclass: one is made per grade, and a dataclass's
+    default factories cost twice the construction.)"""
+
+    __slots__ = ("counts", "findings")
+
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+        self.counts: dict[str, int] = {}
 
     def add(self, reason: str, start: int, end: int, channel: str, detail: str = "") -> None:
         n = self.counts.get(reason, 0)

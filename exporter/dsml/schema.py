@@ -98,7 +98,8 @@ def call_problems(
         return [], False
     if not args and spec.required:
         return [("args_empty_required", ", ".join(spec.required[:5]))], False
-    return [("schema_mismatch", err) for err in spec.validate(args)], True
+    errors = spec.validate(args)  # most calls: none, and no list built from them
+    return ([("schema_mismatch", err) for err in errors] if errors else []), True
 
 
 def _spec_of(item: object) -> ToolSpec | None:

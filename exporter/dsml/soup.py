@@ -14,6 +14,9 @@ word; a run is then a ``bytes.find``. Offsets are computed only when a run is fo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from exporter.dsml import accel
 from exporter.dsml import thresholds as t
 
 PIECES: frozenset[str] = frozenset(
@@ -76,6 +79,39 @@ PIECES: frozenset[str] = frozenset(
         "iness",
     ]
 )
+
+
+accel.set_pieces(PIECES)
+
+
+def first_soup(text: str, spans: Sequence[tuple[int, int]]) -> tuple[int, int, int] | None:
+    """:func:`find_soup` over ``text[a:b]`` for each span in turn: the first run found, in
+    ``text``'s offsets. The accelerator's ``soup_screen`` (:func:`may_soup_python`) says which
+    span is the first that can hold one, in one call for a block's values: the spans before it
+    are not sliced or split."""
+    native = accel.soup_screen
+    first = native(text, spans, t.SOUP_MIN_PIECES, _WINDOW) if native is not None else 0
+    for a, b in spans[first:]:
+        if text.count(" ", a, b) < t.SOUP_MIN_PIECES - 1:
+            continue  # a run of pieces needs that many spaces between them
+        soup = find_soup(text[a:b])
+        if soup is not None:
+            return a + soup[0], a + soup[1], soup[2]
+    return None
+
+
+def may_soup_python(value: str) -> bool:
+    """Whether :func:`find_soup` can find a run in ``value``: longer than a window (the windows
+    are read apart), or ``SOUP_MIN_PIECES`` words of ``value.split(" ")`` in a row are pieces.
+    The specification of the accelerator's ``soup_screen``."""
+    if len(value) > _WINDOW:
+        return True
+    run = 0
+    for word in value.split(" "):
+        run = run + 1 if word in PIECES else 0
+        if run >= t.SOUP_MIN_PIECES:
+            return True
+    return False
 
 
 def find_soup(text: str) -> tuple[int, int, int] | None:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from exporter.dsml import accel
+from exporter.dsml import accel, soup
 from exporter.dsml import phenotypes as ph
 from exporter.dsml import thresholds as t
 from tests.dsml.adversarial import SHAPES
@@ -43,6 +43,14 @@ def _glue_same(text: str) -> None:
 def _value_same(text: str) -> None:
     assert accel.kernel() == "c"
     assert ph.value_screens(text) == ph.value_screens_python(text), text[:120]
+    # value_flags: the same screens and check_value's others, on the value alone and on a
+    # span of a longer text (a block's values are screened in one call, without slices)
+    flags = ph.value_flags_python(text)
+    assert ph.value_flags(text) == flags, text[:120]
+    around = "中" + text + "\n-x"
+    spans = [(1, 1 + len(text)), (0, len(around)), (1 + len(text), len(around))]
+    expected = bytes(ph.value_flags_python(around[a:b]) for a, b in spans)
+    assert ph.values_flags(around, spans) == expected, text[:120]
 
 
 def _all_same(text: str) -> None:
@@ -62,13 +70,17 @@ def _texts() -> list[str]:
 
 def test_equal_on_the_corpora() -> None:
     answers: tuple[set[tuple[bool, ...]], set[tuple[bool, ...]]] = (set(), set())
+    flags: set[int] = set()
     for text in _texts():
         _all_same(text)
         answers[0].add(ph.prose_screens_python(text))
         answers[1].add(ph.value_screens_python(text))
+        flags.add(ph.value_flags_python(text))
     # the corpora reach both answers of every screen, so the comparison compared something
     for k in range(6):  # three answers of each function, told apart by their position
         assert {a[k % 3] for a in answers[k // 3]} == {False, True}, k
+    for bit in (ph.V_NON_ASCII, ph.V_THINK, ph.V_CLOSING):
+        assert {f & bit for f in flags} == {0, bit}, bit
 
 
 # Characters at both ends of every range the glue classes read (phenotypes._glue_table),
@@ -222,6 +234,56 @@ def test_value_screens_equal_for_every_ascii_character() -> None:
                 _value_same(text.replace("a", "中"))
 
 
+# what value_flags reads besides value_screens: "think>" and its pieces, whitespace str.rstrip
+# knows (beyond ASCII too), closing-run symbols, ASCII and non-ASCII
+_TAIL_CHARS = st.sampled_from([*_SPACES, *"think>/<-=_a1", "—", "中", "─", "é"])
+
+
+@given(
+    st.text(_TAIL_CHARS, max_size=40),
+    st.sampled_from("-=—─a中 "),
+    st.integers(0, 20),
+    st.text(st.sampled_from(_SPACES), max_size=3),
+)
+@example("print(f(3))\n", "-", ph._CLOSING_MIN, "\u3000\x85")
+@example("x", "—", ph._CLOSING_MIN - 1, "")
+@example("<think", ">", 1, "")
+@MANY
+def test_value_flags_equal_on_tails_think_tags_and_runs(
+    head: str, ch: str, copies: int, tail: str
+) -> None:
+    """The closing-run tail (at, below and past its length, behind any whitespace), "think>"
+    whole and cut, and a character above 127 anywhere."""
+    for text in (head + ch * copies + tail, head + ch * copies, ch * copies + head):
+        _value_same(text)
+
+
+@given(st.text(st.sampled_from("aab.-"), max_size=200), st.text(_CHARS, max_size=6))
+@example("x" + "ab" * t.VALUE_LOOP_UNIT_REPEATS, "")
+@example("x" + "abcdefgh" * t.VALUE_LOOP_UNIT_REPEATS, "")
+@example("x" + "abcdefgh" * (t.VALUE_LOOP_UNIT_REPEATS - 1) + "abcdefg", "")
+@MANY
+def test_period_stretch_skips_nothing(text: str, after: str) -> None:
+    """The glued-unit screen reads a window of text backwards and skips past a position that
+    breaks it: on text from few characters (stretches that break late, restart and overlap)
+    it answers what the regex answers."""
+    _value_same(text + after)
+    _value_same(after + text)
+
+
+def test_value_flags_reject_what_they_cannot_read() -> None:
+    numbers = ph._VALUE_FLAG_NUMBERS
+    assert native.value_flags("text", [], *numbers) == b""
+    for spans in ([(0, 5)], [(3, 2)], [(-1, 2)]):
+        with pytest.raises(ValueError):
+            native.value_flags("text", spans, *numbers)
+    for bad in ([(0,)], [[0, 1]], [("0", 1)], 7):
+        with pytest.raises(TypeError):
+            native.value_flags("text", bad, *numbers)
+    with pytest.raises(ValueError):
+        native.value_flags("text", [(0, 4)], *numbers[:-1], 0)  # no closing run below 1
+
+
 def test_screens_reject_what_they_cannot_read() -> None:
     with pytest.raises(TypeError):
         native.may_glue(b"bytes")
@@ -249,6 +311,22 @@ def test_scan_prose_answers_what_scan_and_prose_screens_answer() -> None:
     assert tags == {False, True}
     with pytest.raises(ValueError):
         native.scan_prose("text", 1, 1, 40, 10, ())  # a stride below 1, as prose_screens says
+    for end in (-1, 5):
+        with pytest.raises(ValueError):
+            native.scan_prose("text", *args, (), end)
+
+
+@given(st.lists(st.text(_CHARS, max_size=12), max_size=20).map("".join), st.text(_CHARS))
+@example("plain ascii head", "中文 tail </think> DSML")
+@example("the plan " * 200, "\x00\ufffd")
+@MANY
+def test_scan_prose_reads_a_head_in_place(head: str, tail: str) -> None:
+    """scan_prose over text[:end] (the reasoning, read inside the grade's text) answers what
+    it answers over the head alone: an ASCII head of a wider text included."""
+    args = (t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE, ph._SCREEN_MAX)
+    alone = native.scan_prose(head, *args, ph._TEMPLATE_NEEDLES)
+    assert native.scan_prose(head + tail, *args, ph._TEMPLATE_NEEDLES, len(head)) == alone
+    assert ph.reasoning_passes(head + tail, len(head)) == ph.reasoning_passes(head)
 
 
 @pytest.mark.parametrize("shift", range(0, 2 * ph._PROBE + 1))
@@ -290,3 +368,62 @@ def test_prose_loop_probes_at_other_sizes(need: int, probe: int) -> None:
     finally:
         t.PROSE_LOOP_MIN_WORDS, t.PROSE_LOOP_NGRAM, ph._PROBE = saved
     assert answers == {False, True}
+
+
+_SOUP_WORDS = st.sampled_from(
+    [*sorted(soup.PIECES)[:12], "ation", "the", "", "ingx", "ING", "ation\n", "中", "ity."]
+)
+
+
+@given(
+    st.lists(st.lists(_SOUP_WORDS, max_size=12), max_size=5),
+    st.sampled_from([" ", "  ", "\n", "\u3000 "]),
+)
+@example([["ation", "ment", "ness", "ity", "ous", "ive"]], " ")
+@example([["x"], ["ation", "ment", "ness", "ity", "ous"], ["ive"]], " ")
+@MANY
+def test_soup_screen_finds_the_first_value_that_may_hold_soup(
+    values: list[list[str]], sep: str
+) -> None:
+    """soup_screen over a block's values answers the first value where its twin
+    (soup.may_soup_python) says a run of pieces can be there: pieces one short of and at the
+    run, runs broken by an empty word, another separator or a piece's look-alike."""
+    texts = [sep.join(words) if k % 2 else " ".join(words) for k, words in enumerate(values)]
+    text, spans = "", []
+    for value in texts:
+        text += "<x>"
+        spans.append((len(text), len(text) + len(value)))
+        text += value
+    expected = next(
+        (k for k, (a, b) in enumerate(spans) if soup.may_soup_python(text[a:b])), len(spans)
+    )
+    assert native.soup_screen(text, spans, t.SOUP_MIN_PIECES, soup._WINDOW) == expected
+    # a value longer than a window is read in windows: always one that may hold soup
+    assert native.soup_screen("ab c", [(0, 4)], t.SOUP_MIN_PIECES, 3) == 0
+
+
+def test_soup_screen_counts_pieces_with_wide_ends() -> None:
+    """The screen rejects a word by its first and last characters only where every piece's are
+    ASCII (soup.PIECES): pieces that start or end wider are still found."""
+    try:
+        native.set_pieces(("中文", "ab", "éx"))
+        for word, found in (("中文", 1), ("ab", 1), ("éx", 1), ("中x", 0), ("ba", 0)):
+            text = " ".join([word] * t.SOUP_MIN_PIECES)
+            assert native.soup_screen(text, [(0, len(text))], t.SOUP_MIN_PIECES, 1000) == 1 - found
+    finally:
+        accel.set_pieces(soup.PIECES)
+    text = " ".join(sorted(soup.PIECES)[: t.SOUP_MIN_PIECES])
+    assert native.soup_screen(text, [(0, len(text))], t.SOUP_MIN_PIECES, 1000) == 0
+
+
+def test_soup_screen_rejects_what_it_cannot_read() -> None:
+    for spans in ([(0, 5)], [(3, 2)]):
+        with pytest.raises(ValueError):
+            native.soup_screen("text", spans, 6, 10)
+    with pytest.raises(ValueError):
+        native.soup_screen("text", [], 0, 10)
+    with pytest.raises(TypeError):
+        native.soup_screen("text", [(0,)], 6, 10)
+    for bad in (["ation"], ("",), ("x" * 17,), ("ok",) * 129):
+        with pytest.raises(TypeError):
+            native.set_pieces(bad)

@@ -22,14 +22,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.dsml import markers as m
-from exporter.dsml import phenotypes, textcheck, tokens
+from exporter.dsml import phenotypes, soup, textcheck, tokens
 from exporter.dsml import thresholds as t
 from exporter.dsml.engines import EngineDialect
 from exporter.dsml.grader import (
     _GRAMMAR_ALIASES,
     PARAM_OPENS,
+    analyze_content,
     body_end_of,
+    first_block_at,
     normalize_grammar,
+    prose_of,
     reasoning_end,
 )
 from exporter.dsml.loops import MIN_LOOP_CHARS
@@ -791,3 +794,114 @@ def test_value_checks_equal_with_their_screens_hoisted(value: str, pad: int) -> 
         expected.add("think_in_value", think[0], think[1], "tool_calls", think[2])
     if value.isascii():
         assert sink.sorted() == expected.sorted(), value
+
+
+_VALUE_TEXT = st.lists(
+    st.sampled_from([*'ab -—=中é\n\u3000<"', "think>", "abc" * 3, "的" * 8]), max_size=30
+).map("".join)
+
+
+@given(_VALUE_TEXT, st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=6))
+@example("print(f(3))\n" + "—" * t.VALUE_CLOSING_PUNCT_RUN, [(0, 12 + t.VALUE_CLOSING_PUNCT_RUN)])
+@example("x" + "abc" * 9 + " <think> 中文", [(0, 28), (5, 40), (28, 40)])
+@MANY
+def test_values_screened_together_find_what_each_value_finds(
+    text: str, raw: list[tuple[int, int]]
+) -> None:
+    """``check_values`` screens a block's values in one call and checks only those with a flag
+    (issue 32, speed): the findings are those of ``check_value`` run on every value in turn,
+    skipping a span that starts inside the previous one checked (unclosed values)."""
+    text = text * 3
+    spans = sorted((min(a, b, len(text)), min(max(a, b), len(text))) for a, b in raw)
+    sink = FindingSink()
+    phenotypes.check_values(sink, text, spans, 7, "tool_calls")
+    expected = FindingSink()
+    done = 0
+    for a, b in spans:
+        if a < done:
+            continue
+        done = b
+        phenotypes.check_value(expected, text[a:b], 7 + a, "tool_calls")
+        # and given the flags its caller has, check_value finds what it finds without them
+        given_flags, alone = FindingSink(), FindingSink()
+        flags = phenotypes.value_flags(text[a:b])
+        phenotypes.check_value(given_flags, text[a:b], 0, "tool_calls", flags)
+        phenotypes.check_value(alone, text[a:b], 0, "tool_calls")
+        assert given_flags.sorted() == alone.sorted()
+    assert sink.sorted() == expected.sorted(), (text, spans)
+
+
+_SOUP_VALUE = st.lists(
+    st.sampled_from(["ation", "ment", "ness", "ity", "ous", "ive", "the", "", "中", "ing\n"]),
+    max_size=14,
+).map(" ".join)
+
+
+@given(st.lists(_SOUP_VALUE, max_size=4))
+@example(["ation ment ness ity ous ive"])
+@example(["x", "ation ment ness ity ous", "ation ment ness ity ous ive ity"])
+@MANY
+def test_soup_screened_together_finds_what_each_value_finds(values: list[str]) -> None:
+    """``first_soup`` screens a block's values in one call (issue 32, speed): it finds what
+    ``find_soup`` finds on each value in turn, and its screen (``may_soup_python``) says yes
+    exactly where ``find_soup`` finds a run."""
+    text, spans = "", []
+    for value in values:
+        text += "|"
+        spans.append((len(text), len(text) + len(value)))
+        text += value
+        assert soup.may_soup_python(value) == (soup.find_soup(value) is not None), value
+    expected = None
+    for a, b in spans:
+        found = soup.find_soup(text[a:b])
+        if found is not None:
+            expected = (a + found[0], a + found[1], found[2])
+            break
+    assert soup.first_soup(text, spans) == expected
+
+
+def test_prose_and_first_block_found_once_equal_the_lists_of_starts() -> None:
+    """``sample_checks`` finds the first block once for the prose and the quoted-block check
+    (issue 32, speed): the prose and the text before the first block are those the lists of
+    every start gave, on the corpora's content channels (clean, damaged, open blocks, bare
+    markers)."""
+    texts = _corpus_texts() + [item.text for item in diff_corpus.build(clean_per_dialect=30)]
+    seen_open = seen_bare = 0
+    for text in texts:
+        content = text.partition("</think>")[2] or text
+        part = analyze_content(
+            FindingSink(), content, 0, grammar=None, tools=None, finish_reason="stop"
+        )
+        parsed = part.parsed
+        starts = [a for a, _ in parsed.blocks]
+        if parsed.open_at_end:
+            starts.append(parsed.open_block_start)
+        before = content[: min(starts, default=len(content))]
+        if parsed.dsml_seen and (at := content.find("DSML")) >= 0:
+            starts.append(max(0, content.rfind("<", 0, at)))
+        prose = content[: min(starts)] if starts else content
+        assert first_block_at(part, len(content)) == len(before), content[:200]
+        assert prose_of(content, part) == prose, content[:200]
+        seen_open += parsed.open_at_end
+        seen_bare += parsed.dsml_seen and not parsed.blocks and not parsed.open_at_end
+    assert seen_open and seen_bare  # the corpora reach both odd cases
+
+
+def test_reasoning_read_in_place_and_its_quiet_prose_checks_skipped() -> None:
+    """The grader reads the reasoning inside the grade's text (``reasoning_passes`` with an
+    end, issue 32, speed), and skips ``check_prose`` over it when none of its screens passed:
+    the passes answer what they answer over the reasoning alone, and ``check_prose`` with no
+    screen passed finds nothing there."""
+    quiet = 0
+    for text in _corpus_texts():
+        reasoning, tag, _ = text.partition("</think>")
+        if not tag:
+            continue
+        hits, screens, tagged = phenotypes.reasoning_passes(text, len(reasoning))
+        assert (hits, screens, tagged) == phenotypes.reasoning_passes(reasoning), reasoning[:120]
+        if not any(screens):
+            quiet += 1
+            sink = FindingSink()
+            phenotypes.check_prose(sink, reasoning, 0, "reasoning")
+            assert not sink.findings, reasoning[:120]
+    assert quiet
