@@ -438,7 +438,7 @@ def run(
             procs.append(tap)
             procs.append(_sidecar(url))
             procs.append(_tap_process(url))
-            for kind in ("aiohttp-web", "uvicorn-aiohttp"):
+            for kind in ("aiohttp-web", "uvicorn-aiohttp", "bare-uvloop"):
                 args = ["-m", "bench.tap_candidates", kind, "--upstream", url]
                 alt = _python(f"alt: {kind}", args)
                 alt.levels = (128,)  # where the design choice shows; saves bench time
@@ -462,7 +462,8 @@ def run(
             "its samples (default rate 0.1) to a `dsv4-sidecar serve` of its own, which grades "
             "them. "
             "`alt:` rows (128 streams only) are the aiohttp-based designs the tap was chosen "
-            "against (no sampling). "
+            "against (no sampling) and `bare-uvloop`, no HTTP at all (each read written to the "
+            "other side as it came: the per-chunk floor of any uvloop and Python design). "
             "TTFB counts requests sent after the warm-up on already-used connections (a "
             "connection's first request also pays the proxy's upstream connect). "
             "Added = path minus direct within the same repeat. CPU per chunk = proxy process "

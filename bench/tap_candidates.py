@@ -4,9 +4,13 @@
 
 - ``aiohttp-web``: aiohttp.web server + aiohttp ClientSession (keep-alive pool sized for 1024).
 - ``uvicorn-aiohttp``: uvicorn (httptools, uvloop) raw ASGI app + the same aiohttp client.
+- ``bare-uvloop``: no HTTP at all: each client connection gets its own SGLang connection and
+  every read is written to the other side as it came (one Python call per read). Not a proxy
+  (it cannot pool, refuse or sample); the floor any uvloop-and-Python design pays per chunk,
+  so the tap's CPU above it is its own per-request work (issue 31).
 
-Both stream the body chunk by chunk without buffering and drop hop-by-hop headers; neither
-samples (they are the transport floor of each design, not full taps).
+The first two stream the body chunk by chunk without buffering and drop hop-by-hop headers;
+none samples (they are the transport floor of each design, not full taps).
 """
 
 from __future__ import annotations
@@ -112,9 +116,67 @@ def build_asgi(upstream: str) -> Any:
     return app
 
 
+class _BareUp(asyncio.Protocol):
+    """SGLang's side of one bare-uvloop pair: what it reads goes to the client as it came."""
+
+    def __init__(self, client: _BareClient) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.client.transport.write(data)  # type: ignore[union-attr]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.client.transport is not None:
+            self.client.transport.close()
+
+
+class _BareClient(asyncio.Protocol):
+    """The client's side: connects its own SGLang connection, then writes every read to it."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.transport: asyncio.Transport | None = None
+        self.up: _BareUp | None = None
+        self.pending: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        _, up = await loop.create_connection(lambda: _BareUp(self), self.host, self.port)
+        self.up = up
+        for data in self.pending:
+            up.transport.write(data)  # type: ignore[union-attr]
+        self.pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.up is None:
+            self.pending.append(data)
+        else:
+            self.up.transport.write(data)  # type: ignore[union-attr]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.up is not None and self.up.transport is not None:
+            self.up.transport.close()
+
+
+async def serve_bare(upstream: str, sock: socket.socket) -> None:
+    host, _, port = upstream.removeprefix("http://").partition(":")
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _BareClient(host, int(port)), sock=sock, backlog=2048)
+    async with server:
+        await server.serve_forever()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("kind", choices=("aiohttp-web", "uvicorn-aiohttp"))
+    ap.add_argument("kind", choices=("aiohttp-web", "uvicorn-aiohttp", "bare-uvloop"))
     ap.add_argument("--upstream", required=True)
     args = ap.parse_args(argv)
     import uvloop
@@ -125,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     print(sock.getsockname()[1], flush=True)
     if args.kind == "aiohttp-web":
         uvloop.run(serve_aiohttp_web(args.upstream, sock))
+    elif args.kind == "bare-uvloop":
+        uvloop.run(serve_bare(args.upstream, sock))
     else:
         import uvicorn
 
