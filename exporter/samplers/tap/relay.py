@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 
 ENV = "DSV4_TAP_RELAY"
 _mono = time.monotonic
@@ -38,6 +39,7 @@ class PythonReads(asyncio.Protocol):
     __slots__ = ("last_read",)
 
     relaying = False
+    _data: Callable[[bytes], None]  # the read path: UpstreamConnection._data
 
     def __init__(self) -> None:
         self.last_read = 0.0
@@ -45,9 +47,6 @@ class PythonReads(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_read = _mono()
         self._data(data)
-
-    def _data(self, data: bytes) -> None:  # the subclass's read path
-        raise NotImplementedError
 
     def relay_begin(self, write: object, rest: bytes) -> None:
         raise RuntimeError("the tap's C relay is not built")
