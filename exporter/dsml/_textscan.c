@@ -8,7 +8,7 @@
  *   scan()            the detection core of textcheck.py (loops, script mix, mojibake,
  *                     control characters, U+FFFD, the symbol-salad screen);
  *   canonical_calls() the structural pass over a canonical block (fastpath.py);
- *   may_glue(), prose_screens(), value_screens(), value_flags()
+ *   may_glue(), prose_screens(), value_flags()
  *                     the screens of three once-per-sample checks (phenotypes.py): each says
  *                     whether the check's exact pass, in Python, can find anything
  *                     (value_flags: for every value of a block in one call);
@@ -1548,21 +1548,12 @@ static int non_ascii_run(const Text *t, Py_ssize_t run)
     return 0;
 }
 
-PyDoc_STRVAR(value_screens_doc,
-"value_screens(value, max_unit, repeats, max_words, copies, min_spaces, run)\n"
-"    -> (glued, words, letters)\n\n"
-"phenotypes.value_screens_python: glued, whether phenotypes._VALUE_LOOP matches (a unit of 1\n"
-"to max_unit non-space characters after a word character or one of .,;:!?)] , repeated to\n"
-"``repeats`` copies); words, whether the value holds min_spaces spaces and\n"
-"phenotypes._WORD_RUN_SCREEN matches (1 to max_words words, ``copies`` copies); letters,\n"
-"whether phenotypes._LETTER_RUN matches (one non-ASCII character ``run`` times).");
-
 /* The bits of phenotypes.value_flags_python (its V_* constants): the three screens of
- * value_screens, and what check_value reads besides (non-ASCII characters, "think>", a closing
- * run's tail). */
+ * phenotypes.value_screens_python, and what check_value reads besides (non-ASCII
+ * characters, "think>", a closing run's tail). */
 enum { V_GLUED = 1, V_WORDS = 2, V_LETTERS = 4, V_NON_ASCII = 8, V_THINK = 16, V_CLOSING = 32 };
 
-/* value_screens' numbers, checked once per call */
+/* the screens' numbers (phenotypes._VALUE_SCREEN_NUMBERS), checked once per call */
 typedef struct {
     Py_ssize_t max_unit, repeats, max_words, copies, min_spaces, run;
 } ValueNumbers;
@@ -1591,23 +1582,6 @@ static int screen_bits(const Text *t, int ascii, const ValueNumbers *v)
         bits |= V_LETTERS;
     }
     return bits;
-}
-
-static PyObject *value_screens(PyObject *Py_UNUSED(self), PyObject *args)
-{
-    PyObject *text;
-    ValueNumbers v;
-    if (!PyArg_ParseTuple(args, "Unnnnnn:value_screens", &text, &v.max_unit, &v.repeats,
-                          &v.max_words, &v.copies, &v.min_spaces, &v.run)) {
-        return NULL;
-    }
-    if (!value_numbers_ok(&v, "value_screens")) {
-        return NULL;
-    }
-    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
-    int bits = screen_bits(&t, PyUnicode_IS_ASCII(text), &v);
-    return Py_BuildValue("(OOO)", bits & V_GLUED ? Py_True : Py_False,
-                         bits & V_WORDS ? Py_True : Py_False, bits & V_LETTERS ? Py_True : Py_False);
 }
 
 /* "think>" occurs in the text (find_think_in_value's screen: every match ends so) */
@@ -1685,7 +1659,7 @@ PyDoc_STRVAR(value_flags_doc,
 "value_flags(text, spans, max_unit, repeats, max_words, copies, min_spaces, run, closing)\n"
 "    -> bytes\n\n"
 "phenotypes.value_flags_python of text[a:b] for each (a, b) in spans, one byte a span: the\n"
-"bits of value_screens (1 glued, 2 words, 4 letters), 8 a character above 127, 16 \"think>\"\n"
+"bits of phenotypes.value_screens_python (1 glued, 2 words, 4 letters), 8 a character above 127, 16 \"think>\"\n"
 "occurs, 32 the value without its trailing whitespace ends in ``closing`` copies of one\n"
 "character. One call screens a block's values (check_values).");
 
@@ -2097,7 +2071,6 @@ static PyMethodDef methods[] = {
     {"canonical_calls", canonical_calls, METH_VARARGS, canonical_doc},
     {"may_glue", may_glue, METH_O, may_glue_doc},
     {"prose_screens", prose_screens, METH_VARARGS, prose_screens_doc},
-    {"value_screens", value_screens, METH_VARARGS, value_screens_doc},
     {"value_flags", value_flags, METH_VARARGS, value_flags_doc},
     {"set_pieces", set_pieces, METH_O, set_pieces_doc},
     {"soup_screen", soup_screen, METH_VARARGS, soup_screen_doc},

@@ -30,19 +30,6 @@ def prose_screens(
     """phenotypes.prose_screens_python: whether the prose-loop pass, the template-token pass
     and the glue pass can find anything, in one pass."""
 
-def value_screens(
-    value: str,
-    max_unit: int,
-    repeats: int,
-    max_words: int,
-    copies: int,
-    min_spaces: int,
-    run: int,
-    /,
-) -> tuple[bool, bool, bool]:
-    """phenotypes.value_screens_python: whether phenotypes._VALUE_LOOP matches at all, whether
-    phenotypes._word_run's screens pass, and whether phenotypes._LETTER_RUN matches."""
-
 def value_flags(
     text: str,
     spans: Sequence[tuple[int, int]],

@@ -3,8 +3,8 @@
 The only place that decides. ``exporter/dsml/_textscan.c`` compiles two hot passes and three
 screens, each with a pure-Python reference that is its specification
 (``textcheck.check_text_python``, ``fastpath.canonical_calls_python``, and
-``phenotypes._may_glue``, ``prose_screens_python``, ``value_screens_python``,
-``value_flags_python``, ``soup.may_soup_python``), as CPython's
+``phenotypes._may_glue``, ``prose_screens_python``,
+``value_flags_python`` (over ``value_screens_python``), ``soup.may_soup_python``), as CPython's
 ``_json`` accelerates ``json``; ``scan_prose`` runs the text checks, the prose screens and a
 tag screen over one reasoning in one pass (``phenotypes.reasoning_passes``: the twins one after
 the other). The grammar
@@ -47,13 +47,12 @@ RawCall = tuple[str, int, int, tuple[RawParam, ...]]
 NativeSpelling = tuple[str, str, str, str, str, bool, int]
 CanonicalCalls = Callable[[str, int, int, NativeSpelling], tuple[tuple[RawCall, ...], int] | None]
 # The screens of phenotypes.py: may_glue(text), prose_screens(text, need, ngram, probe,
-# screen_max, needles) -> (loop, template, glue), value_screens(value, max_unit,
-# repeats, max_words, copies, min_spaces, run) -> (glued, words, letters);
-# their numbers and needles come from the caller.
+# screen_max, needles) -> (loop, template, glue); their numbers and needles come from
+# the caller.
 MayGlue = Callable[[str], bool]
 ProseScreens = Callable[[str, int, int, int, int, tuple[str, ...]], tuple[bool, bool, bool]]
-ValueScreens = Callable[[str, int, int, int, int, int, int], tuple[bool, bool, bool]]
-# value_flags(text, spans, *value_screens' numbers, closing) -> one byte of V_* bits per span
+# value_flags(text, spans, max_unit, repeats, max_words, copies, min_spaces, run, closing)
+# -> one byte of V_* bits per span
 # (phenotypes.value_flags_python of text[a:b]): a block's values screened in one call.
 # soup_screen(text, spans, need, window) -> index of the first span that can hold word-piece
 # soup (soup.may_soup_python), or len(spans); the pieces come through set_pieces().
@@ -107,7 +106,6 @@ scan: Callable[[str], ScanResult] | None = None
 canonical_calls: CanonicalCalls | None = None
 may_glue: MayGlue | None = None
 prose_screens: ProseScreens | None = None
-value_screens: ValueScreens | None = None
 value_flags: ValueFlags | None = None
 soup_screen: SoupScreen | None = None
 scan_prose: ScanProse | None = None
@@ -129,19 +127,19 @@ def select(name: str) -> None:
     """Run ``name`` (``c`` or ``python``) from now on, in every caller.
 
     ValueError for any other name; RuntimeError for ``c`` when the accelerator is not built."""
-    global scan, canonical_calls, may_glue, prose_screens, value_screens, value_flags, scan_prose
+    global scan, canonical_calls, may_glue, prose_screens, value_flags, scan_prose
     global soup_screen
     if name not in KERNELS:
         raise ValueError(f"unknown DSML kernel {name!r}: use one of {', '.join(KERNELS)}")
     if name == "python":
-        scan = canonical_calls = may_glue = prose_screens = value_screens = scan_prose = None
+        scan = canonical_calls = may_glue = prose_screens = scan_prose = None
         value_flags = soup_screen = None
         return
     if _BUILT is None:
         raise RuntimeError("exporter/dsml/_textscan.c is not built here: run `make native`")
     scan, canonical_calls = _BUILT.scan, _BUILT.canonical_calls
     may_glue, prose_screens = _BUILT.may_glue, _BUILT.prose_screens
-    value_screens, scan_prose = _BUILT.value_screens, _BUILT.scan_prose
+    scan_prose = _BUILT.scan_prose
     value_flags, soup_screen = _BUILT.value_flags, _BUILT.soup_screen
 
 

@@ -482,15 +482,6 @@ def find_value_loop(value: str, flags: int | None = None) -> tuple[int, int, str
     )
 
 
-def value_screens(value: str) -> tuple[bool, bool, bool]:
-    """Whether :func:`find_value_loop`'s glued-unit, word-run and letter-run passes can find
-    anything: the accelerator's one pass over ``value``, or its twin."""
-    native = accel.value_screens
-    if native is None:
-        return value_screens_python(value)
-    return native(value, *_VALUE_SCREEN_NUMBERS)
-
-
 # The screens of check_value over one value, as bits: value_screens' three, then whether a
 # character is above 127 (salad, glue: non-ASCII values only), whether "think>" occurs
 # (find_think_in_value's screen) and whether the value ends in a closing run's shortest tail
@@ -534,8 +525,8 @@ def value_flags_python(value: str) -> int:
 
 def value_screens_python(value: str) -> tuple[bool, bool, bool]:
     """Whether ``_VALUE_LOOP`` matches anywhere in ``value``, whether :func:`_word_run`'s
-    screens pass, and whether ``_LETTER_RUN`` matches: the specification of the accelerator's
-    ``value_screens`` (each regex tries every unit at every position)."""
+    screens pass, and whether ``_LETTER_RUN`` matches: the specification of the first three bits
+    of the accelerator's ``value_flags`` (each regex tries every unit at every position)."""
     return (
         _VALUE_LOOP.search(value) is not None,
         _word_run_screened(value),
